@@ -1,0 +1,165 @@
+"""MNIST and FashionMNIST held in memory as normalised tensors, and which samples each rank takes.
+
+The whole split is converted once (uint8 -> float, normalised) and batches are taken by
+indexing: a torchvision DataLoader with ToTensor()/Normalize spends longer per epoch
+decoding samples one by one than the MLP spends training on them (../shared/GUIDE.md §3).
+"""
+import glob
+import importlib.util
+import os
+import shutil
+from dataclasses import dataclass
+
+import torch
+
+DATASETS = {  # --dataset name: (torchvision class and folder name, mean, std of the training pixels)
+    "mnist": ("MNIST", 0.1307, 0.3081),
+    "fashion-mnist": ("FashionMNIST", 0.2860, 0.3530),
+}
+
+_torchvision_fix = None  # the schema library must stay alive as long as torchvision is used
+
+
+class DataError(Exception):
+    """A problem with the data that the user can fix; reported as one line."""
+
+
+def import_torchvision():
+    """Import torchvision, also where its CUDA-built extension cannot load against CPU torch.
+
+    torchvision 0.28.0's only wheel is a CUDA build; on CPU torch its C++ ops fail to
+    register and `import torchvision` raises "operator torchvision::nms does not exist"
+    (pytorch/vision#9085). Declaring the two schemas it looks up at import lets it load;
+    the C++ ops (nms, roi_align, ...) stay unavailable, and this project needs none.
+    """
+    global _torchvision_fix
+    if _torchvision_fix is None and not _extension_loads():
+        _torchvision_fix = torch.library.Library("torchvision", "DEF")
+        for op in ("nms", "qnms"):
+            _torchvision_fix.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    import torchvision
+    return torchvision
+
+
+def _extension_loads():
+    """Whether torchvision's compiled ops load against this torch (they do not: CUDA build on CPU torch)."""
+    package = importlib.util.find_spec("torchvision").submodule_search_locations[0]
+    for library in glob.glob(os.path.join(package, "_C*.so")) + glob.glob(os.path.join(package, "_C*.pyd")):
+        try:
+            torch.ops.load_library(library)
+            return True
+        except (OSError, RuntimeError):
+            return False
+    return False
+
+
+def dataset_class(name):
+    folder = DATASETS[name][0]
+    return getattr(import_torchvision().datasets, folder)
+
+
+def fetch(name, data_dir, offline_dir=None):
+    """Make `data_dir/<Folder>/raw` hold the verified, extracted files; return nothing.
+
+    With `offline_dir`, the .gz files are copied from `offline_dir/<Folder>/raw` after
+    checking their MD5 against torchvision's list, and the network is never touched.
+    """
+    cls = dataset_class(name)
+    from torchvision.datasets.utils import check_integrity
+    folder = DATASETS[name][0]
+    raw_dir = os.path.join(data_dir, folder, "raw")
+    extracted = [os.path.join(raw_dir, file[:-3]) for file, _ in cls.resources]
+    if all(os.path.isfile(path) for path in extracted):
+        return
+    if offline_dir:
+        source_dir = os.path.join(offline_dir, folder, "raw")
+        for file, md5 in cls.resources:
+            source = os.path.join(source_dir, file)
+            if not os.path.isfile(source):
+                raise DataError(f"{source} not found: --offline-data-dir must hold {folder}/raw/*.gz")
+            if not check_integrity(source, md5):
+                raise DataError(f"{source} is corrupt or truncated (MD5 differs from torchvision's)")
+        os.makedirs(raw_dir, exist_ok=True)
+        for file, _ in cls.resources:
+            target = os.path.join(raw_dir, file)
+            if not check_integrity(target, dict(cls.resources)[file]):
+                shutil.copyfile(os.path.join(source_dir, file), target + ".tmp")
+                os.replace(target + ".tmp", target)  # a reader never sees half a file
+    try:
+        for train in (True, False):  # finds the verified .gz files, checks them again and extracts
+            cls(data_dir, train=train, download=True)
+    except Exception as error:
+        raise DataError(
+            f"{name} is not in {raw_dir} and could not be downloaded ({type(error).__name__}); "
+            f"offline, pass --offline-data-dir DIR (or set OFFLINE_DATA_DIR) naming a folder with {folder}/raw/*.gz"
+        ) from None
+
+
+@dataclass
+class Split:
+    images: torch.Tensor  # float32, N x 1 x 28 x 28, normalised
+    labels: torch.Tensor  # int64, N
+
+    def __len__(self):
+        return len(self.labels)
+
+    def to(self, device):
+        return Split(self.images.to(device), self.labels.to(device))
+
+
+@dataclass
+class Data:
+    train: Split
+    val: Split
+    test: Split
+
+
+def load(name, data_dir, val_samples=5000, train_samples=0, test_samples=0, seed=0):
+    """Load the fetched files into memory: a seeded train/validation split and the test split.
+
+    `train_samples` / `test_samples` > 0 keep only that many (for quick runs and tests).
+    """
+    cls = dataset_class(name)
+    _, mean, std = DATASETS[name]
+    try:
+        train_set = cls(data_dir, train=True, download=False)
+        test_set = cls(data_dir, train=False, download=False)
+    except RuntimeError as error:  # torchvision: "Dataset not found", or a truncated file
+        raise DataError(f"cannot read {name} in {data_dir}: {error}") from None
+
+    def normalise(dataset):
+        images = dataset.data.to(torch.float32).div_(255).sub_(mean).div_(std).unsqueeze(1)
+        return Split(images, dataset.targets.to(torch.int64))
+
+    full_train, test = normalise(train_set), normalise(test_set)
+    if val_samples >= len(full_train):
+        raise DataError(f"--val-samples {val_samples} leaves no training data ({len(full_train)} samples)")
+    order = torch.randperm(len(full_train), generator=torch.Generator().manual_seed(seed))
+    val_idx, train_idx = order[:val_samples], order[val_samples:]
+    if train_samples:
+        train_idx = train_idx[:train_samples]
+    if test_samples:
+        test = Split(test.images[:test_samples], test.labels[:test_samples])
+    pick = lambda idx: Split(full_train.images[idx], full_train.labels[idx])
+    return Data(train=pick(train_idx), val=pick(val_idx), test=test)
+
+
+def shard_indices(num_samples, batch_size, rank, world_size, epoch, seed):
+    """This rank's sample indices for one epoch, as a [steps, batch_size] tensor.
+
+    The same indices `DistributedSampler(shuffle=True, seed=seed, drop_last=True)` after
+    `set_epoch(epoch)` gives, cut into full batches. Rank r takes every world_size-th
+    sample of one shared permutation, so the union over ranks of row t is the permutation's
+    t-th slice of batch_size * world_size samples: the global batch of step t is the same
+    set of samples for any world size with the same global batch size. The remainder
+    that does not fill a global batch is dropped.
+    """
+    permutation = torch.randperm(num_samples, generator=torch.Generator().manual_seed(seed + epoch))
+    steps = num_samples // (batch_size * world_size)
+    used = permutation[: steps * batch_size * world_size]
+    return used[rank::world_size].view(steps, batch_size)
+
+
+def eval_range(num_samples, rank, world_size):
+    """The contiguous slice of an evaluation split this rank scores: disjoint, covering every sample once."""
+    return slice(num_samples * rank // world_size, num_samples * (rank + 1) // world_size)

@@ -1,0 +1,152 @@
+"""Where the processes come from and how they find each other; process-group set-up in one place.
+
+Three launchers, recognised from the environment:
+  local     `--world-size N`: this script starts N processes on a free port it finds
+  torchrun  RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+  slurm     one `srun` task per rank: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, and the
+            master is the first host of SLURM_JOB_NODELIST
+"""
+import os
+import re
+import socket
+import subprocess
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+class LaunchError(Exception):
+    """A launch environment or option that cannot work; reported as one line."""
+
+
+@dataclass
+class Placement:
+    """Who this process is in the job and where the master listens."""
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    master_addr: str = "127.0.0.1"
+    master_port: int = 0
+    launcher: str = "single"
+
+
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+SLURM_VARS = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_NODELIST")
+
+
+def detect_launcher(environ=os.environ):
+    """'torchrun', 'slurm' or None (started by hand). torchrun's workers inside a SLURM job are torchrun's."""
+    if any(name in environ for name in TORCHRUN_VARS):
+        return "torchrun"
+    if "SLURM_STEP_ID" in environ and "SLURM_PROCID" in environ:  # a task of `srun`, not the batch script
+        return "slurm"
+    return None
+
+
+def placement_from_environment(launcher, environ=os.environ):
+    names = TORCHRUN_VARS if launcher == "torchrun" else SLURM_VARS
+    missing = [name for name in names if name not in environ]
+    if missing:
+        raise LaunchError(f"incomplete {launcher} environment: {', '.join(missing)} not set")
+    try:
+        if launcher == "torchrun":
+            world = int(environ["WORLD_SIZE"])
+            return Placement(int(environ["RANK"]), world, int(environ["LOCAL_RANK"]),
+                             int(environ.get("LOCAL_WORLD_SIZE", world)), environ["MASTER_ADDR"],
+                             int(environ["MASTER_PORT"]), launcher)
+        tasks_here = environ.get("SLURM_STEP_TASKS_PER_NODE", environ.get("SLURM_TASKS_PER_NODE", "1"))
+        return Placement(int(environ["SLURM_PROCID"]), int(environ["SLURM_NTASKS"]), int(environ["SLURM_LOCALID"]),
+                         int(re.match(r"\d+", tasks_here).group()), first_host(environ["SLURM_JOB_NODELIST"]),
+                         int(environ.get("MASTER_PORT", 29500)), launcher)
+    except ValueError as error:
+        raise LaunchError(f"malformed {launcher} environment: {error}") from None
+
+
+def first_host(nodelist):
+    """The first host name of a SLURM node list such as 'node[03-05,07],gpu1'."""
+    try:
+        hosts = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                               check=True, timeout=30).stdout.split()
+        if hosts:
+            return hosts[0]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    first = re.match(r"([^,\[]+)(?:\[([^,\-\]]+))?", nodelist)  # without scontrol: the prefix and the first range start
+    return first.group(1) + (first.group(2) or "")
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def host_name():
+    """The node's name as the job knows it (SLURM's, where several slurmd share one machine), else the host's."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def choose_backend(requested, local_world_size):
+    """gloo on CPU; NCCL when every rank on this node has a GPU of its own."""
+    if requested != "auto":
+        return requested
+    enough_gpus = torch.cuda.is_available() and torch.cuda.device_count() >= local_world_size
+    return "nccl" if enough_gpus else "gloo"
+
+
+def device_for(backend, local_rank):
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def threads_per_rank(requested, local_world_size):
+    """Cores available to this process divided among the ranks of this node, so they do not oversubscribe."""
+    if requested:
+        return requested
+    return max(1, len(os.sched_getaffinity(0)) // local_world_size)
+
+
+@contextmanager
+def process_group(placement, backend, timeout_s):
+    """Join the job's process group for the duration of the block (nothing to join for one process)."""
+    if placement.launcher == "single":
+        yield
+        return
+    dist.init_process_group(backend, init_method=f"tcp://{placement.master_addr}:{placement.master_port}",
+                            rank=placement.rank, world_size=placement.world_size,
+                            timeout=timedelta(seconds=timeout_s))
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def launch_local(worker, world_size, args, port=None):
+    """Run `worker(placement, args)` in `world_size` fresh processes; returns (failed rank, exit code) or None.
+
+    When one rank fails the others are terminated rather than left blocked in a collective.
+    """
+    port = port or free_port()
+    placements = [Placement(rank, world_size, rank, world_size, "127.0.0.1", port, "local")
+                  for rank in range(world_size)]
+    context = mp.start_processes(_run_placed, args=(worker, placements, args), nprocs=world_size,
+                                 join=False, start_method="spawn")
+    try:
+        while not context.join():
+            pass
+    except mp.ProcessExitedException as failure:
+        return failure.error_index, failure.exit_code
+    except mp.ProcessRaisedException as failure:
+        return failure.error_index, 1
+    return None
+
+
+def _run_placed(index, worker, placements, args):
+    worker(placements[index], args)

@@ -1,0 +1,275 @@
+"""Gradient synchronisation written by hand: what DistributedDataParallel does, step by step.
+
+Data parallelism keeps one copy of the model per process (rank). Each rank runs forward and
+backward on its own slice of the global batch, so each ends backward with different
+gradients. Before the optimizer step every rank replaces its gradients with the average over
+all ranks; since every rank started from the same parameters and applies the same averaged
+gradients, the copies stay identical, and the step equals one step on the whole global batch.
+
+This file gets there in four ways, from the simplest to what DDP really does:
+  per-param  after backward, one all-reduce per gradient tensor: many small messages
+  flat       after backward, all gradients copied into one buffer: one large message
+  bucketed   buckets all-reduced from autograd hooks while backward is still running,
+             so communication overlaps the rest of backward (DDP's design)
+  ring       the flat buffer reduced by `ring_all_reduce`, an all-reduce built from
+             point-to-point sends and receives instead of the library's collective
+Every strategy can send gradients as fp16 or bf16 (`compress`), halving the bytes on the
+wire, as DDP's fp16/bf16 compression hooks do.
+
+`ManualDDP` wraps a module with the surface of torch's DDP; the training loop cannot tell
+them apart. Read top to bottom: start-up, the ring, the strategies, the wrapper.
+"""
+from contextlib import contextmanager
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from timing import CommRecorder
+
+WIRE_DTYPES = {None: None, "none": None, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+# --- 1. Start-up: every rank must begin from rank 0's parameters -----------------------------
+
+def broadcast_parameters(module, src=0):
+    """Copy rank `src`'s parameters and buffers to every rank, so differently seeded ranks agree."""
+    with torch.no_grad():
+        for tensor in list(module.parameters()) + list(module.buffers()):
+            dist.broadcast(tensor, src)
+
+
+def trainable_parameters(module):
+    """The parameters to synchronise: `parameters()` lists a tied (shared) one once; frozen ones are left alone."""
+    return [p for p in module.parameters() if p.requires_grad]
+
+
+# --- 2. An all-reduce from point-to-point messages -------------------------------------------
+
+def ring_all_reduce(tensor):
+    """Sum `tensor` over all ranks in place, with sends and receives around a ring.
+
+    The buffer is cut into n chunks (n = world size; lengths differ by at most one, and may
+    be zero). Reduce-scatter: in each of n-1 steps every rank sends one chunk to its right
+    neighbour and adds the chunk arriving from its left, so after n-1 steps rank r holds
+    the complete sum of chunk (r+1) mod n. All-gather: n-1 more steps pass the finished
+    chunks around the ring. Each rank sends 2(n-1)/n of the buffer in all, whatever n is:
+    the bandwidth-optimal all-reduce (Patarasuk & Yuan 2009).
+    """
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if world == 1 or tensor.numel() == 0:
+        return tensor
+    flat = tensor.view(-1)
+    bounds = [flat.numel() * i // world for i in range(world + 1)]
+    chunks = [flat[bounds[i]:bounds[i + 1]] for i in range(world)]
+    right, left = (rank + 1) % world, (rank - 1) % world
+    incoming = torch.empty_like(chunks[-1])  # the last chunk is the longest
+
+    for step in range(world - 1):  # reduce-scatter
+        send, receive = chunks[(rank - step) % world], chunks[(rank - step - 1) % world]
+        _exchange(send, right, incoming[:receive.numel()], left)
+        receive.add_(incoming[:receive.numel()])
+    for step in range(world - 1):  # all-gather
+        send, receive = chunks[(rank + 1 - step) % world], chunks[(rank - step) % world]
+        _exchange(send, right, receive, left)
+    return tensor
+
+
+def _exchange(send, right, receive, left):
+    """Send to the right while receiving from the left; posting the send first keeps the ring from deadlocking."""
+    request = dist.isend(send, right) if send.numel() else None  # both ends know a chunk is empty
+    if receive.numel():
+        dist.recv(receive, left)
+    if request is not None:
+        request.wait()
+
+
+# --- 3. The strategies ------------------------------------------------------------------------
+
+class GradientSync:
+    """What every strategy shares: the parameters, the world size, compression and timing."""
+
+    def __init__(self, params, compress=None, comm=None):
+        self.params = params
+        self.world_size = dist.get_world_size()
+        self.wire_dtype = WIRE_DTYPES[compress]
+        self.comm = comm or CommRecorder()
+
+    def grad_ready(self, param):
+        """Called by autograd the moment `param.grad` is final for this backward."""
+
+    def finish(self):
+        """Called after backward: on return every gradient holds the average over ranks."""
+        raise NotImplementedError
+
+    def gradients(self, params):
+        """The gradients of `params`; a parameter unused in this step contributes zeros, so every rank sends the same."""
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        return [p.grad for p in params]
+
+    def start_average(self, buffer, name):
+        """Launch the averaging all-reduce of `buffer`; returns a function that waits and writes the result back.
+
+        Dividing before the sum, as DDP's hooks do, keeps fp16 from overflowing.
+        """
+        wire = buffer.div_(self.world_size)
+        if self.wire_dtype is not None:
+            wire = buffer.to(self.wire_dtype)
+        future = self.launch(wire, name)
+
+        def wait():
+            future.wait()
+            if wire is not buffer:
+                buffer.copy_(wire)
+        return wait
+
+    def launch(self, wire, name):
+        """Start summing `wire` over ranks; the library's all-reduce, asynchronous."""
+        return self.comm.track(name, dist.all_reduce(wire, async_op=True))
+
+
+def copy_into(grads, buffer):
+    """Write the consecutive slices of a flat `buffer` back into the gradient tensors."""
+    for grad, averaged in zip(grads, buffer.split([g.numel() for g in grads])):
+        grad.copy_(averaged.view_as(grad))
+
+
+class PerParameterSync(GradientSync):
+    """One blocking all-reduce per gradient after backward: simple, and one message per tensor."""
+
+    def finish(self):
+        for index, grad in enumerate(self.gradients(self.params)):
+            self.start_average(grad, f"param {index}")()
+
+
+class FlatSync(GradientSync):
+    """Every gradient copied into one contiguous buffer, one all-reduce, copied back."""
+
+    def __init__(self, params, compress=None, comm=None):
+        super().__init__(params, compress, comm)
+        self.buffer = torch.empty(sum(p.numel() for p in params), dtype=params[0].dtype, device=params[0].device)
+
+    def finish(self):
+        grads = self.gradients(self.params)
+        torch.cat([g.view(-1) for g in grads], out=self.buffer)
+        self.start_average(self.buffer, "flat")()
+        copy_into(grads, self.buffer)
+
+
+class RingSync(FlatSync):
+    """The flat buffer, summed by the hand-written `ring_all_reduce` instead of the library's."""
+
+    def launch(self, wire, name):
+        span = self.comm.launched("ring")
+        ring_all_reduce(wire)  # blocking: the ring is done when it returns
+        self.comm.completed(span)
+        done = torch.futures.Future()
+        done.set_result(wire)
+        return done
+
+
+class Bucket:
+    def __init__(self, index, params):
+        self.index, self.params = index, params
+        self.buffer = torch.empty(sum(p.numel() for p in params), dtype=params[0].dtype, device=params[0].device)
+        self.ready = 0
+        self.wait = None  # set when its all-reduce is launched
+
+
+class BucketedSync(GradientSync):
+    """DDP's design: buckets of gradients all-reduced asynchronously while backward still runs.
+
+    Gradients become ready roughly in reverse registration order (the last layer's first), so
+    buckets are filled in that order, each up to `bucket_mb`. When a bucket's last gradient
+    is ready its all-reduce is launched at once; buckets are launched strictly in index order,
+    so every rank issues the same collectives in the same order even if a hook fires early.
+    """
+
+    def __init__(self, params, bucket_mb=25.0, compress=None, comm=None):
+        super().__init__(params, compress, comm)
+        capacity = bucket_mb * 2**20
+        self.buckets, current, size = [], [], 0
+        for p in reversed(params):
+            nbytes = p.numel() * p.element_size()
+            if current and size + nbytes > capacity:
+                self.buckets.append(Bucket(len(self.buckets), current))
+                current, size = [], 0
+            current.append(p)
+            size += nbytes
+        self.buckets.append(Bucket(len(self.buckets), current))
+        self.bucket_of = {p: bucket for bucket in self.buckets for p in bucket.params}
+        self.next_to_launch = 0
+        self.launch_log = []  # (bucket index, gradients ready when launched): the test's proof of overlap
+        self.grads_ready = 0
+
+    def grad_ready(self, param):
+        self.grads_ready += 1
+        self.bucket_of[param].ready += 1
+        self.launch_ready_buckets()
+
+    def launch_ready_buckets(self, force=False):
+        while self.next_to_launch < len(self.buckets):
+            bucket = self.buckets[self.next_to_launch]
+            if not force and bucket.ready < len(bucket.params):
+                return
+            torch.cat([g.view(-1) for g in self.gradients(bucket.params)], out=bucket.buffer)
+            bucket.wait = self.start_average(bucket.buffer, f"bucket {bucket.index}")
+            self.launch_log.append((bucket.index, self.grads_ready))
+            self.next_to_launch += 1
+
+    def finish(self):
+        self.launch_ready_buckets(force=True)  # buckets holding a gradient no hook reported
+        for bucket in self.buckets:
+            bucket.wait()
+            copy_into([p.grad for p in bucket.params], bucket.buffer)
+            bucket.ready, bucket.wait = 0, None
+        self.next_to_launch = self.grads_ready = 0
+
+
+def make_sync(strategy, params, bucket_mb=25.0, compress=None, comm=None):
+    if strategy == "bucketed":
+        return BucketedSync(params, bucket_mb, compress, comm)
+    classes = {"per-param": PerParameterSync, "flat": FlatSync, "ring": RingSync}
+    return classes[strategy](params, compress, comm)
+
+
+# --- 4. A wrapper with DDP's surface ----------------------------------------------------------
+
+class ManualDDP(nn.Module):
+    """`ManualDDP(model, "bucketed")` where code says `DistributedDataParallel(model)`.
+
+    The constructor broadcasts rank 0's parameters and buffers; `forward` calls the module;
+    `no_sync()` skips communication for gradient accumulation; the training loop calls
+    `finish_gradient_synchronization()` after backward and before the optimizer step.
+    """
+
+    def __init__(self, module, strategy="bucketed", bucket_mb=25.0, compress=None, comm=None):
+        super().__init__()
+        self.module = module
+        broadcast_parameters(module)
+        params = trainable_parameters(module)
+        self.sync = make_sync(strategy, params, bucket_mb, compress, comm)
+        self.require_sync = True
+        for p in params:
+            p.register_post_accumulate_grad_hook(self._grad_ready)
+
+    def _grad_ready(self, param):
+        if self.require_sync:
+            self.sync.grad_ready(param)
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    @contextmanager
+    def no_sync(self):
+        """Backward passes inside only accumulate local gradients, as DDP's `no_sync()`."""
+        self.require_sync = False
+        try:
+            yield
+        finally:
+            self.require_sync = True
+
+    def finish_gradient_synchronization(self):
+        self.sync.finish()

@@ -1,0 +1,236 @@
+"""Data-parallel training of an MLP or CNN on MNIST / FashionMNIST, with gradients averaged by
+torch's DistributedDataParallel or by hand (manual_allreduce.py).
+
+One process, the baseline:
+    python mlp_ddp.py --mode single
+Four local processes, gradients averaged by hand-written all-reduce (the main job):
+    python mlp_ddp.py --mode manual --world-size 4
+    python mlp_ddp.py --mode manual --sync bucketed --bucket-mb 1 --world-size 4
+    python mlp_ddp.py --mode ddp --model cnn --world-size 2
+Under torchrun, on one node or on each of two nodes:
+    torchrun --nproc-per-node=4 mlp_ddp.py --mode ddp
+    torchrun --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d --rdzv-endpoint=HOST:29500 mlp_ddp.py --mode manual
+On a SLURM cluster, one srun task per rank (see run_slurm.sh):
+    sbatch run_slurm.sh --mode manual --sync bucketed
+Offline, with the raw .gz files in DIR/MNIST/raw:
+    python mlp_ddp.py --offline-data-dir DIR        (or OFFLINE_DATA_DIR=DIR)
+Every run writes results/<run-name>.json; the schema is in the README.
+"""
+import argparse
+import os
+import platform
+import sys
+import time
+
+import torch
+
+import data
+from distributed import (LaunchError, Placement, choose_backend, detect_launcher, device_for, free_port,
+                         host_name, launch_local, placement_from_environment, process_group, threads_per_rank)
+from models import build_model, count_parameters
+from results import SCHEMA, write_json_atomic
+from sync_modes import wrap_model
+from timing import StepTimer
+from trainer import Trainer, all_reduce_sum, gather
+
+STRATEGIES = ("per-param", "flat", "bucketed", "ring")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad option is one line on stderr (no usage block) and exit code 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def bounded(kind, low=None, high=None, low_open=False):
+    """An argparse type: `kind` within [low, high] (low excluded when low_open)."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}")
+        if value != value or (low is not None and (value <= low if low_open else value < low)) \
+                or (high is not None and value > high):
+            bound = f"> {low}" if low_open else f">= {low}"
+            raise argparse.ArgumentTypeError(f"must be {bound}{f' and <= {high}' if high is not None else ''}, got {text}")
+        return value
+    return parse
+
+
+def hidden_sizes(text):
+    try:
+        sizes = tuple(int(size) for size in text.split(","))
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, got {text!r}")
+    return sizes
+
+
+def parse_args(argv=None):
+    parser = OneLineParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    add = parser.add_argument
+    add("--mode", choices=("single", "ddp", "manual"), default="manual", help="how gradients are synchronised")
+    add("--sync", choices=STRATEGIES, default="per-param", help="hand-written strategy for --mode manual")
+    add("--bucket-mb", type=bounded(float, 0, low_open=True), default=25.0, help="bucket size (bucketed, and DDP's)")
+    add("--compress", choices=("none", "fp16", "bf16"), default="none", help="gradient dtype on the wire")
+    add("--accum-steps", type=bounded(int, 1), default=1, help="micro-batches per optimizer step (no_sync on all but the last)")
+    add("--model", choices=("mlp", "cnn"), default="mlp")
+    add("--hidden-sizes", type=hidden_sizes, default=(512, 256, 128), help="MLP hidden layer widths, e.g. 512,256,128")
+    add("--dropout", type=bounded(float, 0, 0.99), default=None, help="every dropout layer's rate (default: the model's own)")
+    add("--dataset", choices=tuple(data.DATASETS), default="mnist")
+    add("--data-dir", default="data", help="where the dataset is kept (fetched if missing)")
+    add("--offline-data-dir", default=os.environ.get("OFFLINE_DATA_DIR"),
+        help="read-only folder with <Dataset>/raw/*.gz to copy from instead of downloading (env OFFLINE_DATA_DIR)")
+    add("--train-samples", type=bounded(int, 0), default=0, help="use only this many training samples (0: all)")
+    add("--val-samples", type=bounded(int, 0), default=5000, help="held out of the training split for validation")
+    add("--test-samples", type=bounded(int, 0), default=0, help="use only this many test samples (0: all)")
+    add("--epochs", type=bounded(int, 1), default=1)
+    add("--batch-size", type=bounded(int, 1), default=64, help="per process; the global batch is this x world size")
+    add("--max-steps", type=bounded(int, 0), default=0, help="stop each epoch after this many steps (0: whole epoch)")
+    add("--optimizer", choices=("adam", "sgd"), default="adam")
+    add("--lr", type=bounded(float, 0, low_open=True), default=1e-3)
+    add("--momentum", type=bounded(float, 0, 1), default=0.9, help="SGD momentum")
+    add("--lr-step", type=bounded(int, 0), default=0, help="StepLR: decay every this many epochs (0: constant)")
+    add("--lr-gamma", type=bounded(float, 0, 1, low_open=True), default=0.5, help="StepLR decay factor")
+    add("--seed", type=bounded(int, 0), default=0)
+    add("--warmup-steps", type=bounded(int, 0), default=5, help="first steps left out of the timing statistics")
+    add("--world-size", type=bounded(int, 1), default=None, help="start this many local processes (not under torchrun/srun)")
+    add("--backend", choices=("auto", "gloo", "nccl"), default="auto", help="auto: NCCL when each local rank has a GPU")
+    add("--timeout", type=bounded(float, 0, low_open=True), default=120.0, help="seconds a collective may wait for a peer")
+    add("--threads", type=bounded(int, 0), default=0, help="torch threads per rank (0: cores / local ranks)")
+    add("--master-port", type=bounded(int, 1, 65535), default=None, help="port for a local launch (default: a free one)")
+    add("--results-dir", default="results")
+    add("--run-name", default=None, help="results file name (default: model-dataset-mode[-sync]-wN-time)")
+    add("--save-model", default=None, metavar="PATH", help="rank 0 saves the final state_dict here")
+    add("--debug-exit-rank", type=bounded(int, 0), default=0, help=argparse.SUPPRESS)
+    add("--debug-exit-step", type=bounded(int, 0), default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.compress = None if args.compress == "none" else args.compress
+    if args.mode == "single" and (args.world_size or 1) > 1:
+        parser.error("--mode single runs one process; use --mode ddp or manual with --world-size > 1")
+    return args
+
+
+def run_rank(placement, args):
+    """The whole life of one rank; errors end it with one line and exit code 2 (input) or 1 (runtime)."""
+    try:
+        train_rank(placement, args)
+    except (data.DataError, LaunchError) as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as error:  # a peer that died, a timeout: the first line says which
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        print(f"error: rank {placement.rank}: {type(error).__name__}: {first_line}", file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
+def prepare_data(placement, args):
+    """One process per machine fetches and verifies the data; every rank learns whether that worked."""
+    problem = None
+    if placement.local_rank == 0:
+        try:
+            data.fetch(args.dataset, args.data_dir, args.offline_data_dir)
+        except data.DataError as error:
+            problem = str(error)
+    failures = all_reduce_sum([problem is not None], torch.device("cpu"))[0] if placement.world_size > 1 else 0
+    if problem or failures:  # the all-reduce doubles as the barrier the other ranks wait at
+        raise data.DataError(problem or "preparing the data failed on another node (see its log)")
+
+
+def train_rank(placement, args):
+    backend = choose_backend(args.backend, placement.local_world_size)
+    torch.set_num_threads(threads_per_rank(args.threads, placement.local_world_size))
+    torch.manual_seed(args.seed + placement.rank)  # ranks start different; the wrapper's broadcast makes them agree
+    with process_group(placement, backend, args.timeout):
+        device = device_for(backend, placement.local_rank)
+        prepare_data(placement, args)
+        dataset = data.load(args.dataset, args.data_dir, args.val_samples, args.train_samples,
+                            args.test_samples, args.seed)
+        global_batch = args.batch_size * args.accum_steps * placement.world_size
+        if global_batch > len(dataset.train):
+            raise data.DataError(f"the global batch ({global_batch}) is larger than the training set "
+                                 f"({len(dataset.train)} samples)")
+        model = build_model(args.model, args.hidden_sizes, args.dropout).to(device)
+        timer = StepTimer(device, args.warmup_steps)
+        wrapped = wrap_model(model, args.mode, timer.comm, args.sync, args.bucket_mb, args.compress,
+                             [device.index] if device.type == "cuda" else None)
+        if args.optimizer == "adam":
+            optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+        else:
+            optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, args.lr_step, args.lr_gamma) if args.lr_step else None
+        start = time.perf_counter()
+        outcome = Trainer(wrapped, optimizer, scheduler, dataset, args, placement, device, timer).fit()
+        hosts = sorted(set(gather(host_name())))
+        if placement.rank == 0:
+            write_results(args, placement, backend, device, hosts, model, outcome, time.perf_counter() - start)
+            if args.save_model:
+                save_model_atomic(model.state_dict(), args.save_model)
+
+
+def save_model_atomic(state_dict, path):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    torch.save(state_dict, path + ".tmp")
+    os.replace(path + ".tmp", path)
+
+
+def write_results(args, placement, backend, device, hosts, model, outcome, total_time):
+    run_name = args.run_name or "-".join(
+        [args.model, args.dataset, args.mode] + ([args.sync] if args.mode == "manual" else [])
+        + [f"w{placement.world_size}", time.strftime("%Y%m%d-%H%M%S")])
+    config = {key: value for key, value in vars(args).items() if not key.startswith("debug")}
+    document = {
+        "schema": SCHEMA,
+        "run_name": run_name,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "config": config,
+        "environment": {
+            "torch": torch.__version__, "python": platform.python_version(), "backend": backend,
+            "device": str(device), "launcher": placement.launcher, "world_size": placement.world_size,
+            "hosts": hosts, "cores": os.cpu_count(), "threads_per_rank": torch.get_num_threads(),
+            "parameters": count_parameters(model), "platform": platform.platform(),
+        },
+        **outcome,
+        "throughput_samples_per_s": sum(e["samples_per_s"] for e in outcome["epochs"]) / len(outcome["epochs"]),
+        "total_time_s": total_time,
+    }
+    path = os.path.join(args.results_dir, run_name + ".json")
+    write_json_atomic(path, document)
+    print(f"results: {path}", flush=True)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        launcher = detect_launcher()
+        if launcher:
+            if args.world_size is not None:
+                raise LaunchError(f"--world-size is for a local launch; under {launcher} the launcher sets it")
+            run_rank(placement_from_environment(launcher), args)
+            return 0
+        data.fetch(args.dataset, args.data_dir, args.offline_data_dir)  # once, before any rank starts
+        world_size = args.world_size or 1
+        if world_size == 1:
+            launcher = "single" if args.mode == "single" else "local"
+            run_rank(Placement(master_port=args.master_port or free_port(), launcher=launcher), args)
+            return 0
+        failure = launch_local(run_rank, world_size, args, args.master_port)
+    except (data.DataError, LaunchError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: every rank stopped", file=sys.stderr)
+        return 130
+    if failure:
+        rank, code = failure
+        print(f"error: rank {rank} failed (exit code {code}); the other ranks were stopped", file=sys.stderr)
+        return code if code and code > 0 else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

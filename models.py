@@ -1,0 +1,55 @@
+"""The two networks: an MLP built from nn.Linear layers, and a small CNN."""
+import torch
+from torch import nn
+
+
+class MLP(nn.Module):
+    """784 -> hidden... -> 10, ReLU and dropout after every hidden layer, Glorot-initialised."""
+
+    def __init__(self, hidden_sizes=(512, 256, 128), dropout=0.2, in_features=784, classes=10):
+        super().__init__()
+        layers, width = [nn.Flatten()], in_features
+        for size in hidden_sizes:
+            layers += [nn.Linear(width, size), nn.ReLU(), nn.Dropout(dropout)]
+            width = size
+        layers.append(nn.Linear(width, classes))
+        self.layers = nn.Sequential(*layers)
+        for layer in self.layers:
+            if isinstance(layer, nn.Linear):
+                nn.init.xavier_uniform_(layer.weight)  # keeps activation variance steady through the ReLU stack
+                nn.init.zeros_(layer.bias)
+
+    def forward(self, images):
+        return self.layers(images)
+
+
+class CNN(nn.Module):
+    """conv 32 -> conv 64 -> max-pool -> dropout -> fc 128 -> dropout -> fc 10 (pytorch/examples' MNIST net)."""
+
+    def __init__(self, dropout=(0.25, 0.5), classes=10):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 32, 3), nn.ReLU(),
+            nn.Conv2d(32, 64, 3), nn.ReLU(),
+            nn.MaxPool2d(2), nn.Dropout(dropout[0]), nn.Flatten(),
+        )
+        self.classifier = nn.Sequential(
+            nn.Linear(64 * 12 * 12, 128), nn.ReLU(), nn.Dropout(dropout[1]),
+            nn.Linear(128, classes),
+        )
+
+    def forward(self, images):
+        return self.classifier(self.features(images))
+
+
+def build_model(name, hidden_sizes=(512, 256, 128), dropout=None):
+    """`dropout=None` keeps each model's default; a number sets every dropout layer (0 turns them off)."""
+    if name == "mlp":
+        return MLP(hidden_sizes, 0.2 if dropout is None else dropout)
+    if name == "cnn":
+        return CNN((0.25, 0.5) if dropout is None else (dropout, dropout))
+    raise ValueError(f"unknown model {name!r}")
+
+
+def count_parameters(model):
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
