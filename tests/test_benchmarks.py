@@ -1,0 +1,95 @@
+"""Both benchmarks run end to end with tiny settings and write the JSON that benchmarks/README.md documents.
+
+Each runs as a user would, in a subprocess with real gloo processes. No timing is asserted:
+figures from two iterations on a shared machine say nothing; their arithmetic does.
+"""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ALLREDUCE = os.path.join(ROOT, "benchmarks", "allreduce_bench.py")
+STEP = os.path.join(ROOT, "benchmarks", "step_bench.py")
+
+
+def run(script, *options, timeout=120):
+    done = subprocess.run([sys.executable, script, *options], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def load_script(path):
+    spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("script", [ALLREDUCE, STEP])
+def test_each_benchmark_explains_itself_with_help(script):
+    assert "python benchmarks/" in run(script, "--help")
+
+
+def test_allreduce_sizes_climb_from_min_to_max_by_the_factor():
+    bench = load_script(ALLREDUCE)
+    assert bench.parse_args([]).sizes == [4 * 2**10 * 4**k for k in range(8)]  # 4 KiB .. 64 MiB
+    assert len(bench.parse_args(["--factor", "2"]).sizes) == 15
+    assert bench.parse_args(["--sizes", "12,4KiB,1M"]).sizes == [12, 4096, 2**20]
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--sizes", "6"])  # not a whole number of float32 values
+
+
+def test_allreduce_benchmark_writes_verified_measurements_with_nccl_tests_bandwidths(tmp_path):
+    output = tmp_path / "allreduce.json"
+    # 1028 bytes = 257 floats: the ring's two chunks differ in length
+    printed = run(ALLREDUCE, "--sizes", "1028,64K", "--iterations", "2", "--warmup", "1", "--world-sizes", "2",
+                  "--output", str(output))
+    assert "target:" in printed and "world 2:" in printed
+    document = json.loads(output.read_text())
+    assert document["schema"] == "allreduce-bench/1"
+    assert {"torch", "cores", "threads_per_rank", "backend"} <= set(document["environment"])
+    assert document["config"]["sizes"] == [1028, 65536]
+    rows = document["measurements"]
+    assert sorted((row["bytes"], row["implementation"]) for row in rows) == \
+        [(1028, "gloo"), (1028, "ring"), (65536, "gloo"), (65536, "ring")]
+    for row in rows:
+        n = row["world_size"]
+        assert n == 2 and row["verified"] and row["iterations"] == 2
+        assert 0 < row["median_s"] <= row["p95_s"]
+        assert row["algbw_gbps"] == pytest.approx(row["bytes"] / row["median_s"] / 1e9)
+        assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 2 * (n - 1) / n)
+    busbw = {(row["bytes"], row["implementation"]): row["busbw_gbps"] for row in rows}
+    for comparison in document["comparisons"]:
+        size = comparison["bytes"]
+        assert comparison["busbw_ratio_to_gloo"] == pytest.approx(busbw[size, "ring"] / busbw[size, "gloo"])
+    verdict = document["target"]["per_world_size"]["2"]
+    assert verdict == {"sizes_checked": 0, "worst_ratio": None, "holds": False}  # nothing >= 4 MiB was measured
+
+
+def test_step_benchmark_times_every_configuration_against_ddp(tmp_path):
+    output = tmp_path / "step.json"
+    printed = run(STEP, "--models", "mlp", "--world-sizes", "2", "--steps", "2", "--warmup", "1",
+                  "--batch-size", "16", "--output", str(output))
+    assert "target:" in printed
+    document = json.loads(output.read_text())
+    assert document["schema"] == "step-bench/1"
+    assert document["environment"]["data"] == "random tensors of MNIST shape"
+    rows = {row["configuration"]: row for row in document["measurements"]}
+    assert set(rows) == {"ddp", "ddp-no-sync", "per-param", "flat", "bucketed", "ring"}
+    for name, row in rows.items():
+        assert row["world_size"] == 2 and row["model"] == "mlp" and row["steps"] == 2 * 2  # steps x ranks
+        assert row["median_step_s"] > 0
+        assert row["step_ratio_to_ddp"] == pytest.approx(row["median_step_s"] / rows["ddp"]["median_step_s"])
+        if row["overlap"] is not None:
+            assert row["overlap"] == pytest.approx(1 - row["median_exposed_comm_s"] / row["median_comm_busy_s"])
+    assert rows["ddp"]["exposed_comm_method"] == "backward minus ddp-no-sync backward"
+    assert rows["ddp"]["median_exposed_comm_s"] == pytest.approx(
+        rows["ddp"]["median_backward_s"] - rows["ddp-no-sync"]["median_backward_s"] + rows["ddp"]["median_sync_s"])
+    assert rows["ring"]["exposed_comm_method"] == "sync phase"
+    assert rows["ddp-no-sync"]["median_comm_busy_s"] == 0  # the calibration never communicates
+    verdict, = document["target"]["per_world_size_and_model"]
+    assert verdict["best_strategy"] in ("per-param", "flat", "bucketed", "ring")

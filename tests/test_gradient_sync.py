@@ -1,0 +1,182 @@
+"""Every hand-written strategy trains exactly the model that torch's DDP and one process on the global batch train.
+
+Each world size runs once in real gloo processes. Every rank trains every configuration
+on its slice of the same global batches; after every step rank 0 compares its parameters
+with DDP's and with a one-process model trained on the whole global batch, and every rank
+compares its parameters with rank 0's. SGD without momentum keeps a gradient summed instead
+of averaged visible (Adam would hide any constant factor).
+"""
+import functools
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from harness import run_in_processes
+from models import CNN, MLP
+from sync_modes import wrap_model
+from timing import CommRecorder
+
+STEPS, BATCH_PER_RANK, LR = 3, 8, 0.1
+STRATEGIES = ("per-param", "flat", "bucketed", "ring")
+WIRE_PRECISION_BITS = {"fp16": 11, "bf16": 8}  # significand bits, the implicit one included
+
+
+class FrozenFirstLayer(nn.Module):
+    """A trap: the first layer is frozen, so a strategy must leave its (absent) gradient alone."""
+
+    def __init__(self):
+        super().__init__()
+        self.frozen = nn.Linear(784, 32)
+        self.frozen.requires_grad_(False)
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, images):
+        return self.head(torch.relu(self.frozen(images.flatten(1))))
+
+
+class SharedWeight(nn.Module):
+    """A trap: one weight used by two layers; its gradient must be reduced once, not twice."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp, self.first, self.second = nn.Linear(784, 32), nn.Linear(32, 32), nn.Linear(32, 32)
+        self.second.weight = self.first.weight
+        self.out = nn.Linear(32, 10)
+
+    def forward(self, images):
+        hidden = torch.relu(self.inp(images.flatten(1)))
+        return self.out(torch.relu(self.second(torch.relu(self.first(hidden)))))
+
+
+MODELS = {"mlp": lambda: MLP(dropout=0.0), "cnn": lambda: CNN(dropout=(0.0, 0.0)),
+          "frozen": FrozenFirstLayer, "shared": SharedWeight}
+
+
+def global_batches(world_size):
+    generator = torch.Generator().manual_seed(1234)
+    size = STEPS * BATCH_PER_RANK * world_size
+    return torch.randn(size, 1, 28, 28, generator=generator), torch.randint(0, 10, (size,), generator=generator)
+
+
+def flat_parameters(model):
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
+
+
+def train_one_process(model_name, world_size):
+    """The reference: one process, the whole global batch each step; parameters after each step."""
+    torch.manual_seed(0)  # rank 0's seed: the distributed runs broadcast rank 0's parameters
+    model = MODELS[model_name]()
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=LR)
+    images, labels = global_batches(world_size)
+    history, largest_gradient = [], 0.0
+    global_batch = BATCH_PER_RANK * world_size
+    for step in range(STEPS):
+        batch = slice(step * global_batch, (step + 1) * global_batch)
+        F.cross_entropy(model(images[batch]), labels[batch]).backward()
+        largest_gradient = max([largest_gradient] + [p.grad.abs().max().item() for p in model.parameters()
+                                                     if p.grad is not None])
+        optimizer.step()
+        optimizer.zero_grad()
+        history.append(flat_parameters(model))
+    return history, largest_gradient
+
+
+def train_distributed(rank, world_size, model_name, mode, strategy, compress):
+    torch.manual_seed(rank)  # ranks start from different parameters: the wrapper must broadcast rank 0's
+    model = MODELS[model_name]()
+    wrapped = wrap_model(model, mode, CommRecorder(), strategy, bucket_mb=0.5, compress=compress)
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=LR)
+    images, labels = global_batches(world_size)
+    history = [flat_parameters(model)]  # after construction, before any step
+    for step in range(STEPS):
+        mine = slice((step * world_size + rank) * BATCH_PER_RANK, (step * world_size + rank + 1) * BATCH_PER_RANK)
+        F.cross_entropy(wrapped(images[mine]), labels[mine]).backward()
+        wrapped.finish_gradient_synchronization()
+        optimizer.step()
+        optimizer.zero_grad()
+        history.append(flat_parameters(model))
+    return history
+
+
+def run_all(rank, world_size, configurations):
+    """Every configuration on this rank; rank 0 returns its parameter histories, others their distance to rank 0's."""
+    outcome = {}
+    for configuration in configurations:
+        history = train_distributed(rank, world_size, *configuration)
+        distances = []
+        for params in history:
+            from_rank0 = params.clone()
+            dist.broadcast(from_rank0, 0)
+            distances.append((params - from_rank0).abs().max().item())
+        outcome[configuration] = (history if rank == 0 else None, distances)
+    return outcome
+
+
+def configurations():
+    exact = [(model, "manual", strategy, None) for model in MODELS for strategy in STRATEGIES]
+    exact += [(model, "ddp", None, None) for model in MODELS]
+    compressed = [("mlp", "manual", strategy, wire) for strategy in STRATEGIES for wire in WIRE_PRECISION_BITS]
+    compressed += [("mlp", "ddp", None, wire) for wire in WIRE_PRECISION_BITS]
+    return exact + compressed
+
+
+@functools.lru_cache(maxsize=None)
+def outcomes(world_size):
+    return run_in_processes(world_size, run_all, configurations(), timeout_s=120)
+
+
+@functools.lru_cache(maxsize=None)
+def reference(model_name, world_size):
+    return train_one_process(model_name, world_size)
+
+
+WORLD_SIZES = (1, 2, 3, 4)
+EXACT = [c for c in configurations() if c[3] is None]
+COMPRESSED = [c for c in configurations() if c[3] is not None]
+name = lambda c: "-".join(str(part) for part in c if part)
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+@pytest.mark.parametrize("configuration", EXACT, ids=name)
+def test_every_step_equals_one_process_on_the_global_batch(world_size, configuration):
+    history, _ = outcomes(world_size)[0][configuration]
+    expected, _ = reference(configuration[0], world_size)
+    for step, (got, want) in enumerate(zip(history[1:], expected), start=1):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=lambda m: f"after step {step}: {m}")
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+@pytest.mark.parametrize("configuration", [c for c in EXACT if c[1] == "manual"], ids=name)
+def test_every_step_equals_torch_ddp(world_size, configuration):
+    history, _ = outcomes(world_size)[0][configuration]
+    ddp_history, _ = outcomes(world_size)[0][(configuration[0], "ddp", None, None)]
+    for step, (got, want) in enumerate(zip(history, ddp_history)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=lambda m: f"after step {step}: {m}")
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+@pytest.mark.parametrize("configuration", configurations(), ids=name)
+def test_ranks_seeded_differently_hold_identical_parameters_from_the_start(world_size, configuration):
+    for rank, result in enumerate(outcomes(world_size)):
+        _, distances = result[configuration]
+        assert distances == [0.0] * (STEPS + 1), f"rank {rank} differs from rank 0 by {distances}"
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+@pytest.mark.parametrize("configuration", COMPRESSED, ids=name)
+def test_compressed_gradients_stay_within_the_wire_precision(world_size, configuration):
+    """Bound: each averaged gradient element is rounded to the wire dtype at most once per rank's
+    contribution and once per partial sum, so its error is below world_size * 2^-p * max|g|
+    (p significand bits); an SGD step moves a parameter by lr * g, and errors add up over steps."""
+    history, _ = outcomes(world_size)[0][configuration]
+    expected, largest_gradient = reference(configuration[0], world_size)
+    unit = 2.0 ** -WIRE_PRECISION_BITS[configuration[3]]
+    for step, (got, want) in enumerate(zip(history[1:], expected), start=1):
+        bound = step * LR * world_size * unit * largest_gradient + 1e-6
+        error = (got - want).abs().max().item()
+        assert error <= bound, f"after step {step}: error {error:.3g} above the bound {bound:.3g}"
+        if world_size > 1 and step == 1:
+            assert error > 0, "compressed and exact runs agree to the bit: was anything compressed?"

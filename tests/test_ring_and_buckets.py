@@ -1,0 +1,85 @@
+"""The hand-written ring equals the library's all-reduce; bucketed sync really overlaps backward."""
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from harness import run_in_processes
+from manual_allreduce import BucketedSync, ManualDDP, ring_all_reduce
+from models import MLP
+
+
+def lengths_for(world_size):
+    return sorted({0, 1, max(world_size - 1, 0), world_size + 1, 100_003})
+
+
+def compare_ring_with_library(rank, world_size):
+    mismatches = []
+    for dtype in (torch.float32, torch.float64):
+        for length in lengths_for(world_size):
+            generator = torch.Generator().manual_seed(rank * 1000 + length)
+            mine = torch.randn(length, generator=generator, dtype=dtype)
+            library = mine.clone()
+            ring_all_reduce(mine)
+            dist.all_reduce(library)
+            # Both add the same n numbers in different orders: each sum may differ by a few ulps of the largest term.
+            tolerance = world_size * torch.finfo(dtype).eps * max(library.abs().max().item() if length else 0, 1) * 4
+            if length and (mine - library).abs().max().item() > tolerance:
+                mismatches.append((str(dtype), length, (mine - library).abs().max().item()))
+    return mismatches
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5])
+def test_ring_all_reduce_equals_dist_all_reduce_for_awkward_lengths_and_dtypes(world_size):
+    for rank, mismatches in enumerate(run_in_processes(world_size, compare_ring_with_library)):
+        assert mismatches == [], f"rank {rank}: (dtype, length, max difference) {mismatches}"
+
+
+def record_bucket_launches(rank, world_size):
+    """Train two steps with small buckets; return the launch log of each step and whether any launch came before backward returned."""
+    torch.manual_seed(0)
+    model = ManualDDP(MLP(dropout=0.0), "bucketed", bucket_mb=0.25)
+    sync = model.sync
+    assert isinstance(sync, BucketedSync)
+    steps = []
+    for step in range(2):
+        images = torch.randn(16, 1, 28, 28, generator=torch.Generator().manual_seed(step * 10 + rank))
+        F.cross_entropy(model(images), torch.zeros(16, dtype=torch.long)).backward()
+        launched_during_backward = list(sync.launch_log)  # finish() has not run yet: these came from hooks
+        model.finish_gradient_synchronization()
+        steps.append({"during_backward": launched_during_backward, "all": list(sync.launch_log),
+                      "buckets": len(sync.buckets), "gradients": len(sync.params)})
+        sync.launch_log.clear()
+    return steps
+
+
+def test_bucketed_launches_the_first_all_reduce_before_backward_has_finished():
+    for rank, steps in enumerate(run_in_processes(2, record_bucket_launches)):
+        for step in steps:
+            assert step["buckets"] > 1, "the test needs several buckets"
+            first_bucket, grads_ready_at_launch = step["during_backward"][0]
+            assert first_bucket == 0
+            assert grads_ready_at_launch < step["gradients"], \
+                f"rank {rank}: bucket 0 launched only after all {step['gradients']} gradients were ready"
+
+
+def test_every_rank_launches_the_same_buckets_in_the_same_order():
+    per_rank = run_in_processes(3, record_bucket_launches)
+    orders = [[[bucket for bucket, _ in step["all"]] for step in steps] for steps in per_rank]
+    assert all(order == orders[0] for order in orders)
+    assert orders[0][0] == list(range(per_rank[0][0]["buckets"]))
+
+
+def bucket_layout(rank, world_size):
+    params = list(MLP().parameters())
+    sync = BucketedSync(params, bucket_mb=0.5)
+    index = {id(p): i for i, p in enumerate(params)}
+    return [[index[id(p)] for p in bucket.params] for bucket in sync.buckets], \
+        [bucket.buffer.numel() * 4 for bucket in sync.buckets]
+
+
+def test_buckets_fill_in_reverse_registration_order_and_respect_the_cap():
+    layout, sizes = run_in_processes(1, bucket_layout)[0]
+    assert [i for bucket in layout for i in bucket] == list(range(8))[::-1]
+    for bucket, size in zip(layout, sizes):
+        assert len(bucket) == 1 or size <= 0.5 * 2**20, f"bucket {bucket} holds {size} bytes"
