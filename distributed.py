@@ -86,6 +86,15 @@ def free_port():
         return probe.getsockname()[1]
 
 
+def port_is_free(port):
+    with socket.socket() as probe:
+        try:
+            probe.bind(("", port))
+            return True
+        except OSError:
+            return False
+
+
 def host_name():
     """The node's name as the job knows it (SLURM's, where several slurmd share one machine), else the host's."""
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
@@ -119,9 +128,14 @@ def process_group(placement, backend, timeout_s):
     if placement.launcher == "single":
         yield
         return
-    dist.init_process_group(backend, init_method=f"tcp://{placement.master_addr}:{placement.master_port}",
-                            rank=placement.rank, world_size=placement.world_size,
-                            timeout=timedelta(seconds=timeout_s))
+    address = f"{placement.master_addr}:{placement.master_port}"
+    try:  # torch's store client retries with backoff until the timeout: a master still starting is waited for
+        dist.init_process_group(backend, init_method=f"tcp://{address}", rank=placement.rank,
+                                world_size=placement.world_size, timeout=timedelta(seconds=timeout_s))
+    except (RuntimeError, ValueError) as error:
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        raise LaunchError(f"rank {placement.rank} could not join the process group at {address} "
+                          f"within {timeout_s:g} s: {first_line}") from None
     try:
         yield
     finally:

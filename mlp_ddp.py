@@ -20,18 +20,20 @@ import argparse
 import os
 import platform
 import sys
+import tempfile
 import time
 
 import torch
 
 import data
 from distributed import (LaunchError, Placement, choose_backend, detect_launcher, device_for, free_port,
-                         host_name, launch_local, placement_from_environment, process_group, threads_per_rank)
+                         host_name, launch_local, placement_from_environment, port_is_free, process_group,
+                         threads_per_rank)
 from models import build_model, count_parameters
 from results import SCHEMA, write_json_atomic
 from sync_modes import wrap_model
 from timing import StepTimer
-from trainer import Trainer, all_reduce_sum, gather
+from trainer import Trainer, TrainingDiverged, all_reduce_sum, gather
 
 STRATEGIES = ("per-param", "flat", "bucketed", "ring")
 
@@ -104,13 +106,42 @@ def parse_args(argv=None):
     add("--results-dir", default="results")
     add("--run-name", default=None, help="results file name (default: model-dataset-mode[-sync]-wN-time)")
     add("--save-model", default=None, metavar="PATH", help="rank 0 saves the final state_dict here")
+    add("--checkpoint-dir", default=None, help="rank 0 saves a checkpoint here after every epoch")
+    add("--checkpoint-every", type=bounded(int, 0), default=0, help="also every this many steps (0: epochs only)")
+    add("--keep-checkpoints", type=bounded(int, 1), default=3, help="how many of the newest checkpoints to keep")
+    add("--resume", action="store_true", help="continue from the newest valid checkpoint in --checkpoint-dir, if any")
+    add("--progress-every", type=bounded(float, 0, low_open=True), default=10.0, help="seconds between progress lines")
+    add("--trace", default=None, metavar="PATH", help="write a Chrome-trace timeline of --trace-steps steps")
+    add("--trace-steps", type=bounded(int, 1), default=20, help="steps after the warm-up shown in the trace")
+    add("--tensorboard", default=None, metavar="DIR", help="also log scalars for TensorBoard (needs the tensorboard package)")
     add("--debug-exit-rank", type=bounded(int, 0), default=0, help=argparse.SUPPRESS)
     add("--debug-exit-step", type=bounded(int, 0), default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.compress = None if args.compress == "none" else args.compress
     if args.mode == "single" and (args.world_size or 1) > 1:
         parser.error("--mode single runs one process; use --mode ddp or manual with --world-size > 1")
+    if args.resume and not args.checkpoint_dir:
+        parser.error("--resume needs --checkpoint-dir")
+    if args.tensorboard:
+        try:
+            import torch.utils.tensorboard  # noqa: F401
+        except ImportError:
+            parser.error("--tensorboard needs the tensorboard package: pip install tensorboard")
+    for option in ("results_dir", "checkpoint_dir"):
+        folder = getattr(args, option)
+        if folder and not writable(folder):
+            parser.error(f"--{option.replace('_', '-')} {folder} is not a writable folder")
     return args
+
+
+def writable(folder):
+    """Whether files can be created in `folder` (made if missing): checked before any training is spent."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
 
 
 def run_rank(placement, args):
@@ -122,6 +153,9 @@ def run_rank(placement, args):
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
+    except TrainingDiverged as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        sys.exit(1)
     except Exception as error:  # a peer that died, a timeout: the first line says which
         first_line = (str(error).strip().splitlines() or [""])[0]
         print(f"error: rank {placement.rank}: {type(error).__name__}: {first_line}", file=sys.stderr, flush=True)
@@ -155,7 +189,7 @@ def train_rank(placement, args):
             raise data.DataError(f"the global batch ({global_batch}) is larger than the training set "
                                  f"({len(dataset.train)} samples)")
         model = build_model(args.model, args.hidden_sizes, args.dropout).to(device)
-        timer = StepTimer(device, args.warmup_steps)
+        timer = StepTimer(device, args.warmup_steps, args.trace_steps if args.trace else 0)
         wrapped = wrap_model(model, args.mode, timer.comm, args.sync, args.bucket_mb, args.compress,
                              [device.index] if device.type == "cuda" else None)
         if args.optimizer == "adam":
@@ -164,7 +198,11 @@ def train_rank(placement, args):
             optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
         scheduler = torch.optim.lr_scheduler.StepLR(optimizer, args.lr_step, args.lr_gamma) if args.lr_step else None
         start = time.perf_counter()
-        outcome = Trainer(wrapped, optimizer, scheduler, dataset, args, placement, device, timer).fit()
+        tensorboard = None
+        if args.tensorboard and placement.rank == 0:
+            from torch.utils.tensorboard import SummaryWriter
+            tensorboard = SummaryWriter(args.tensorboard)
+        outcome = Trainer(wrapped, optimizer, scheduler, dataset, args, placement, device, timer, tensorboard).fit()
         hosts = sorted(set(gather(host_name())))
         if placement.rank == 0:
             write_results(args, placement, backend, device, hosts, model, outcome, time.perf_counter() - start)
@@ -218,6 +256,8 @@ def main(argv=None):
             launcher = "single" if args.mode == "single" else "local"
             run_rank(Placement(master_port=args.master_port or free_port(), launcher=launcher), args)
             return 0
+        if args.master_port and not port_is_free(args.master_port):
+            raise LaunchError(f"--master-port {args.master_port} is already in use; choose another or omit it")
         failure = launch_local(run_rank, world_size, args, args.master_port)
     except (data.DataError, LaunchError) as error:
         print(f"error: {error}", file=sys.stderr)

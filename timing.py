@@ -130,3 +130,21 @@ def summarize_ranks(steps_per_rank):
         "across_ranks": pooled,
         "straggler": rank_means[-1] / median_rank if median_rank > 0 else 1.0,
     }
+
+
+def chrome_trace(traces_per_rank):
+    """A Chrome-trace document (chrome://tracing, ui.perfetto.dev): one process per rank, with a
+    compute track (the phases) and a communication track (each collective from launch to completion).
+
+    `traces_per_rank[r]` is (origin, spans): rank r's clock reading at a barrier all ranks
+    passed together, and its (step, name, start, end) spans; times are shown from that barrier.
+    """
+    events = []
+    for rank, (origin, spans) in enumerate(traces_per_rank):
+        events.append({"ph": "M", "name": "process_name", "pid": rank, "args": {"name": f"rank {rank}"}})
+        for track, label in ((0, "compute"), (1, "communication")):
+            events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": track, "args": {"name": label}})
+        for step, name, start, end in spans:
+            events.append({"ph": "X", "name": name, "pid": rank, "tid": 1 if name.startswith("all-reduce") else 0,
+                           "ts": (start - origin) * 1e6, "dur": (end - start) * 1e6, "args": {"step": step}})
+    return {"traceEvents": events, "displayTimeUnit": "ms"}

@@ -12,8 +12,14 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+import checkpoint
 from data import eval_range, shard_indices
-from timing import COMPUTE_PHASES, summarize_ranks
+from results import write_json_atomic
+from timing import COMPUTE_PHASES, chrome_trace, summarize_ranks
+
+
+class TrainingDiverged(Exception):
+    """The loss became NaN or infinite."""
 
 
 def all_reduce_sum(values, device):
@@ -52,36 +58,40 @@ def evaluate(model, split, rank, world_size, device, batch_size=1000):
 
 
 class Trainer:
-    """Trains a wrapped model on the in-memory data; rank 0 prints one line per epoch."""
+    """Trains a wrapped model on the in-memory data; rank 0 prints one line per epoch and writes checkpoints."""
 
-    def __init__(self, model, optimizer, scheduler, data, config, placement, device, timer):
+    def __init__(self, model, optimizer, scheduler, data, config, placement, device, timer, tensorboard=None):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.data, self.config, self.placement = data, config, placement
-        self.device, self.timer = device, timer
+        self.device, self.timer, self.tensorboard = device, timer, tensorboard
         self.train = data.train.to(device)  # on a GPU the whole split fits: batches are then indexed there
-        self.global_step = 0
-        self.history = []
-        self.all_steps = []
+        self.start_epoch = self.skip_steps = self.global_step = 0
+        self.history, self.all_steps = [], []
+        self.first_bad_step = torch.full((), -1, dtype=torch.int64, device=device)  # checked off the hot path
 
     def log(self, line):
         if self.placement.rank == 0:
             print(line, flush=True)
 
+    # --- the loop ---------------------------------------------------------------------------
+
     def run_epoch(self, epoch):
-        config, placement, timer = self.config, self.placement, self.timer
+        config, timer = self.config, self.timer
         accumulation = config.accum_steps
-        indices = shard_indices(len(self.train), config.batch_size * accumulation, placement.rank,
-                                placement.world_size, epoch, config.seed)
+        indices = shard_indices(len(self.train), config.batch_size * accumulation, self.placement.rank,
+                                self.placement.world_size, epoch, config.seed)
         if config.max_steps:
             indices = indices[:config.max_steps]
+        first_step, self.skip_steps = self.skip_steps, 0  # a run resumed mid-epoch starts where it stopped
         self.model.train()
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         correct = torch.zeros((), dtype=torch.int64, device=self.device)
-        start = time.perf_counter()
-        for step_indices in indices:
+        step_losses = torch.zeros(len(indices), device=self.device)
+        start = last_progress = time.perf_counter()
+        for step in range(first_step, len(indices)):
             self.maybe_fail_for_test()
             timer.start_step()
-            for micro, batch in enumerate(step_indices.view(accumulation, config.batch_size)):
+            for micro, batch in enumerate(indices[step].view(accumulation, config.batch_size)):
                 x = self.train.images[batch].to(self.device, non_blocking=True)
                 y = self.train.labels[batch].to(self.device, non_blocking=True)
                 timer.mark("data")
@@ -94,21 +104,39 @@ class Trainer:
                     timer.mark("backward")
                 loss_sum += loss.detach() * len(y)  # stays on the device: no host sync per step
                 correct += (logits.detach().argmax(1) == y).sum()
+                step_losses[step] += loss.detach() / accumulation
             self.model.finish_gradient_synchronization()
             timer.mark("sync")
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
             timer.mark("optimizer")
             timer.end_step()
+            self.first_bad_step = torch.where((self.first_bad_step < 0) & ~torch.isfinite(loss.detach()),
+                                              self.global_step, self.first_bad_step)
             self.global_step += 1
+            if config.checkpoint_every and self.global_step % config.checkpoint_every == 0:
+                self.save_checkpoint(epoch, step + 1)
+            if time.perf_counter() - last_progress >= config.progress_every:
+                last_progress = time.perf_counter()
+                self.show_progress(epoch, step + 1 - first_step, len(indices) - first_step, last_progress - start)
         train_time = time.perf_counter() - start
+        self.check_finite()
         if self.scheduler is not None:
             self.scheduler.step()
-        return self.finish_epoch(epoch, len(indices), loss_sum, correct, train_time)
+        record = self.finish_epoch(epoch, len(indices) - first_step, loss_sum, correct, train_time)
+        self.log_tensorboard(record, step_losses[first_step:].tolist())
+        self.save_checkpoint(epoch + 1, 0)
+        return record
+
+    def show_progress(self, epoch, done, total, elapsed):
+        rate = done * self.config.batch_size * self.config.accum_steps * self.placement.world_size / elapsed
+        self.log(f"  epoch {epoch + 1} step {done}/{total} | {rate:.0f} samples/s | "
+                 f"ETA {elapsed / done * (total - done):.0f} s")
 
     def finish_epoch(self, epoch, steps, loss_sum, correct, train_time):
         steps_timed = self.timer.take_epoch()
         self.all_steps += steps_timed
+        self.epoch_steps = steps_timed
         totals = [sum(s[phase] for s in steps_timed) for phase in ("data",) + COMPUTE_PHASES + ("sync", "comm_busy")]
         samples = steps * self.config.batch_size * self.config.accum_steps
         sums = all_reduce_sum([loss_sum.item(), correct.item(), samples, train_time] + totals, self.device)
@@ -137,20 +165,86 @@ class Trainer:
                  f"compute {record['compute_s']:.2f} s | comm {busy_s:.2f} s busy, {exposed_s:.2f} s exposed")
         return record
 
-    def maybe_fail_for_test(self):
-        """--debug-exit-rank/--debug-exit-step: this rank dies here, as a crashed worker would."""
-        config = self.config
-        if config.debug_exit_step is not None and self.global_step == config.debug_exit_step \
-                and self.placement.rank == config.debug_exit_rank:
-            print(f"rank {self.placement.rank}: exiting at step {self.global_step} (--debug-exit-step)",
-                  file=sys.stderr, flush=True)
-            os._exit(3)
-
     def fit(self):
-        for epoch in range(self.config.epochs):
+        self.resume()
+        if dist.is_initialized():
+            dist.barrier()  # the trace's common origin
+        self.trace_origin = time.perf_counter()
+        for epoch in range(self.start_epoch, self.config.epochs):
             self.run_epoch(epoch)
         test_loss, test_accuracy = evaluate(self.model, self.data.test, self.placement.rank,
                                             self.placement.world_size, self.device)
         self.log(f"test loss {test_loss:.4f} acc {100 * test_accuracy:.2f}%")
         timing = summarize_ranks(gather(self.all_steps))
+        if self.config.trace:
+            traces = gather((self.trace_origin, self.timer.trace))
+            if self.placement.rank == 0:
+                write_json_atomic(self.config.trace, chrome_trace(traces))
         return {"epochs": self.history, "test": {"loss": test_loss, "accuracy": test_accuracy}, "timing": timing}
+
+    # --- failures, checkpoints, logging -------------------------------------------------------
+
+    def check_finite(self):
+        """Stop every rank together if any rank's loss became NaN or infinite (one small all-reduce)."""
+        bad = self.first_bad_step.clone()
+        bad = torch.where(bad < 0, torch.iinfo(torch.int64).max, bad)
+        if dist.is_initialized():
+            dist.all_reduce(bad, op=dist.ReduceOp.MIN)
+        if bad.item() != torch.iinfo(torch.int64).max:
+            kept = checkpoint.existing(self.config.checkpoint_dir) if self.config.checkpoint_dir else []
+            raise TrainingDiverged(f"the loss became NaN or infinite at step {bad.item()}; stopped"
+                                   + (f" (last good checkpoint: {sorted(kept)[-1]})" if kept else ""))
+
+    def save_checkpoint(self, epoch, step_in_epoch):
+        """Every rank takes part (its RNG state is gathered); rank 0 writes."""
+        if not self.config.checkpoint_dir:
+            return
+        self.check_finite()  # never save a diverged model over the last good one
+        rng = gather(checkpoint.rng_state())
+        if self.placement.rank == 0:
+            state = {"model": self.model.module.state_dict(), "optimizer": self.optimizer.state_dict(),
+                     "scheduler": self.scheduler.state_dict() if self.scheduler else None,
+                     "epoch": epoch, "step_in_epoch": step_in_epoch, "global_step": self.global_step,
+                     "history": self.history, "rng": rng, "world_size": self.placement.world_size}
+            checkpoint.save(self.config.checkpoint_dir, state, self.config.keep_checkpoints)
+
+    def resume(self):
+        if not (self.config.resume and self.config.checkpoint_dir):
+            return
+        state, path = checkpoint.load_latest(self.config.checkpoint_dir, self.device)
+        if state is None:
+            self.log(f"no checkpoint in {self.config.checkpoint_dir}: starting from scratch")
+            return
+        model_state = {key.removeprefix("module."): value for key, value in state["model"].items()}
+        self.model.module.load_state_dict(model_state)
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler and state["scheduler"]:
+            self.scheduler.load_state_dict(state["scheduler"])
+        self.start_epoch, self.skip_steps = state["epoch"], state["step_in_epoch"]
+        self.global_step, self.history = state["global_step"], state["history"]
+        if state["world_size"] == self.placement.world_size:
+            checkpoint.set_rng_state(state["rng"][self.placement.rank])
+        self.log(f"resumed from {path}: epoch {self.start_epoch + 1}, step {self.skip_steps}")
+
+    def log_tensorboard(self, record, step_losses):
+        if self.tensorboard is None or self.placement.rank != 0:
+            return
+        first = self.global_step - len(step_losses)
+        for offset, loss in enumerate(step_losses):
+            self.tensorboard.add_scalar("train/step_loss", loss, first + offset)
+        for offset, timed in enumerate(self.epoch_steps, start=self.global_step - len(self.epoch_steps)):
+            self.tensorboard.add_scalar("time/compute_s", sum(timed[p] for p in COMPUTE_PHASES), offset)
+            self.tensorboard.add_scalar("time/comm_exposed_s", timed["sync"], offset)
+            self.tensorboard.add_scalar("time/comm_busy_s", timed["comm_busy"], offset)
+        for key in ("train_loss", "train_accuracy", "val_loss", "val_accuracy", "samples_per_s"):
+            self.tensorboard.add_scalar(f"epoch/{key}", record[key], record["epoch"])
+        self.tensorboard.flush()
+
+    def maybe_fail_for_test(self):
+        """--debug-exit-rank/--debug-exit-step: this rank dies here, as a crashed worker would (first attempt only)."""
+        config = self.config
+        if config.debug_exit_step == self.global_step and self.placement.rank == config.debug_exit_rank \
+                and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
+            print(f"rank {self.placement.rank}: exiting at step {self.global_step} (--debug-exit-step)",
+                  file=sys.stderr, flush=True)
+            os._exit(3)
