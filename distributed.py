@@ -6,10 +6,12 @@ Three launchers, recognised from the environment:
   slurm     one `srun` task per rank: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, and the
             master is the first host of SLURM_JOB_NODELIST
 """
+import logging
 import os
 import re
 import socket
 import subprocess
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -41,7 +43,7 @@ SLURM_VARS = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_NODELI
 
 def detect_launcher(environ=os.environ):
     """'torchrun', 'slurm' or None (started by hand). torchrun's workers inside a SLURM job are torchrun's."""
-    if any(name in environ for name in TORCHRUN_VARS):
+    if any(name in environ for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):  # MASTER_* alone: any sbatch script may set them
         return "torchrun"
     if "SLURM_STEP_ID" in environ and "SLURM_PROCID" in environ:  # a task of `srun`, not the batch script
         return "slurm"
@@ -129,7 +131,9 @@ def process_group(placement, backend, timeout_s):
         yield
         return
     address = f"{placement.master_addr}:{placement.master_port}"
-    try:  # torch's store client retries with backoff until the timeout: a master still starting is waited for
+    if placement.rank != 0:
+        wait_for_master(placement.master_addr, placement.master_port, timeout_s)
+    try:
         dist.init_process_group(backend, init_method=f"tcp://{address}", rank=placement.rank,
                                 world_size=placement.world_size, timeout=timedelta(seconds=timeout_s))
     except (RuntimeError, ValueError) as error:
@@ -142,11 +146,30 @@ def process_group(placement, backend, timeout_s):
         dist.destroy_process_group()
 
 
+def wait_for_master(host, port, timeout_s):
+    """Knock on the master's port with growing pauses until it answers: a master still starting is
+    a passing failure; one that never listens ends with the address that was tried."""
+    deadline, pause, attempts = time.monotonic() + timeout_s, 0.1, 0
+    while True:
+        attempts += 1
+        try:
+            with socket.create_connection((host, port), timeout=min(5.0, timeout_s)):
+                return
+        except OSError as error:
+            if time.monotonic() + pause > deadline:
+                raise LaunchError(f"no master listening at {host}:{port} after {attempts} attempts in "
+                                  f"{timeout_s:g} s ({error.strerror or error}); is rank 0 running, "
+                                  f"and MASTER_ADDR/MASTER_PORT right?") from None
+        time.sleep(pause)
+        pause = min(pause * 2, 5.0)
+
+
 def launch_local(worker, world_size, args, port=None):
     """Run `worker(placement, args)` in `world_size` fresh processes; returns (failed rank, exit code) or None.
 
     When one rank fails the others are terminated rather than left blocked in a collective.
     """
+    logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)  # we say which rank failed ourselves
     port = port or free_port()
     placements = [Placement(rank, world_size, rank, world_size, "127.0.0.1", port, "local")
                   for rank in range(world_size)]
@@ -159,6 +182,14 @@ def launch_local(worker, world_size, args, port=None):
         return failure.error_index, failure.exit_code
     except mp.ProcessRaisedException as failure:
         return failure.error_index, 1
+    finally:  # on Ctrl-C or SIGTERM too: no rank outlives the launcher
+        for process in context.processes:
+            if process.is_alive():
+                process.terminate()
+        for process in context.processes:
+            process.join(10)
+            if process.is_alive():
+                process.kill()
     return None
 
 

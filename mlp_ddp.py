@@ -19,6 +19,7 @@ Every run writes results/<run-name>.json; the schema is in the README.
 import argparse
 import os
 import platform
+import signal
 import sys
 import tempfile
 import time
@@ -149,7 +150,8 @@ def run_rank(placement, args):
     try:
         train_rank(placement, args)
     except (data.DataError, LaunchError) as error:
-        print(f"error: {error}", file=sys.stderr, flush=True)
+        if placement.local_rank == 0:  # every rank sees the same problem: one line per node, not per rank
+            print(f"error: {error}", file=sys.stderr, flush=True)
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
@@ -241,8 +243,13 @@ def write_results(args, placement, backend, device, hosts, model, outcome, total
     print(f"results: {path}", flush=True)
 
 
+def stop_on_sigterm(signum, frame):
+    raise KeyboardInterrupt  # so the local launcher's clean-up runs, as on Ctrl-C
+
+
 def main(argv=None):
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
     try:
         launcher = detect_launcher()
         if launcher:
@@ -267,7 +274,8 @@ def main(argv=None):
         return 130
     if failure:
         rank, code = failure
-        print(f"error: rank {rank} failed (exit code {code}); the other ranks were stopped", file=sys.stderr)
+        if code != 2:  # a rank that exits 2 has already said what was wrong with the input
+            print(f"error: rank {rank} failed (exit code {code}); the other ranks were stopped", file=sys.stderr)
         return code if code and code > 0 else 1
     return 0
 

@@ -18,6 +18,9 @@ def write_json_atomic(path, document):
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(temporary, 0o666 & ~umask)  # mkstemp's 0600 would hide results from other users
     try:
         with os.fdopen(handle, "w") as file:
             json.dump(document, file, indent=1)

@@ -1,0 +1,243 @@
+"""All-reduce benchmark: gloo's own `dist.all_reduce` against the hand-written `ring_all_reduce`.
+
+Real processes on gloo (CPU), one torch thread each, float32 messages. For every message size
+the implementations run interleaved, iteration by iteration and in rotating order, so machine
+noise hits each alike. Each call is timed per rank from a barrier to its return; a call's time
+is the slowest rank's. Before timing, every size checks both results against the exact sum.
+
+    python benchmarks/allreduce_bench.py                                   # 4 KiB..64 MiB, x4, world 2,3,4
+    python benchmarks/allreduce_bench.py --factor 2 --world-sizes 2,4 --iterations 50
+    python benchmarks/allreduce_bench.py --sizes 4M,16M --candidate /tmp/my_ring.py   # a changed ring, same run
+    python benchmarks/allreduce_bench.py --sizes 4K,64K --iterations 2 --world-sizes 2 --output /tmp/a.json
+
+`--candidate FILE` adds a third implementation, FILE's `ring_all_reduce(tensor)`, to measure a
+change against the original under the same conditions. Writes results/allreduce-bench.json
+(structure in benchmarks/README.md): algbw = bytes / median time, busbw = algbw x 2(n-1)/n
+(nccl-tests), both in GB/s (1e9 bytes per second).
+"""
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from datetime import timedelta
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import torch
+import torch.distributed as dist
+
+from distributed import free_port, launch_local
+from manual_allreduce import ring_all_reduce
+from results import write_json_atomic
+from timing import summarize
+
+SCHEMA = "allreduce-bench/1"
+TARGET = {"statement": "the ring reaches at least 0.9x gloo's busbw at 4 MiB and above, for world sizes 2 to 4",
+          "min_bytes": 4 * 2**20, "min_ratio": 0.9}
+UNITS = {"": 1, "K": 2**10, "KIB": 2**10, "M": 2**20, "MIB": 2**20, "G": 2**30, "GIB": 2**30}
+
+
+def parse_size(text):
+    """'4K', '4KiB', '64M', '4096' -> bytes; a whole number of float32 values."""
+    digits = text.rstrip("KkMmGgIiBb")
+    try:
+        size = int(digits) * UNITS[text[len(digits):].upper()]
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError(f"expected a size such as 4096, 4K or 64MiB, got {text!r}")
+    if size <= 0 or size % 4:
+        raise argparse.ArgumentTypeError(f"a size must be a positive multiple of 4 bytes, got {text!r}")
+    return size
+
+
+def int_list(text):
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    add = parser.add_argument
+    add("--world-sizes", type=int_list, default=[2, 3, 4], help="processes per run, e.g. 2,3,4")
+    add("--min-size", type=parse_size, default=parse_size("4K"), help="smallest message (default 4K)")
+    add("--max-size", type=parse_size, default=parse_size("64M"), help="largest message (default 64M)")
+    add("--factor", type=int, choices=(2, 4), default=4, help="each size is this times the last")
+    add("--sizes", type=lambda text: [parse_size(part) for part in text.split(",")], default=None,
+        help="explicit sizes instead of min/max/factor, e.g. 4K,1M,64M")
+    add("--iterations", type=int, default=20, help="timed calls per implementation and size")
+    add("--warmup", type=int, default=3, help="untimed calls per implementation and size")
+    add("--candidate", default=None, metavar="FILE", help="a .py file whose ring_all_reduce(tensor) is measured too")
+    add("--timeout", type=float, default=300.0, help="seconds a collective may wait for a peer")
+    add("--output", default="results/allreduce-bench.json")
+    args = parser.parse_args(argv)
+    if args.sizes is None:
+        args.sizes, size = [], args.min_size
+        while size <= args.max_size:
+            args.sizes.append(size)
+            size *= args.factor
+    if args.iterations < 1 or args.warmup < 0 or min(args.world_sizes) < 2:
+        parser.error("--iterations must be >= 1, --warmup >= 0, every world size >= 2")
+    return args
+
+
+def implementations(candidate):
+    """name -> function that sums a float32 tensor over ranks in place."""
+    chosen = {"gloo": dist.all_reduce, "ring": ring_all_reduce}
+    if candidate:
+        spec = importlib.util.spec_from_file_location("candidate_ring", candidate)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        chosen["candidate"] = module.ring_all_reduce
+    return chosen
+
+
+def verify(functions, base, source, work, world):
+    """{name: whether its sum equals the exact one on every rank}; rank r sends (r+1) x base."""
+    expected = base * (world * (world + 1) / 2)
+    good = []
+    for function in functions.values():
+        work.copy_(source)
+        function(work)
+        good.append(int(torch.allclose(work, expected, rtol=1e-5, atol=1e-5)))
+    agreed = torch.tensor(good)
+    dist.all_reduce(agreed, op=dist.ReduceOp.MIN)
+    return {name: bool(flag) for name, flag in zip(functions, agreed.tolist())}
+
+
+def measure_size(functions, size, args, world):
+    """Slowest-rank seconds of each timed call, {name: [seconds per iteration]}, and {name: verified}."""
+    base = torch.randn(size // 4, generator=torch.Generator().manual_seed(size))  # the same on every rank
+    source = base * (dist.get_rank() + 1)
+    work = torch.empty_like(source)
+    verified = verify(functions, base, source, work, world)
+    del base  # 64 MiB at the largest size, times the ranks
+    names = list(functions)
+    times = torch.zeros(len(names), args.iterations, dtype=torch.float64)
+    for iteration in range(args.warmup + args.iterations):
+        for turn in range(len(names)):
+            index = (iteration + turn) % len(names)  # rotate who goes first: no implementation always follows another
+            work.copy_(source)  # sums of sums would grow toward inf; refill outside the timed span
+            dist.barrier()
+            start = time.perf_counter()
+            functions[names[index]](work)
+            elapsed = time.perf_counter() - start
+            if iteration >= args.warmup:
+                times[index, iteration - args.warmup] = elapsed
+    dist.all_reduce(times, op=dist.ReduceOp.MAX)  # elementwise: each iteration's slowest rank
+    return {name: times[index].tolist() for index, name in enumerate(names)}, verified
+
+
+def bench_rank(placement, args):
+    """One rank of one world size; rank 0 writes its measurements to args.part_path."""
+    torch.set_num_threads(1)  # 2 cores shared by up to 4 ranks: more threads would only fight
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{placement.master_port}", rank=placement.rank,
+                            world_size=placement.world_size, timeout=timedelta(seconds=args.timeout))
+    try:
+        functions = implementations(args.candidate)
+        rows = []
+        for size in args.sizes:
+            times, verified = measure_size(functions, size, args, placement.world_size)
+            rows += [measurement(placement.world_size, size, name, seconds, verified[name])
+                     for name, seconds in times.items()]
+            if placement.rank == 0:
+                print(f"  world {placement.world_size} {human(size):>7}: "
+                      + ", ".join(f"{r['implementation']} {r['median_s'] * 1e3:.3f} ms"
+                                  + ("" if r["verified"] else " WRONG SUM") for r in rows[-len(times):]), flush=True)
+        if placement.rank == 0:
+            write_json_atomic(args.part_path, rows)
+    finally:
+        dist.destroy_process_group()
+
+
+def measurement(world, size, name, seconds, verified):
+    stats = summarize(seconds)
+    algbw = size / stats["median"] / 1e9
+    return {"world_size": world, "bytes": size, "implementation": name, "iterations": len(seconds),
+            "median_s": stats["median"], "p95_s": stats["p95"], "algbw_gbps": algbw,
+            "busbw_gbps": algbw * 2 * (world - 1) / world, "verified": verified}
+
+
+def comparisons(measurements):
+    """Each non-gloo implementation's busbw over gloo's, per world size and size."""
+    gloo = {(m["world_size"], m["bytes"]): m["busbw_gbps"] for m in measurements if m["implementation"] == "gloo"}
+    return [{"world_size": m["world_size"], "bytes": m["bytes"], "implementation": m["implementation"],
+             "busbw_ratio_to_gloo": m["busbw_gbps"] / gloo[m["world_size"], m["bytes"]]}
+            for m in measurements if m["implementation"] != "gloo"]
+
+
+def target_report(ratios, world_sizes):
+    """Per world size: does the ring reach min_ratio x gloo's busbw at every size >= min_bytes?"""
+    report = {}
+    for world in world_sizes:
+        large = [r["busbw_ratio_to_gloo"] for r in ratios if r["world_size"] == world
+                 and r["implementation"] == "ring" and r["bytes"] >= TARGET["min_bytes"]]
+        report[str(world)] = {"sizes_checked": len(large), "worst_ratio": min(large) if large else None,
+                              "holds": bool(large) and min(large) >= TARGET["min_ratio"]}
+    return report
+
+
+def human(size):
+    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale and size % scale == 0:
+            return f"{size // scale} {unit}"
+    return f"{size} B"
+
+
+def environment():
+    return {"torch": torch.__version__, "python": platform.python_version(), "platform": platform.platform(),
+            "cores": os.cpu_count(), "cores_available": len(os.sched_getaffinity(0)), "threads_per_rank": 1,
+            "backend": "gloo", "load_average_1min_at_start": os.getloadavg()[0]}
+
+
+def print_table(measurements, ratios, target):
+    print(f"\n{'world':>5} {'size':>9} {'impl':>9} {'median ms':>10} {'p95 ms':>9} {'algbw GB/s':>11} "
+          f"{'busbw GB/s':>11} {'x gloo':>7}")
+    ratio_of = {(r["world_size"], r["bytes"], r["implementation"]): r["busbw_ratio_to_gloo"] for r in ratios}
+    for m in measurements:
+        ratio = ratio_of.get((m["world_size"], m["bytes"], m["implementation"]))
+        print(f"{m['world_size']:>5} {human(m['bytes']):>9} {m['implementation']:>9} {m['median_s'] * 1e3:>10.3f} "
+              f"{m['p95_s'] * 1e3:>9.3f} {m['algbw_gbps']:>11.3f} {m['busbw_gbps']:>11.3f} "
+              f"{'' if ratio is None else f'{ratio:.2f}':>7}")
+    print(f"\ntarget: {TARGET['statement']}")
+    for world, verdict in target.items():
+        worst = "no size >= 4 MiB measured" if verdict["worst_ratio"] is None else f"worst {verdict['worst_ratio']:.2f}x"
+        print(f"  world {world}: {'holds' if verdict['holds'] else 'does not hold'} ({worst})")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    environment_at_start = environment()
+    measurements = []
+    with tempfile.TemporaryDirectory() as folder:
+        for world in args.world_sizes:
+            print(f"world size {world}:", flush=True)
+            args.part_path = os.path.join(folder, f"world-{world}.json")
+            failure = launch_local(bench_rank, world, args, free_port())
+            if failure:
+                print(f"error: rank {failure[0]} failed (exit code {failure[1]})", file=sys.stderr)
+                return 1
+            with open(args.part_path) as file:
+                measurements += json.load(file)
+    ratios = comparisons(measurements)
+    target = target_report(ratios, args.world_sizes)
+    config = {key: value for key, value in vars(args).items() if key != "part_path"}
+    write_json_atomic(args.output, {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                                    "environment": environment_at_start, "config": config,
+                                    "measurements": measurements, "comparisons": ratios,
+                                    "target": dict(TARGET, per_world_size=target)})
+    print_table(measurements, ratios, target)
+    print(f"\nresults: {args.output}")
+    if not all(m["verified"] for m in measurements):
+        print("error: an implementation's sum differs from the exact one (see 'verified')", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""Training-step benchmark: each hand-written gradient sync against torch's DDP, step by step.
+
+Inside one set of gloo processes every rank builds one copy of the model per configuration
+(same seed, own Adam optimizer) and trains them round-robin, one step each in rotating
+order, a barrier before every step: all configurations see the same machine conditions.
+Configurations: ddp, ddp-no-sync (DDP whose every backward runs inside `no_sync()`: the
+calibration below), and the strategies per-param, flat, bucketed, ring of manual_allreduce.py.
+
+Data: random tensors of MNIST's shape (N x 1 x 28 x 28, labels 0-9), a pool of batches made
+once per rank. The step's compute does not depend on the pixel values, and this skips the load.
+
+    python benchmarks/step_bench.py                                   # mlp,cnn x world 2,4, 30 steps
+    python benchmarks/step_bench.py --models mlp --world-sizes 2 --steps 60 --bucket-mb 1
+    python benchmarks/step_bench.py --models mlp --world-sizes 2 --steps 2 --warmup 1 --output /tmp/s.json
+
+Exposed communication is the `sync` phase (blocked after backward until gradients are
+averaged), except for DDP, which waits for its buckets inside backward: there it is the median
+backward of ddp minus the median backward of ddp-no-sync. Comm busy is the summed span of each
+step's collectives (timing.CommRecorder); overlap = 1 - exposed / busy. Medians pool every
+rank's measured steps. Writes results/step-bench.json (structure in benchmarks/README.md).
+"""
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from contextlib import nullcontext
+from datetime import timedelta
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from distributed import free_port, launch_local, threads_per_rank
+from models import build_model, count_parameters
+from results import write_json_atomic
+from sync_modes import wrap_model
+from timing import StepTimer, summarize_ranks
+
+SCHEMA = "step-bench/1"
+STRATEGIES = ("per-param", "flat", "bucketed", "ring")
+TARGET = "the best hand-written strategy's step time is at most 1.0x DDP's"
+BATCH_POOL = 8  # distinct random batches per rank, cycled
+
+
+def int_list(text):
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}")
+
+
+def name_list(choices):
+    def parse(text):
+        names = text.split(",")
+        unknown = [name for name in names if name not in choices]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown)}; choose from {', '.join(choices)}")
+        return names
+    return parse
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    add = parser.add_argument
+    add("--models", type=name_list(("mlp", "cnn")), default=["mlp", "cnn"], help="e.g. mlp,cnn")
+    add("--world-sizes", type=int_list, default=[2, 4], help="e.g. 2,4")
+    add("--strategies", type=name_list(STRATEGIES), default=list(STRATEGIES), help="hand-written strategies to run")
+    add("--steps", type=int, default=30, help="measured steps per configuration")
+    add("--warmup", type=int, default=5, help="steps per configuration left out of the statistics")
+    add("--batch-size", type=int, default=64, help="per rank")
+    add("--bucket-mb", type=float, default=25.0, help="bucket size of DDP and of the bucketed strategy")
+    add("--threads", type=int, default=0, help="torch threads per rank (0: cores / ranks, at least 1)")
+    add("--seed", type=int, default=0)
+    add("--timeout", type=float, default=300.0, help="seconds a collective may wait for a peer")
+    add("--output", default="results/step-bench.json")
+    args = parser.parse_args(argv)
+    if args.steps < 1 or args.warmup < 0 or min(args.world_sizes) < 2:
+        parser.error("--steps must be >= 1, --warmup >= 0, every world size >= 2")
+    return args
+
+
+class Configuration:
+    """One wrapped model copy with its optimizer and its own timer (and so its own comm recorder)."""
+
+    def __init__(self, name, model_name, args):
+        torch.manual_seed(args.seed)  # every copy starts from the same weights (the wrappers broadcast rank 0's anyway)
+        self.name, self.model = name, build_model(model_name)
+        self.timer = StepTimer(warmup_steps=args.warmup)
+        mode, strategy = ("ddp", "per-param") if name.startswith("ddp") else ("manual", name)
+        self.wrapped = wrap_model(self.model, mode, self.timer.comm, strategy, args.bucket_mb)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+        self.calibration = name == "ddp-no-sync"
+
+    def step(self, images, labels):
+        """One training step, phase by phase as trainer.Trainer takes it."""
+        timer = self.timer
+        timer.start_step()
+        x, y = images, labels  # already in memory: the data phase is only the indexing done by the caller
+        timer.mark("data")
+        with self.wrapped.no_sync() if self.calibration else nullcontext():
+            loss = F.cross_entropy(self.wrapped(x), y)
+            timer.mark("forward")
+            loss.backward()
+            timer.mark("backward")
+        self.wrapped.finish_gradient_synchronization()
+        timer.mark("sync")
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        timer.mark("optimizer")
+        timer.end_step()
+
+
+def bench_model(model_name, args, rank):
+    """Round-robin over every configuration; returns {name: statistics pooled over ranks} on every rank."""
+    configurations = [Configuration(name, model_name, args) for name in ["ddp", "ddp-no-sync"] + args.strategies]
+    generator = torch.Generator().manual_seed(args.seed + rank)  # each rank its own slice of the "global batch"
+    images = torch.randn(BATCH_POOL, args.batch_size, 1, 28, 28, generator=generator)
+    labels = torch.randint(0, 10, (BATCH_POOL, args.batch_size), generator=generator)
+    for step in range(args.warmup + args.steps):
+        for turn in range(len(configurations)):
+            configuration = configurations[(step + turn) % len(configurations)]  # rotate who goes first
+            dist.barrier()  # every configuration's step starts with the ranks aligned
+            configuration.step(images[step % BATCH_POOL], labels[step % BATCH_POOL])
+    statistics = {}
+    for configuration in configurations:
+        steps_per_rank = [None] * dist.get_world_size()
+        dist.all_gather_object(steps_per_rank, configuration.timer.take_epoch())
+        statistics[configuration.name] = summarize_ranks(steps_per_rank)["across_ranks"]
+        statistics[configuration.name]["count"] = sum(len(steps) for steps in steps_per_rank)
+    return statistics, count_parameters(configurations[0].model)
+
+
+def bench_rank(placement, args):
+    """One rank of one world size; rank 0 writes its rows to args.part_path."""
+    torch.set_num_threads(threads_per_rank(args.threads, placement.world_size))
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{placement.master_port}", rank=placement.rank,
+                            world_size=placement.world_size, timeout=timedelta(seconds=args.timeout))
+    try:
+        rows = []
+        for model_name in args.models:
+            statistics, parameters = bench_model(model_name, args, placement.rank)
+            rows += measurements(statistics, model_name, parameters, placement.world_size)
+            if placement.rank == 0:
+                print(f"  world {placement.world_size} {model_name}: "
+                      + ", ".join(f"{name} {stats['step']['median'] * 1e3:.1f} ms" for name, stats in statistics.items()),
+                      flush=True)
+        if placement.rank == 0:
+            write_json_atomic(args.part_path, {"rows": rows, "threads_per_rank": torch.get_num_threads()})
+    finally:
+        dist.destroy_process_group()
+
+
+def measurements(statistics, model_name, parameters, world):
+    median = lambda name, field: statistics[name][field]["median"]
+    ddp_step = median("ddp", "step")
+    rows = []
+    for name in statistics:
+        if name == "ddp":
+            exposed = median("ddp", "backward") - median("ddp-no-sync", "backward") + median("ddp", "sync")
+            method = "backward minus ddp-no-sync backward"
+        else:
+            exposed, method = median(name, "sync"), "sync phase"
+        busy = median(name, "comm_busy")
+        rows.append({"world_size": world, "model": model_name, "parameters": parameters, "configuration": name,
+                     "steps": statistics[name]["count"], "median_step_s": median(name, "step"),
+                     "p95_step_s": statistics[name]["step"]["p95"],
+                     **{f"median_{phase}_s": median(name, phase) for phase in ("forward", "backward", "sync", "optimizer")},
+                     "median_exposed_comm_s": exposed, "exposed_comm_method": method, "median_comm_busy_s": busy,
+                     "overlap": 1 - exposed / busy if busy > 0 else None, "step_ratio_to_ddp": median(name, "step") / ddp_step})
+    return rows
+
+
+def target_report(rows):
+    """Per (world size, model): the fastest hand-written strategy and whether it is within 1.0x DDP."""
+    report = []
+    for world, model in sorted({(row["world_size"], row["model"]) for row in rows}):
+        manual = [row for row in rows if (row["world_size"], row["model"]) == (world, model)
+                  and row["configuration"] in STRATEGIES]
+        best = min(manual, key=lambda row: row["step_ratio_to_ddp"])
+        report.append({"world_size": world, "model": model, "best_strategy": best["configuration"],
+                       "step_ratio_to_ddp": best["step_ratio_to_ddp"], "holds": best["step_ratio_to_ddp"] <= 1.0})
+    return report
+
+
+def print_table(rows, target):
+    print(f"\n{'world':>5} {'model':>5} {'configuration':>13} {'step ms':>8} {'p95 ms':>8} {'backward':>9} "
+          f"{'exposed':>8} {'busy':>8} {'overlap':>8} {'x ddp':>6}")
+    for row in rows:
+        overlap = "" if row["overlap"] is None else f"{row['overlap']:.2f}"
+        print(f"{row['world_size']:>5} {row['model']:>5} {row['configuration']:>13} {row['median_step_s'] * 1e3:>8.2f} "
+              f"{row['p95_step_s'] * 1e3:>8.2f} {row['median_backward_s'] * 1e3:>9.2f} "
+              f"{row['median_exposed_comm_s'] * 1e3:>8.2f} {row['median_comm_busy_s'] * 1e3:>8.2f} {overlap:>8} "
+              f"{row['step_ratio_to_ddp']:>6.2f}")
+    print("(ms; exposed: sync phase, for ddp its backward minus ddp-no-sync's; overlap = 1 - exposed / busy)")
+    print(f"\ntarget: {TARGET}")
+    for verdict in target:
+        print(f"  world {verdict['world_size']} {verdict['model']}: {'holds' if verdict['holds'] else 'does not hold'} "
+              f"(best {verdict['best_strategy']}, {verdict['step_ratio_to_ddp']:.2f}x ddp)")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    environment = {"torch": torch.__version__, "python": platform.python_version(), "platform": platform.platform(),
+                   "cores": os.cpu_count(), "cores_available": len(os.sched_getaffinity(0)), "backend": "gloo",
+                   "data": "random tensors of MNIST shape", "load_average_1min_at_start": os.getloadavg()[0]}
+    rows, threads = [], {}
+    with tempfile.TemporaryDirectory() as folder:
+        for world in args.world_sizes:
+            print(f"world size {world}:", flush=True)
+            args.part_path = os.path.join(folder, f"world-{world}.json")
+            failure = launch_local(bench_rank, world, args, free_port())
+            if failure:
+                print(f"error: rank {failure[0]} failed (exit code {failure[1]})", file=sys.stderr)
+                return 1
+            with open(args.part_path) as file:
+                part = json.load(file)
+            rows += part["rows"]
+            threads[str(world)] = part["threads_per_rank"]
+    target = target_report(rows)
+    environment["threads_per_rank"] = threads
+    config = {key: value for key, value in vars(args).items() if key != "part_path"}
+    write_json_atomic(args.output, {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                                    "environment": environment, "config": config, "measurements": rows,
+                                    "target": {"statement": TARGET, "per_world_size_and_model": target}})
+    print_table(rows, target)
+    print(f"\nresults: {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
