@@ -48,6 +48,8 @@ class TorchDDP(DistributedDataParallel):
     def finish_gradient_synchronization(self):
         pass  # DDP's backward already waited for every bucket before returning
 
+    waits_inside_backward = True  # so the trainer calibrates backward without communication (timing.py)
+
 
 def wrap_model(model, mode, comm, sync="per-param", bucket_mb=25.0, compress=None, device_ids=None):
     if mode == "single":

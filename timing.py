@@ -9,6 +9,8 @@ Phases (host wall clock, one `mark` at the end of each):
 Communication busy time is separate: each collective's launch-to-completion span, recorded
 from its work object's future, so an all-reduce hidden behind backward still counts as busy.
 On CUDA every mark synchronises the device first, so queued kernels are not taken as finished.
+DDP blocks inside backward, so its exposed communication is estimated: the excess of each
+step's backward over `backward_baseline`, the median backward of no_sync() calibration steps.
 """
 import threading
 import time
@@ -64,6 +66,7 @@ class StepTimer:
         self.steps_seen = 0
         self.steps = []   # one dict per measured step: phase -> seconds, plus comm_busy, step
         self.trace = []   # (step, name, start, end) for the first trace_window measured steps
+        self.backward_baseline = None  # DDP: backward's time without communication, from no_sync() steps
 
     def now(self):
         if self.cuda:
@@ -87,6 +90,10 @@ class StepTimer:
         if self.steps_seen <= self.warmup_steps:
             return
         record = self.current
+        if self.backward_baseline is not None:  # DDP waits for its buckets inside backward: that excess is exposed
+            waited = max(0.0, record["backward"] - self.backward_baseline)
+            record["backward"] -= waited
+            record["sync"] += waited
         record["step"] = self.last - self.step_start
         record["comm_busy"] = sum(done - launch for _, launch, done in comm_spans)
         self.steps.append(record)

@@ -39,6 +39,16 @@ def allreduce_bench():
     return {"schema": "allreduce-bench/1", "measurements": rows}
 
 
+def step_bench():
+    """Two configurations of benchmarks/step_bench.py's output; DDP's exposed time hides inside its backward."""
+    common = {"world_size": 2, "model": "mlp", "median_forward_s": 0.002, "median_optimizer_s": 0.001}
+    rows = [dict(common, configuration="ddp", median_backward_s=0.009, median_sync_s=0.0,
+                 median_exposed_comm_s=0.004, median_comm_busy_s=0.005),
+            dict(common, configuration="flat", median_backward_s=0.005, median_sync_s=0.006,
+                 median_exposed_comm_s=0.006, median_comm_busy_s=0.003)]
+    return {"schema": "step-bench/1", "measurements": rows}
+
+
 def strategy_runs():
     return [training_run(mode="single", sync="per-param", world=1, throughput=1000.0),
             training_run(mode="ddp", world=2, throughput=1600.0), training_run(world=2, throughput=1400.0),
@@ -67,10 +77,11 @@ def test_the_synthetic_documents_are_valid_results():
 def test_main_writes_every_plot_from_a_results_folder(tmp_path, capsys):
     write_folder(tmp_path, strategy_runs() + bucket_runs() + [training_run(model="cnn", world=2)])
     (tmp_path / "allreduce-bench.json").write_text(json.dumps(allreduce_bench()))
+    (tmp_path / "step-bench.json").write_text(json.dumps(step_bench()))
     written = plots.main(["--results-dir", str(tmp_path)])
     names = sorted(path.split("/")[-1] for path in written)
     assert names == ["allreduce.png", "bucket-sweep.png", "curves-cnn.png", "curves-mlp.png", "scaling-mlp.png",
-                     "time-breakdown-cnn.png", "time-breakdown-mlp.png"]
+                     "step-bench.png", "time-breakdown-cnn.png", "time-breakdown-mlp.png"]
     assert "scaling-cnn.png: nothing to plot" in capsys.readouterr().out  # no single-process baseline for the CNN
     for path in written:
         with open(path, "rb") as file:
@@ -84,7 +95,8 @@ def test_other_schemas_broken_files_and_missing_data_are_notes_not_errors(tmp_pa
     assert plots.main(["--results-dir", str(tmp_path), "--out-dir", str(tmp_path / "out")]) == []
     output = capsys.readouterr().out
     for expected in ("skipped other.json", "skipped broken.json", "skipped invalid.json",
-                     "allreduce.png: nothing to plot", "bucket-sweep.png: nothing to plot"):
+                     "allreduce.png: nothing to plot", "step-bench.png: nothing to plot",
+                     "bucket-sweep.png: nothing to plot"):
         assert expected in output
 
 
@@ -102,7 +114,8 @@ def test_time_breakdown_stacks_compute_then_exposed_communication_then_data():
     assert compute == pytest.approx([0.007] * 5)  # forward + backward + optimizer
     assert exposed == pytest.approx([0.003] * 5)
     assert data == pytest.approx([0.001] * 5)
-    assert [text.get_text() for text in axis.texts] == ["overlap 40%"] * 4  # 1 - 0.06 / 0.1, not for 1 process
+    overlaps = [text.get_text() for text in axis.texts if text.get_text().startswith("overlap")]  # none for 1 process
+    assert overlaps == ["overlap n/a", "overlap 40%", "overlap n/a", "overlap 40%"]  # 40% = 1 - 0.06 / 0.1
 
 
 def test_scaling_lines_start_at_the_single_process_baseline_and_show_the_ideal():
@@ -120,6 +133,14 @@ def test_allreduce_has_one_line_per_implementation_and_world_size_on_log_axes():
     assert legend_labels(figure.axes[0]) == ["gloo, 2 processes", "gloo, 4 processes", "ring, 2 processes",
                                              "ring, 4 processes"]
     assert figure.axes[0].get_xscale() == figure.axes[1].get_yscale() == "log"
+
+
+def test_step_bench_moves_ddps_measured_waiting_out_of_compute_and_shows_negative_overlap():
+    axis = plots.plot_step_bench(step_bench()["measurements"]).axes[0]
+    compute, exposed = ([bar.get_height() for bar in container] for container in axis.containers)
+    assert compute == pytest.approx([0.002 + 0.009 + 0.001 - 0.004, 0.002 + 0.005 + 0.001])
+    assert exposed == pytest.approx([0.004, 0.006])
+    assert [text.get_text() for text in axis.texts] == ["overlap 20%", "overlap -100%"]  # 1 - 6 / 3
 
 
 def test_bucket_sweep_groups_runs_that_differ_only_in_bucket_size():

@@ -1,0 +1,130 @@
+"""The scaling sweep in one command: every mode and strategy at every world size, then the plots.
+
+    python sweep.py                                   # the full default sweep (see DEFAULT_* for its size)
+    python sweep.py --dry-run                         # print the commands only
+    python sweep.py --models mlp --world-sizes 1,2 --strategies flat --max-steps 20
+
+Runs mlp_ddp.py one job at a time (the processes of a job already share the cores):
+  per model   single (world size 1), then at each world size above 1: ddp, and manual with each strategy
+  bucket      bucketed and ddp at each --bucket-mbs, at the largest world size, MLP only
+At world size 1 only the single-process baseline runs: an all-reduce over one rank has nothing to
+measure. Each run has a stable --run-name (sweep-mlp-manual-flat-w4, bucket-mlp-ddp-1mb-w4), so
+a re-run replaces its results file. A failed run is reported and the sweep goes on; the exit code
+is 1 if any failed. Then plots.py draws every figure from the results folder.
+
+The default sweep is 30 runs, about 12-16 minutes on the 2-core machine. Most of a short run is
+start-up (every process imports torch and loads MNIST: 10-20 s at 4 processes), so the MLP gets
+150 steps per epoch, where its 2 epochs take 1-15 s; a CNN step costs ~10x an MLP step, so the
+CNN gets 30. Evaluation is cut to 2,000 validation and 2,000 test samples, which is enough to
+compare strategies and keeps the CNN's evaluation from outlasting its training.
+"""
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import time
+
+import plots
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STRATEGIES = ("per-param", "flat", "bucketed", "ring")
+# Sized by timing short runs on the 2-core machine (see the docstring).
+DEFAULT_MLP_STEPS = 150   # per epoch; the first 5 steps of a run are warm-up, left out of the timing
+DEFAULT_CNN_STEPS = 30
+DEFAULT_EPOCHS = 2        # two points per learning curve
+DEFAULT_EVAL_SAMPLES = ("--val-samples", "2000", "--test-samples", "2000")
+
+
+def comma_list(kind):
+    return lambda text: [kind(item) for item in text.split(",") if item.strip()]
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add = parser.add_argument
+    add("--models", type=comma_list(str), default=["mlp", "cnn"])
+    add("--world-sizes", type=comma_list(int), default=[1, 2, 4])
+    add("--strategies", type=comma_list(str), default=list(STRATEGIES), help="manual strategies")
+    add("--bucket-mbs", type=comma_list(float), default=[0.25, 1, 4, 25], help="bucket sweep sizes ('' for none)")
+    add("--max-steps", type=int, default=DEFAULT_MLP_STEPS, help="MLP steps per epoch")
+    add("--cnn-max-steps", type=int, default=DEFAULT_CNN_STEPS, help="CNN steps per epoch")
+    add("--epochs", type=int, default=DEFAULT_EPOCHS)
+    add("--train-samples", type=int, default=0, help="training subset (0: all)")
+    add("--results-dir", default="results")
+    add("--extra", default="", help="more mlp_ddp.py arguments for every run, e.g. \"--val-samples 256\"")
+    add("--dry-run", action="store_true", help="print the commands, run nothing")
+    args = parser.parse_args(argv)
+    unknown = set(args.strategies) - set(STRATEGIES)
+    if unknown:
+        parser.error(f"unknown strategies {sorted(unknown)}; choose from {', '.join(STRATEGIES)}")
+    return args
+
+
+def planned_runs(args):
+    """(run name, mlp_ddp.py arguments) for every run of the sweep, in the order they run."""
+    runs = []
+    for model in args.models:
+        if 1 in args.world_sizes:
+            runs.append((f"sweep-{model}-single-w1", ["--model", model, "--mode", "single"]))
+        for world in sorted(size for size in args.world_sizes if size > 1):
+            launch = ["--model", model, "--world-size", str(world)]
+            runs.append((f"sweep-{model}-ddp-w{world}", launch + ["--mode", "ddp"]))
+            runs += [(f"sweep-{model}-manual-{strategy}-w{world}", launch + ["--mode", "manual", "--sync", strategy])
+                     for strategy in args.strategies]
+    largest = max(args.world_sizes)
+    if "mlp" in args.models and largest > 1:
+        for megabytes in args.bucket_mbs:
+            launch = ["--model", "mlp", "--world-size", str(largest), "--bucket-mb", f"{megabytes:g}"]
+            runs.append((f"bucket-mlp-bucketed-{megabytes:g}mb-w{largest}", launch + ["--mode", "manual", "--sync",
+                                                                                     "bucketed"]))
+            runs.append((f"bucket-mlp-ddp-{megabytes:g}mb-w{largest}", launch + ["--mode", "ddp"]))
+    return runs
+
+
+def command_for(name, run_arguments, args):
+    model = run_arguments[run_arguments.index("--model") + 1]
+    steps = args.cnn_max_steps if model == "cnn" else args.max_steps
+    return ([sys.executable, os.path.join(HERE, "mlp_ddp.py")] + run_arguments
+            + ["--epochs", str(args.epochs), "--max-steps", str(steps), "--train-samples", str(args.train_samples)]
+            + list(DEFAULT_EVAL_SAMPLES) + shlex.split(args.extra)  # --extra comes last, so it wins
+            + ["--results-dir", args.results_dir, "--run-name", name])
+
+
+def minutes(seconds):
+    return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+
+
+def run_all(commands, results_dir):
+    """Run each command in turn; returns the names of the runs that failed."""
+    failed, start = [], time.perf_counter()
+    for index, (name, command) in enumerate(commands, 1):
+        print(f"[{index}/{len(commands)}] {name} (elapsed {minutes(time.perf_counter() - start)})", flush=True)
+        stale = os.path.join(results_dir, name + ".json")
+        if os.path.exists(stale):
+            os.remove(stale)  # a failed re-run must not leave the old result to be plotted as new
+        code = subprocess.call(command)
+        if code != 0:
+            print(f"FAILED: {name} (exit code {code}): {shlex.join(command)}", flush=True)
+            failed.append(name)
+    print(f"sweep done: {len(commands) - len(failed)} of {len(commands)} runs succeeded "
+          f"in {minutes(time.perf_counter() - start)}", flush=True)
+    return failed
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    commands = [(name, command_for(name, run_arguments, args)) for name, run_arguments in planned_runs(args)]
+    if args.dry_run:
+        for name, command in commands:
+            print(shlex.join(command))
+        return 0
+    failed = run_all(commands, args.results_dir)
+    plots.main(["--results-dir", args.results_dir])
+    if failed:
+        print(f"failed runs: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
