@@ -182,20 +182,21 @@ class BucketedSync(GradientSync):
     """DDP's design: buckets of gradients all-reduced asynchronously while backward still runs.
 
     Gradients become ready roughly in reverse registration order (the last layer's first), so
-    buckets are filled in that order, each up to `bucket_mb`. When a bucket's last gradient
+    buckets are filled in that order, each up to `bucket_mb` (the first up to 1 MiB, as DDP's). When a bucket's last gradient
     is ready its all-reduce is launched at once; buckets are launched strictly in index order,
     so every rank issues the same collectives in the same order even if a hook fires early.
     """
 
-    def __init__(self, params, bucket_mb=25.0, compress=None, comm=None):
+    def __init__(self, params, bucket_mb=25.0, compress=None, comm=None, first_bucket_mb=1.0):
         super().__init__(params, compress, comm)
-        capacity = bucket_mb * 2**20
+        # As DDP: the first bucket is small (1 MiB), so the first all-reduce starts early in backward.
+        capacity = min(first_bucket_mb, bucket_mb) * 2**20
         self.buckets, current, size = [], [], 0
         for p in reversed(params):
             nbytes = p.numel() * p.element_size()
             if current and size + nbytes > capacity:
                 self.buckets.append(Bucket(len(self.buckets), current))
-                current, size = [], 0
+                current, size, capacity = [], 0, bucket_mb * 2**20
             current.append(p)
             size += nbytes
         self.buckets.append(Bucket(len(self.buckets), current))

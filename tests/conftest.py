@@ -7,6 +7,8 @@ import sys
 import numpy as np
 import pytest
 
+pytest_plugins = ["grading"]  # rubric marks per test and the grade report (tests/grading.py, tests/rubric.py)
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.path.join(REPO, "..", "shared", "data")
 

@@ -65,7 +65,7 @@ def test_gradient_accumulation_equals_one_step_on_the_larger_batch(tiny_data, tm
 
 @pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="../shared/data is not here")
 def test_the_mlp_reaches_96_percent_on_real_mnist_after_one_epoch_in_one_process(tmp_path):
-    run_ok("--mode", "single", "--data-dir", tmp_path / "data", "--results-dir", tmp_path, "--run-name", "real",
+    run_ok("--mode", "single", "--epochs", 1, "--data-dir", tmp_path / "data", "--results-dir", tmp_path, "--run-name", "real",
            env={"OFFLINE_DATA_DIR": SHARED_DATA}, timeout=300)
     document = json.loads((tmp_path / "real.json").read_text())
     assert document["test"]["accuracy"] >= 0.96

@@ -12,7 +12,7 @@ import torch
 
 from conftest import REPO, run_cli
 
-RUN = ("--val-samples", 100, "--warmup-steps", 1, "--batch-size", 16, "--progress-every", 1000)
+RUN = ("--val-samples", 100, "--warmup-steps", 1, "--batch-size", 16, "--progress-every", 1000, "--epochs", 1)
 EXACT = ("--mode", "manual", "--sync", "flat", "--world-size", 2, *RUN, "--max-steps", 6)
 
 
@@ -90,7 +90,7 @@ def test_world_sizes_1_2_and_4_with_the_same_global_batch_give_the_same_paramete
     results = []
     for world_size in (1, 2, 4):
         mode = ("--mode", "single") if world_size == 1 else ("--mode", "manual", "--world-size", world_size)
-        run_ok("--data-dir", tiny_data, *mode, "--val-samples", 100, "--batch-size", 32 // world_size, "--dropout", 0,
+        run_ok("--data-dir", tiny_data, *mode, "--epochs", 1, "--val-samples", 100, "--batch-size", 32 // world_size, "--dropout", 0,
                "--optimizer", "sgd", "--lr", 0.05, "--max-steps", 5, "--results-dir", tmp_path,
                "--save-model", tmp_path / f"w{world_size}.pt")
         results.append(parameters(tmp_path / f"w{world_size}.pt"))
@@ -102,7 +102,7 @@ def test_world_sizes_1_2_and_4_with_the_same_global_batch_give_the_same_paramete
 def test_uneven_data_drops_the_last_partial_global_batch_and_counts_each_sample_once(tiny_data, tmp_path):
     # 500 training samples, global batch 3 x 16 = 48: 10 steps use 480 samples; 20 are left for the next shuffle.
     run_ok("--data-dir", tiny_data, "--mode", "manual", "--world-size", 3, "--val-samples", 100, "--batch-size", 16,
-           "--results-dir", tmp_path, "--run-name", "uneven", "--test-samples", 101)
+           "--epochs", 1, "--results-dir", tmp_path, "--run-name", "uneven", "--test-samples", 101)
     document = json.loads((tmp_path / "uneven.json").read_text())
     assert document["epochs"][0]["steps"] == 10
     correct = document["test"]["accuracy"] * 101  # 101 test samples over 3 ranks: 33, 34, 34

@@ -1,0 +1,83 @@
+"""One training epoch fed from in-memory tensors (as mlp_ddp.py does) against the same epoch fed by a
+torchvision DataLoader with ToTensor()/Normalize, in one run, alternating, at world size 1.
+
+    python benchmarks/dataloader_bench.py --offline-data-dir ../shared/data
+    python benchmarks/dataloader_bench.py --repeats 3 --output results/dataloader-bench.json
+
+Both feed the same MLP, Adam and batch size for one full epoch of the 55,000 training images;
+the in-memory side uses data.load + data.shard_indices exactly as the trainer does. Printed:
+each epoch's seconds, the medians, and in-memory / DataLoader.
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import data  # noqa: E402
+from models import MLP  # noqa: E402
+from results import write_json_atomic  # noqa: E402
+
+
+def train_epoch(batches):
+    torch.manual_seed(0)
+    model = MLP()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    start = time.perf_counter()
+    for images, labels in batches:
+        F.cross_entropy(model(images), labels).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return time.perf_counter() - start
+
+
+def in_memory_batches(split, batch_size, epoch):
+    for batch in data.shard_indices(len(split), batch_size, 0, 1, epoch, seed=0):
+        yield split.images[batch], split.labels[batch]
+
+
+def dataloader_batches(data_dir, train_indices, batch_size):
+    torchvision = data.import_torchvision()
+    transform = torchvision.transforms.Compose([torchvision.transforms.ToTensor(),
+                                                torchvision.transforms.Normalize((0.1307,), (0.3081,))])
+    dataset = torch.utils.data.Subset(torchvision.datasets.MNIST(data_dir, train=True, transform=transform),
+                                      train_indices)
+    return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir", default="data")
+    parser.add_argument("--offline-data-dir", default=os.environ.get("OFFLINE_DATA_DIR"))
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=2, help="epochs of each, alternating")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
+    parser.add_argument("--output", default="results/dataloader-bench.json")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    data.fetch("mnist", args.data_dir, args.offline_data_dir)
+    split = data.load("mnist", args.data_dir).train
+    train_indices = torch.randperm(60000, generator=torch.Generator().manual_seed(0))[5000:]  # data.load's split
+    times = {"in_memory": [], "dataloader": []}
+    for repeat in range(args.repeats):
+        times["in_memory"].append(train_epoch(in_memory_batches(split, args.batch_size, repeat)))
+        times["dataloader"].append(train_epoch(dataloader_batches(args.data_dir, train_indices, args.batch_size)))
+        print(f"repeat {repeat + 1}: in-memory {times['in_memory'][-1]:.1f} s, "
+              f"DataLoader {times['dataloader'][-1]:.1f} s", flush=True)
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    ratio = medians["in_memory"] / medians["dataloader"]
+    print(f"median epoch: in-memory {medians['in_memory']:.1f} s, DataLoader {medians['dataloader']:.1f} s; "
+          f"in-memory / DataLoader = {ratio:.2f} (target <= 0.33)")
+    write_json_atomic(args.output, {
+        "schema": "dataloader-bench/1",
+        "environment": {"torch": torch.__version__, "cores": os.cpu_count(), "threads": torch.get_num_threads()},
+        "config": vars(args), "epoch_seconds": times, "median_seconds": medians, "ratio": ratio})
+
+
+if __name__ == "__main__":
+    main()

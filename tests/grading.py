@@ -1,0 +1,284 @@
+"""A pytest plugin that grades a run against the rubric in tests/rubric.py.
+
+    python -m pytest --grade-report grade.json          # run everything; print the rubric; write the JSON
+    python -m pytest --collect-only -q --rubric-tests   # which rubric item each test counts for
+    python -m pytest -k core.distributed                # only one item's tests (-m rubric: every graded test)
+
+Registered by tests/conftest.py (`pytest_plugins = ["grading"]`); `-p no:grading` turns it off.
+Each collected test gets the marker `rubric(item, ...)` from rubric.py's rules, unless it carries one.
+An item earns its marks when every one of its tests that ran passed. It earns 0 when any failed:
+in the test, in a fixture's set-up or teardown, or because its module could not be collected.
+An item none of whose tests ran (all skipped, deselected or not collected) is "not assessed".
+xfail: a strict xfail that failed as expected counts as passed (the failure is what it specifies);
+a non-strict xfail counts as skipped, whatever happened (a test allowed to fail proves nothing);
+a strict XPASS is a failure, as pytest reports it.
+"""
+import fnmatch
+import importlib.util
+import json
+import os
+import tempfile
+
+import pytest
+
+DEFAULT_RUBRIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rubric.py")
+OUTCOMES = ("passed", "failed", "skipped", "not_run")
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("grading", "grading against the rubric (tests/grading.py)")
+    group.addoption("--grade-report", metavar="PATH", help="write the grades as JSON to PATH")
+    group.addoption("--rubric", metavar="PATH", default=DEFAULT_RUBRIC, help="the rubric (default: tests/rubric.py)")
+    group.addoption("--rubric-tests", action="store_true", help="list the tests of every rubric item")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "rubric(item, ...): the rubric item(s) this test assesses (tests/rubric.py)")
+    report = config.getoption("grade_report")
+    config.pluginmanager.register(Grading(load_rubric(config.getoption("rubric")),
+                                          report and os.path.abspath(report)), "grading-run")
+
+
+class Rubric:
+    """rubric.py's items, and its rules checked: known item ids, positive marks."""
+
+    def __init__(self, items, rules, path):
+        self.path = path
+        self.items = {item.id: item for item in items}
+        ids = [item.id for item in items]
+        problems = [f"item {i!r} is listed twice" for i in dict.fromkeys(ids) if ids.count(i) > 1]
+        problems += [f"item {item.id!r} has no marks" for item in items if not item.marks > 0]
+        self.rules = []
+        for pattern, targets in rules:
+            targets = () if targets is None else (targets,) if isinstance(targets, str) else tuple(targets)
+            problems += [f"rule {pattern!r} names unknown item {i!r}" for i in targets if i not in self.items]
+            self.rules.append((pattern.lower(), targets))
+        if problems:
+            raise pytest.UsageError(f"{path}: " + "; ".join(dict.fromkeys(problems)))
+
+    def items_for(self, nodeid):
+        """The items of the first rule that matches: () when it says "outside the rubric", None when none matches."""
+        for pattern, ids in self.rules:
+            if fnmatch.fnmatchcase(nodeid.lower(), pattern + "*"):
+                return ids
+        return None
+
+    def items_of_module(self, nodeid):
+        """Every item with a rule in the module `nodeid`: what a module that cannot be collected may hide."""
+        found = {}
+        for pattern, ids in self.rules:
+            if fnmatch.fnmatchcase(nodeid.lower(), pattern.split("::")[0] + "*"):
+                found.update(dict.fromkeys(ids))
+        return list(found)
+
+
+def load_rubric(path):
+    spec = importlib.util.spec_from_file_location("rubric_under_grading", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except OSError as error:
+        raise pytest.UsageError(f"cannot read the rubric: {error}") from None
+    return Rubric(module.ITEMS, module.TESTS, path)
+
+
+class Grading:
+    """The hooks of one run: classify the tests, record their outcomes, grade, report."""
+
+    def __init__(self, rubric, report_path):
+        self.rubric, self.report_path = rubric, report_path
+        self.members = {}        # node id -> item ids, every graded test (collected here, or seen in a report)
+        self.outside, self.unclassified, self.broken_modules, self.deselected = [], [], [], set()
+        self.outcomes = {}       # node id -> passed, failed or skipped
+        self.report = self.write_error = None
+
+    @pytest.hookimpl(tryfirst=True)  # before -k and -m deselect by the marker and the item ids
+    def pytest_collection_modifyitems(self, items):
+        for test in items:
+            self.classify(test)
+
+    def classify(self, test):
+        own = [item_id for mark in test.iter_markers("rubric") for item_id in mark.args]
+        for item_id in own:
+            if item_id not in self.rubric.items:
+                raise pytest.UsageError(f"{test.nodeid}: rubric item {item_id!r} is not in {self.rubric.path}")
+        ids = tuple(dict.fromkeys(own)) or self.rubric.items_for(test.nodeid)
+        if ids is None:
+            self.unclassified.append(test.nodeid)
+        elif not ids:
+            self.outside.append(test.nodeid)
+        else:
+            if not own:
+                test.add_marker(pytest.mark.rubric(*ids))
+            test.extra_keyword_matches.update(ids)
+            # Reports carry the items, so a controller that never saw the test (xdist) can grade it.
+            test.user_properties.extend(("rubric_item", item_id) for item_id in ids)
+            if xfail_is_strict(test):
+                test.user_properties.append(("rubric_strict_xfail", True))
+            self.members[test.nodeid] = ids
+
+    def pytest_deselected(self, items):
+        self.deselected.update(test.nodeid for test in items)
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.broken_modules.append(report.nodeid)
+
+    def pytest_runtest_logreport(self, report):
+        ids = tuple(value for key, value in report.user_properties if key == "rubric_item")
+        if ids:
+            self.members.setdefault(report.nodeid, ids)
+        outcome = outcome_of(report, ("rubric_strict_xfail", True) in report.user_properties)
+        if outcome and self.outcomes.get(report.nodeid) != "failed":
+            self.outcomes[report.nodeid] = outcome
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        config = session.config
+        if hasattr(config, "workerinput") or config.option.collectonly or exitstatus == pytest.ExitCode.USAGE_ERROR:
+            return
+        self.report = self.grade(incomplete_because(session, exitstatus))
+        if self.report_path:
+            try:
+                write_atomically(self.report_path, self.report)
+            except OSError as error:
+                self.write_error = f"could not write the grade report: {error}"
+                session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
+    def grade(self, reasons):
+        items = [self.grade_item(item) for item in self.rubric.items.values()]
+        not_run = [nodeid for nodeid in self.members if nodeid not in self.outcomes]
+        deselected = sum(nodeid in self.deselected for nodeid in not_run)
+        if deselected:
+            reasons.append(f"{tests_count(deselected)} of the rubric deselected")
+        if len(not_run) > deselected:
+            reasons.append(f"{tests_count(len(not_run) - deselected)} of the rubric never run")
+        if self.broken_modules:
+            reasons.append(f"could not collect {', '.join(self.broken_modules)}")
+        return {
+            "total_earned": sum(item["earned"] or 0 for item in items),
+            "total_assessed": sum(item["marks"] for item in items if item["status"] != "not assessed"),
+            "total_available": sum(item["marks"] for item in items),
+            "complete": not reasons, "incomplete_because": reasons,
+            "items": items,
+            "tests_outside_the_rubric": self.outside, "tests_in_no_rubric_item": self.unclassified,
+            "rubric": self.rubric.path,
+        }
+
+    def grade_item(self, item):
+        tests = {outcome: [] for outcome in OUTCOMES}
+        for nodeid, ids in self.members.items():
+            if item.id in ids:
+                tests[self.outcomes.get(nodeid, "not_run")].append(nodeid)
+        tests["failed"] += [m for m in self.broken_modules if item.id in self.rubric.items_of_module(m)]
+        status = "lost" if tests["failed"] else "earned" if tests["passed"] else "not assessed"
+        return {"id": item.id, "title": item.title, "marks": item.marks,
+                "earned": {"earned": item.marks, "lost": 0}.get(status), "status": status, "tests": tests,
+                "checks": item.checks, "needs_human": item.needs_human}
+
+    def pytest_terminal_summary(self, terminalreporter, config):
+        if config.getoption("rubric_tests"):
+            self.list_tests(terminalreporter)
+        if self.report is not None:
+            write_table(terminalreporter, self.report, self.report_path, self.write_error)
+
+    def list_tests(self, terminal):
+        terminal.write_sep("=", "rubric tests")
+        for item in self.rubric.items.values():
+            tests = [nodeid for nodeid, ids in self.members.items() if item.id in ids]
+            terminal.write_line(f"{item.id} ({item.marks:g} marks): {tests_count(len(tests))}")
+            for nodeid in tests:
+                terminal.write_line(f"    {nodeid}")
+        for title, nodeids in (("outside the rubric", self.outside), ("in no rubric item", self.unclassified)):
+            terminal.write_line(f"{title}: {tests_count(len(nodeids))}")
+            for nodeid in nodeids:
+                terminal.write_line(f"    {nodeid}")
+
+
+def xfail_is_strict(test):
+    mark = test.get_closest_marker("xfail")
+    if mark is None:
+        return False
+    strict = mark.kwargs.get("strict")
+    for name in ("strict_xfail", "xfail_strict", "strict"):  # pytest 9 names first; 8 knows only xfail_strict
+        if strict is not None:
+            break
+        try:
+            strict = test.config.getini(name)
+        except ValueError:
+            pass
+    return bool(strict)
+
+
+def outcome_of(report, strict_xfail):
+    """What one phase's report says of its test; None when it says nothing new (a set-up that passed)."""
+    if report.failed:
+        return "failed"
+    if hasattr(report, "wasxfail"):
+        return "passed" if strict_xfail and report.skipped else "skipped"
+    if report.skipped:
+        return "skipped"
+    if report.passed and report.when == "call":
+        return "passed"
+    return None
+
+
+def incomplete_because(session, exitstatus):
+    if exitstatus == pytest.ExitCode.INTERRUPTED or session.shouldfail or session.shouldstop:
+        return [f"the run was stopped early ({session.shouldfail or session.shouldstop or 'interrupted'})"]
+    return []
+
+
+def write_atomically(path, document):
+    """A reader sees the old report or the whole new one, never half of one."""
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=".grade-", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w") as file:
+            json.dump(document, file, indent=2)
+            file.write("\n")
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def write_table(terminal, report, report_path, write_error):
+    terminal.write_sep("=", "rubric")
+    width = max(len(item["id"]) for item in report["items"])
+    for item in report["items"]:
+        earned = "-" if item["earned"] is None else f"{item['earned']:g}"
+        terminal.write_line(f"{item['id']:<{width}}  {earned:>3}/{item['marks']:<3g} {describe(item)}")
+    terminal.write_line(f"total: {report['total_earned']:g} of {report['total_assessed']:g} assessed marks "
+                        f"({report['total_available']:g} available)")
+    for reason in report["incomplete_because"]:
+        terminal.write_line(f"incomplete: {reason}", yellow=True)
+    if report["tests_in_no_rubric_item"]:
+        names = report["tests_in_no_rubric_item"]
+        terminal.write_line(f"{tests_count(len(names))} in no rubric item (map them in {report['rubric']}): "
+                            + first_few(names), yellow=True)
+    if report_path and not write_error:
+        terminal.write_line(f"grade report: {report_path}")
+    if write_error:
+        terminal.write_line(write_error, red=True)
+
+
+def describe(item):
+    tests = item["tests"]
+    counts = ", ".join(f"{len(tests[o])} {o.replace('_', ' ')}" for o in OUTCOMES if tests[o] and o != "failed")
+    if item["status"] == "lost":
+        failed = [n if "::" in n else f"{n} (not collected)" for n in tests["failed"]]
+        return f"lost: {len(failed)} failed: {first_few(failed)}"
+    return f"{item['status']}: {counts or 'no test collected'}"
+
+
+def tests_count(count):
+    return f"{count} test" if count == 1 else f"{count} tests"
+
+
+def first_few(names, count=3):
+    more = f" and {len(names) - count} more" if len(names) > count else ""
+    return ", ".join(names[:count]) + more
