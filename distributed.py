@@ -134,8 +134,17 @@ def process_group(placement, backend, timeout_s):
     if placement.rank != 0:
         wait_for_master(placement.master_addr, placement.master_port, timeout_s)
     try:
-        dist.init_process_group(backend, init_method=f"tcp://{address}", rank=placement.rank,
-                                world_size=placement.world_size, timeout=timedelta(seconds=timeout_s))
+        if placement.launcher == "torchrun":
+            # torchrun's store outlives a restart, and a restarted worker writes the same keys the dead
+            # attempt did: a key prefix per attempt keeps it from reading a dead peer's address.
+            store, _, _ = next(dist.rendezvous("env://", timeout=timedelta(seconds=timeout_s)))
+            attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+            dist.init_process_group(backend, store=dist.PrefixStore(f"attempt-{attempt}", store),
+                                    rank=placement.rank, world_size=placement.world_size,
+                                    timeout=timedelta(seconds=timeout_s))
+        else:
+            dist.init_process_group(backend, init_method=f"tcp://{address}", rank=placement.rank,
+                                    world_size=placement.world_size, timeout=timedelta(seconds=timeout_s))
     except (RuntimeError, ValueError) as error:
         first_line = (str(error).strip().splitlines() or [""])[0]
         raise LaunchError(f"rank {placement.rank} could not join the process group at {address} "

@@ -127,7 +127,7 @@ class GradientSync:
 
     def launch(self, wire, name):
         """Start summing `wire` over ranks; the library's all-reduce, asynchronous."""
-        return self.comm.track(name, dist.all_reduce(wire, async_op=True))
+        return self.comm.track(name, lambda: dist.all_reduce(wire, async_op=True))
 
 
 def copy_into(grads, buffer):

@@ -149,6 +149,12 @@ def run_rank(placement, args):
     """The whole life of one rank; errors end it with one line and exit code 2 (input) or 1 (runtime)."""
     try:
         train_rank(placement, args)
+        if placement.launcher != "single":
+            # Results are written and the process group is gone. Skip interpreter teardown: gloo's threads
+            # can release Python objects there and abort the process (SIGABRT; pytorch/pytorch#179291).
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
     except (data.DataError, LaunchError) as error:
         if placement.local_rank == 0:  # every rank sees the same problem: one line per node, not per rank
             print(f"error: {error}", file=sys.stderr, flush=True)
@@ -205,6 +211,8 @@ def train_rank(placement, args):
             from torch.utils.tensorboard import SummaryWriter
             tensorboard = SummaryWriter(args.tensorboard)
         outcome = Trainer(wrapped, optimizer, scheduler, dataset, args, placement, device, timer, tensorboard).fit()
+        if tensorboard is not None:
+            tensorboard.close()
         hosts = sorted(set(gather(host_name())))
         if placement.rank == 0:
             write_results(args, placement, backend, device, hosts, model, outcome, time.perf_counter() - start)

@@ -42,7 +42,7 @@ class TorchDDP(DistributedDataParallel):
         # As torch's allreduce_hook, or fp16/bf16_compress_hook with a wire dtype: divide, (cast,) sum, (cast back).
         buffer = bucket.buffer().div_(dist.get_world_size())
         wire = buffer if self.wire_dtype is None else buffer.to(self.wire_dtype)
-        future = comm.track(f"bucket {bucket.index()}", dist.all_reduce(wire, async_op=True))
+        future = comm.track(f"bucket {bucket.index()}", lambda: dist.all_reduce(wire, async_op=True))
         return future.then(lambda done: buffer.copy_(done.value()[0]) if wire is not buffer else done.value()[0])
 
     def finish_gradient_synchronization(self):

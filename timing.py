@@ -38,9 +38,12 @@ class CommRecorder:
     def completed(span):
         span[2] = time.perf_counter()
 
-    def track(self, name, work):
-        """Record `work` (an async collective) from launch to completion; returns a future to wait on."""
+    def track(self, name, launch):
+        """Run `launch()` (which starts an async collective and returns its work object) and record
+        it from before the call to completion; returns a future to wait on. The clock starts before
+        the call because a collective may do part or all of its work inside it."""
         span = self.launched(name)
+        work = launch()
 
         def done(future):
             CommRecorder.completed(span)

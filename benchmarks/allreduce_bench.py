@@ -17,11 +17,9 @@ change against the original under the same conditions. Writes results/allreduce-
 """
 import argparse
 import importlib.util
-import json
 import os
 import platform
 import sys
-import tempfile
 import time
 from datetime import timedelta
 
@@ -30,7 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch
 import torch.distributed as dist
 
-from distributed import free_port, launch_local
+from common import run_world_sizes
 from manual_allreduce import ring_all_reduce
 from results import write_json_atomic
 from timing import summarize
@@ -213,20 +211,13 @@ def print_table(measurements, ratios, target):
 def main(argv=None):
     args = parse_args(argv)
     environment_at_start = environment()
-    measurements = []
-    with tempfile.TemporaryDirectory() as folder:
-        for world in args.world_sizes:
-            print(f"world size {world}:", flush=True)
-            args.part_path = os.path.join(folder, f"world-{world}.json")
-            failure = launch_local(bench_rank, world, args, free_port())
-            if failure:
-                print(f"error: rank {failure[0]} failed (exit code {failure[1]})", file=sys.stderr)
-                return 1
-            with open(args.part_path) as file:
-                measurements += json.load(file)
+    parts = run_world_sizes(bench_rank, args)
+    if parts is None:
+        return 1
+    measurements = [m for part in parts.values() for m in part]
     ratios = comparisons(measurements)
     target = target_report(ratios, args.world_sizes)
-    config = {key: value for key, value in vars(args).items() if key != "part_path"}
+    config = vars(args)
     write_json_atomic(args.output, {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                                     "environment": environment_at_start, "config": config,
                                     "measurements": measurements, "comparisons": ratios,

@@ -20,11 +20,9 @@ step's collectives (timing.CommRecorder); overlap = 1 - exposed / busy. Medians 
 rank's measured steps. Writes results/step-bench.json (structure in benchmarks/README.md).
 """
 import argparse
-import json
 import os
 import platform
 import sys
-import tempfile
 import time
 from contextlib import nullcontext
 from datetime import timedelta
@@ -35,7 +33,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from distributed import free_port, launch_local, threads_per_rank
+from common import run_world_sizes
+from distributed import threads_per_rank
 from models import build_model, count_parameters
 from results import write_json_atomic
 from sync_modes import wrap_model
@@ -209,22 +208,14 @@ def main(argv=None):
     environment = {"torch": torch.__version__, "python": platform.python_version(), "platform": platform.platform(),
                    "cores": os.cpu_count(), "cores_available": len(os.sched_getaffinity(0)), "backend": "gloo",
                    "data": "random tensors of MNIST shape", "load_average_1min_at_start": os.getloadavg()[0]}
-    rows, threads = [], {}
-    with tempfile.TemporaryDirectory() as folder:
-        for world in args.world_sizes:
-            print(f"world size {world}:", flush=True)
-            args.part_path = os.path.join(folder, f"world-{world}.json")
-            failure = launch_local(bench_rank, world, args, free_port())
-            if failure:
-                print(f"error: rank {failure[0]} failed (exit code {failure[1]})", file=sys.stderr)
-                return 1
-            with open(args.part_path) as file:
-                part = json.load(file)
-            rows += part["rows"]
-            threads[str(world)] = part["threads_per_rank"]
+    parts = run_world_sizes(bench_rank, args)
+    if parts is None:
+        return 1
+    rows = [row for part in parts.values() for row in part["rows"]]
+    threads = {str(world): part["threads_per_rank"] for world, part in parts.items()}
     target = target_report(rows)
     environment["threads_per_rank"] = threads
-    config = {key: value for key, value in vars(args).items() if key != "part_path"}
+    config = vars(args)
     write_json_atomic(args.output, {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                                     "environment": environment, "config": config, "measurements": rows,
                                     "target": {"statement": TARGET, "per_world_size_and_model": target}})

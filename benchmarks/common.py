@@ -1,0 +1,25 @@
+"""What the benchmarks share: one set of local processes per world size, rank 0 handing its part back."""
+import json
+import os
+import sys
+import tempfile
+
+from distributed import free_port, launch_local
+
+
+def run_world_sizes(bench_rank, args):
+    """Run `bench_rank(placement, args)` at each of `args.world_sizes`; rank 0 writes its part to
+    `args.part_path`. Returns {world size: part}, or None (after one error line) if a rank failed."""
+    parts = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for world in args.world_sizes:
+            print(f"world size {world}:", flush=True)
+            args.part_path = os.path.join(folder, f"world-{world}.json")
+            failure = launch_local(bench_rank, world, args, free_port())
+            if failure:
+                print(f"error: rank {failure[0]} failed (exit code {failure[1]})", file=sys.stderr)
+                return None
+            with open(args.part_path) as file:
+                parts[world] = json.load(file)
+    del args.part_path
+    return parts

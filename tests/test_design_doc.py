@@ -1,0 +1,351 @@
+"""The design document is built from the results files, every number in it can be traced back to one,
+and the cost model behind its analysis recovers what it is given."""
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch.distributed as dist
+
+import build_design_doc as builder
+import cost_model as cm
+from models import build_model
+from results import SCHEMA, validate
+from timing import chrome_trace
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SECTIONS = ("README.md", "1-architecture.md", "2-data-flow.md", "3-communication.md", "4-performance.md",
+            "5-scalability.md")
+ALPHA, BETA = 40e-6, 0.6e-9  # what the synthetic all-reduce benchmark is made of
+MISSING_RUN = ("cnn", "ring", 4)  # the synthetic sweep leaves this run out
+STRATEGIES = ("per-param", "flat", "bucketed", "ring")
+
+
+# --- A small, complete results folder, written by the test ------------------------------------------
+
+def run_document(model, series, world, seed):
+    """A results file as mlp_ddp.py writes it (it passes results.validate), with plausible timings."""
+    rng = np.random.default_rng(seed)
+    compute = {"mlp": 0.008, "cnn": 0.09}[model] * (1 + 0.3 * (world - 1))
+    exposed = 0.0 if series in ("single", "ddp") else 0.002 * world * rng.uniform(0.8, 1.2)
+    busy = 0.0 if series == "single" else 0.003 * world * rng.uniform(0.8, 1.2)
+    phases = {"data": 1e-4, "forward": compute * 0.35, "backward": compute * 0.5, "sync": exposed,
+              "optimizer": compute * 0.15, "comm_busy": busy}
+    phases["step"] = sum(v for k, v in phases.items() if k != "comm_busy")
+    stats = {k: {"mean": v * 1.1, "median": v, "p95": v * 1.5, "slowest_rank_mean": v * 1.2} for k, v in phases.items()}
+    mode, sync = ("manual", series) if series in STRATEGIES else (series, "per-param")
+    throughput = 64 * world / phases["step"]
+    epoch = {"epoch": 1, "steps": 20, "train_loss": 0.5, "train_accuracy": 0.8, "val_loss": 0.4, "val_accuracy": 0.85,
+             "epoch_time_s": 20 * phases["step"], "data_s": 0.002, "compute_s": 20 * compute,
+             "comm_exposed_s": 20 * exposed, "comm_busy_s": 20 * busy, "samples_per_s": throughput, "lr": 0.001}
+    return {"schema": SCHEMA, "run_name": f"{model}-{series}-w{world}", "created": f"2025-01-01T00:00:{seed:02d}",
+            "config": {"mode": mode, "sync": sync, "bucket_mb": 25.0, "compress": None, "model": model,
+                       "batch_size": 64, "val_samples": 2000, "warmup_steps": 5, "max_steps": 20, "epochs": 1},
+            "environment": {"torch": "2.13.0+cpu", "python": "3.11", "backend": "gloo", "device": "cpu",
+                            "launcher": "local", "world_size": world, "hosts": ["vm"], "cores": 2,
+                            "threads_per_rank": max(1, 2 // world), "parameters": 1},
+            "epochs": [epoch], "test": {"loss": 0.4, "accuracy": 0.85}, "throughput_samples_per_s": throughput,
+            "timing": {"per_rank": [stats] * world, "across_ranks": stats, "straggler": 1.0}, "total_time_s": 1.0}
+
+
+def allreduce_bench(noise=0.0, seed=0):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for world in (2, 3, 4):
+        for size in (4096 * 4**k for k in range(7)):
+            for implementation in ("gloo", "ring"):
+                time = cm.allreduce_time(size, world, ALPHA, BETA) * (1.3 if implementation == "ring" else 1.0)
+                time *= 1 + noise * rng.standard_normal()
+                algbw = size / time / 1e9
+                rows.append({"world_size": world, "bytes": size, "implementation": implementation, "iterations": 20,
+                             "median_s": time, "p95_s": time * 1.2, "algbw_gbps": algbw,
+                             "busbw_gbps": algbw * 2 * (world - 1) / world, "verified": True})
+    return {"schema": "allreduce-bench/1", "created": "2025-01-01T00:00:00", "config": {"iterations": 20},
+            "environment": {"load_average_1min_at_start": 0.5}, "measurements": rows}
+
+
+def step_bench():
+    rows = [{"world_size": 2, "model": "mlp", "parameters": 567434, "configuration": name, "steps": 60,
+             "median_step_s": 0.01 + 0.001 * i, "p95_step_s": 0.02, "median_forward_s": 0.002,
+             "median_backward_s": 0.004, "median_sync_s": 0.001, "median_optimizer_s": 0.001,
+             "median_exposed_comm_s": 0.001, "exposed_comm_method": "sync phase", "median_comm_busy_s": 0.0 if i == 1 else 0.002,
+             "overlap": None if i == 1 else 0.5, "step_ratio_to_ddp": 1 + 0.1 * i}
+            for i, name in enumerate(["ddp", "ddp-no-sync", "per-param", "flat", "bucketed", "ring"])]
+    return {"schema": "step-bench/1", "created": "2025-01-01T00:00:00", "measurements": rows}
+
+
+def trace():
+    spans = []
+    for step in (5, 6, 7):
+        t = step * 0.02
+        for name, start, end in (("data", 0, 1), ("forward", 1, 4), ("backward", 4, 9), ("sync", 9, 11), ("optimizer", 11, 12)):
+            spans.append((step, name, t + start * 1e-3, t + end * 1e-3))
+        spans += [(step, "all-reduce bucket 0", t + 6e-3, t + 8e-3), (step, "all-reduce bucket 1", t + 9e-3, t + 11e-3)]
+    return chrome_trace([(0.0, spans), (0.0, spans)])
+
+
+def write(path, document):
+    with open(path, "w") as file:
+        json.dump(document, file)
+
+
+def make_results(folder, bench=True):
+    os.makedirs(folder, exist_ok=True)
+    seed = 0
+    for model in ("mlp", "cnn"):
+        for series, world in [("single", 1)] + [(s, w) for w in (2, 4) for s in ("ddp",) + STRATEGIES]:
+            if (model, series, world) != MISSING_RUN:
+                seed += 1
+                name = f"sweep-{model}-{'manual-' if series in STRATEGIES else ''}{series}-w{world}"  # as sweep.py names it
+                write(os.path.join(folder, name + ".json"), run_document(model, series, world, seed))
+    for mb in (0.25, 1.0, 25.0):
+        for series in ("bucketed", "ddp"):
+            document = run_document("mlp", series, 4, seed := seed + 1)
+            document["config"]["bucket_mb"] = mb
+            write(os.path.join(folder, f"bucket-mlp-{series}-{mb:g}mb-w4.json"), document)
+    if bench:
+        write(os.path.join(folder, "allreduce-bench.json"), allreduce_bench())
+    write(os.path.join(folder, "step-bench.json"), step_bench())
+    write(os.path.join(folder, "trace-bucketed-w2.json"), trace())
+    return folder
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    """(results folder, {file name: text}) of a build from the synthetic results."""
+    folder = make_results(str(tmp_path_factory.mktemp("results")))
+    return folder, builder.build(folder, os.path.join(REPO, "design_doc"))
+
+
+def build_cli(*args):
+    return subprocess.run([sys.executable, os.path.join(REPO, "build_design_doc.py"), *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+
+
+# --- The build --------------------------------------------------------------------------------------
+
+def test_the_synthetic_results_are_valid_results_files(synthetic):
+    folder, _ = synthetic
+    for name in os.listdir(folder):
+        if name.startswith(("sweep-", "bucket-")):
+            with open(os.path.join(folder, name)) as file:
+                assert validate(json.load(file)) == [], name
+
+
+def test_every_section_exists_with_its_tables_and_numbers(synthetic):
+    _, documents = synthetic
+    assert set(SECTIONS) | {"numbers.json"} <= set(documents)
+    numbers = json.loads(documents["numbers.json"])["numbers"]
+    text = lambda name: numbers[name]["text"]
+    architecture, flow, comm, performance, scaling = (documents[name] for name in SECTIONS[1:])
+    assert text("model.mlp.parameters") == "567,434" and text("model.mlp.bytes") == "2.27 MB"
+    assert numbers["model.cnn.parameters"]["value"] == sum(p.numel() for p in build_model("cnn").parameters())
+    assert "```mermaid" in architecture and "torchrun" in architecture and "SLURM_PROCID" in architecture
+    assert "shard_indices" in flow and "```mermaid" in flow
+    per_param_row = next(line for line in comm.splitlines() if line.startswith("| per-param |"))
+    assert per_param_row.split(" | ")[1] == str(len(list(build_model("mlp").parameters())))
+    assert "| ring | 1 | 2 |" in comm  # one all-reduce, 2(n-1) = 2 message steps at n = 2
+    assert text("comm.mlp.flat.w4.bytes_per_rank") in comm and "all-reduce bucket 0" in comm
+    for name in ("fit.gloo.alpha_s", "fit.gloo.r2", "fit.ring.bandwidth", "sweep.mlp.flat.w4.step_s"):
+        assert text(name) in performance, name
+    assert "| manual ring | 4 |" in performance and "not measured" in performance  # the CNN's ring at 4 ranks
+    for link in ("10 Gbit/s", "25 Gbit/s", "100 Gbit/s"):
+        assert link in scaling
+    assert text("project.cnn.100g.n256.efficiency") in scaling and text("published.ddp_gpus") == "256"
+    assert not any(re.search(r"\{\{", documents[name].replace("`{{ name }}`", "")) for name in SECTIONS)
+
+
+def test_a_missing_run_is_not_measured_and_listed_as_such(synthetic):
+    _, documents = synthetic
+    absent = json.loads(documents["numbers.json"])["not_measured"]
+    model, series, world = MISSING_RUN
+    assert f"sweep.{model}.{series}.w{world}.step_s" in absent
+    row = next(line for line in documents["4-performance.md"].split("**CNN**")[1].splitlines()
+               if line.startswith(f"| manual {series} | {world} |"))
+    assert row.count("not measured") >= 5
+
+
+def resolve(field_path, data):
+    """An independent reading of 'a.b[3].c' paths."""
+    for part in field_path.replace("[", ".[").split("."):
+        data = data[int(part[1:-1])] if part.startswith("[") else data[part]
+    return data
+
+
+def assert_traceable(numbers_json, base):
+    numbers = numbers_json["numbers"]
+    kinds = {entry["kind"] for entry in numbers.values()}
+    assert {"measured", "derived", "fit", "model", "assumption", "publication"} <= kinds
+    for name, entry in numbers.items():
+        if entry["kind"] == "measured":
+            with open(os.path.join(base, entry["file"])) as file:
+                assert resolve(entry["field"], json.load(file)) == entry["value"], name
+        elif entry["kind"] == "derived":
+            for source in entry["inputs"]:
+                if "#" in source:
+                    path, field = source.split("#")
+                    with open(os.path.join(base, path)) as file:
+                        resolve(field, json.load(file))
+                else:
+                    assert source in numbers or source in numbers_json["not_measured"], f"{name}: unknown input {source}"
+        elif entry["kind"] == "fit":
+            with open(os.path.join(base, entry["file"])) as file:
+                rows = [m for m in json.load(file)["measurements"]
+                        if m["implementation"] == entry["implementation"] and m["verified"]]
+            fit = cm.fit_alpha_beta(*zip(*[(m["world_size"], m["bytes"], m["median_s"]) for m in rows]))
+            field = {"alpha_s": "alpha", "beta_s_per_byte": "beta", "bandwidth": "bandwidth_gbps",
+                     "median_relative_error": "median_relative_error", "max_relative_error": "max_relative_error",
+                     "r2": "r2", "points": "points"}[name.split(".")[-1]]
+            assert getattr(fit, field) == pytest.approx(entry["value"], rel=1e-9), name
+        elif entry["kind"] == "file":
+            assert os.path.exists(os.path.join(base, entry["file"])), name
+        else:
+            assert entry["kind"] in ("model", "code", "assumption", "publication") and (
+                entry.get("source") or entry.get("formula")), name
+
+
+def test_every_number_traces_to_a_field_of_its_results_file(synthetic):
+    _, documents = synthetic
+    assert_traceable(json.loads(documents["numbers.json"]), REPO)
+
+
+COMMITTED = os.path.join(REPO, "design_doc", "numbers.json")
+RESULTS = os.path.join(REPO, "results")
+HAVE_RESULTS = os.path.exists(os.path.join(RESULTS, "allreduce-bench.json")) and any(
+    name.startswith("sweep-") for name in (os.listdir(RESULTS) if os.path.isdir(RESULTS) else []))
+
+
+@pytest.mark.skipif(not HAVE_RESULTS, reason="no results/sweep-*.json and results/allreduce-bench.json yet")
+def test_the_committed_document_is_exactly_what_the_build_makes_from_the_committed_results():
+    completed = build_cli("--check")
+    assert completed.returncode == 0, completed.stderr  # a stale or missing document: python build_design_doc.py
+    with open(COMMITTED) as file:
+        assert_traceable(json.load(file), REPO)
+
+
+def test_check_reports_a_stale_document_in_one_line_and_exits_1(synthetic, tmp_path):
+    folder, _ = synthetic
+    out = str(tmp_path / "doc")
+    assert build_cli("--results-dir", folder, "--out-dir", out).returncode == 0
+    assert build_cli("--results-dir", folder, "--out-dir", out, "--check").returncode == 0
+    with open(os.path.join(out, "4-performance.md"), "a") as file:
+        file.write("a hand edit\n")
+    completed = build_cli("--results-dir", folder, "--out-dir", out, "--check")
+    assert completed.returncode == 1
+    assert completed.stderr.count("\n") == 1 and "4-performance.md (1 lines)" in completed.stderr
+
+
+@pytest.mark.parametrize("remove, message", [
+    ("allreduce-bench.json", "allreduce-bench.json not found"),
+    ("sweep-", "no sweep results"),
+    ("everything", "not found"),
+])
+def test_a_missing_results_file_is_one_clear_line_not_a_traceback(tmp_path, remove, message):
+    folder = make_results(str(tmp_path / "results"))
+    for name in os.listdir(folder):
+        if name.startswith(remove):
+            os.remove(os.path.join(folder, name))
+    if remove == "everything":
+        folder = str(tmp_path / "nowhere")
+    completed = build_cli("--results-dir", folder, "--out-dir", str(tmp_path / "doc"))
+    assert completed.returncode == 2 and message in completed.stderr
+    assert completed.stderr.count("\n") == 1 and "Traceback" not in completed.stderr
+
+
+def test_a_placeholder_the_build_does_not_define_fails_the_build(synthetic, tmp_path, monkeypatch):
+    folder, _ = synthetic
+    (tmp_path / "bad.md").write_text("S = {{ model.mlp.bytes }}, T = {{ a.number.nobody.made }}\n")
+    monkeypatch.setattr(builder, "TEMPLATES", str(tmp_path))
+    with pytest.raises(builder.BuildError, match="a.number.nobody.made"):
+        builder.build(folder, str(tmp_path))
+
+
+NUMBER_WITH_UNIT = re.compile(r"\d[\d,.]*\s*(?:%|ms|µs|s\b|kB|MB|GB|Gbit|samples|ranks|GPUs|×)")
+
+
+@pytest.mark.parametrize("template", SECTIONS)
+def test_no_template_types_a_measured_number_by_hand(template):
+    with open(os.path.join(builder.TEMPLATES, template)) as file:
+        prose = file.read()
+    prose = re.sub(r"```.*?```", "", prose, flags=re.S)  # code and diagrams: commands and schematic units
+    prose = re.sub(r"`[^`]*`|\{\{[^}]*\}\}|\[[^\]]*\]\([^)]*\)|§[\d.]+|^#+ [\d.]+", "", prose, flags=re.M)
+    assert NUMBER_WITH_UNIT.findall(prose) == []
+    assert re.findall(r"\b\d+\.\d+\b", prose) == []
+
+
+# --- The cost model ---------------------------------------------------------------------------------
+
+def synthetic_points(alpha, beta, noise, seed=0):
+    rng = np.random.default_rng(seed)
+    worlds, sizes = np.meshgrid([2, 3, 4, 8], 4096 * 4.0 ** np.arange(8))
+    worlds, sizes = worlds.ravel(), sizes.ravel()
+    times = np.array([cm.allreduce_time(s, w, alpha, beta) for s, w in zip(sizes, worlds)])
+    return worlds, sizes, times * (1 + noise * rng.standard_normal(len(times)))
+
+
+def test_the_fit_recovers_alpha_and_beta_exactly_from_exact_data():
+    fit = cm.fit_alpha_beta(*synthetic_points(25e-6, 0.8e-9, noise=0.0))
+    assert fit.alpha == pytest.approx(25e-6, rel=1e-9) and fit.beta == pytest.approx(0.8e-9, rel=1e-9)
+    assert fit.r2 == pytest.approx(1.0) and fit.median_relative_error < 1e-9
+    assert fit.bandwidth_gbps == pytest.approx(1 / 0.8e-9 / 1e9)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_fit_recovers_alpha_and_beta_within_a_few_percent_under_small_noise(seed):
+    fit = cm.fit_alpha_beta(*synthetic_points(25e-6, 0.8e-9, noise=0.02, seed=seed))
+    assert fit.alpha == pytest.approx(25e-6, rel=0.05) and fit.beta == pytest.approx(0.8e-9, rel=0.05)
+    assert fit.r2 > 0.99 and 0 < fit.median_relative_error < 0.05
+
+
+def test_the_fit_never_returns_a_negative_latency_or_bandwidth():
+    worlds, sizes, _ = synthetic_points(0, 1e-9, noise=0.0)
+    times = 2 * (worlds - 1) / worlds * sizes * 1e-9 - 1e-7  # below a pure-bandwidth line: alpha would go negative
+    fit = cm.fit_alpha_beta(worlds, sizes, np.abs(times))
+    assert fit.alpha >= 0 and fit.beta > 0
+
+
+def test_the_build_fit_is_the_one_of_the_benchmark(synthetic):
+    _, documents = synthetic
+    numbers = json.loads(documents["numbers.json"])["numbers"]
+    assert numbers["fit.gloo.alpha_s"]["value"] == pytest.approx(ALPHA, rel=1e-6)
+    assert numbers["fit.gloo.beta_s_per_byte"]["value"] == pytest.approx(BETA, rel=1e-6)
+    assert numbers["fit.ring.alpha_s"]["value"] == pytest.approx(1.3 * ALPHA, rel=1e-6)
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn"])
+@pytest.mark.parametrize("bucket_mb", [0.25, 1, 4, 25])
+def test_bucket_layouts_are_those_of_bucketed_sync_and_of_torch_ddp(model, bucket_mb):
+    from manual_allreduce import BucketedSync
+    params = list(build_model(model).parameters())
+    sizes = [p.numel() * p.element_size() for p in params]
+    limits = [int(cm.DDP_FIRST_BUCKET_MB * 2**20), int(bucket_mb * 2**20)]
+    groups, _ = dist._compute_bucket_assignment_by_size(params, limits, [False] * len(params))
+    assert cm.ddp_bucket_sizes(sizes, bucket_mb) == [sum(sizes[i] for i in group) for group in reversed(groups)]
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        buckets = BucketedSync(params, bucket_mb).buckets
+    finally:
+        dist.destroy_process_group()
+    first = builder.bucketed_first_bucket_mb(builder.Numbers())  # the cap BucketedSync has, if any
+    assert cm.bucket_sizes(sizes, bucket_mb, first) == [b.buffer.numel() * b.buffer.element_size() for b in buckets]
+
+
+def test_overlap_hides_all_but_what_is_left_after_backward():
+    # One bucket: nothing overlaps. Two equal buckets, instant compute of the first half: the first hides.
+    assert cm.exposed_after_backward(1.0, [100], [0.3]) == pytest.approx(0.3)
+    assert cm.exposed_after_backward(1.0, [50, 50], [0.3, 0.3]) == pytest.approx(0.3)
+    assert cm.exposed_after_backward(1.0, [50, 50], [0.8, 0.3]) == pytest.approx(0.6)  # the first runs past backward
+    flat = cm.project_step(0.01, 0.005, [10**6] * 4, 16, 25e-6, 1e-9)
+    assert flat["exposed_s"] == pytest.approx(cm.allreduce_time(4 * 10**6, 16, 25e-6, 1e-9))
+    assert flat["efficiency"] == pytest.approx(0.01 / (0.01 + flat["exposed_s"]))
+
+
+def test_communication_dominates_from_the_first_world_size_where_the_all_reduce_outlasts_compute():
+    n = cm.crossover_world_size(1e-3, 10**6, 25e-6, 1e-9)
+    assert cm.allreduce_time(10**6, n, 25e-6, 1e-9) >= 1e-3 > cm.allreduce_time(10**6, n - 1, 25e-6, 1e-9)
+    assert cm.crossover_world_size(1.0, 10**6, 0.0, 1e-9) is None  # without latency the ring never catches up
+    assert math.isclose(cm.link_beta(10), 0.8e-9)
