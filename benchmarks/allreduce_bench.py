@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch
 import torch.distributed as dist
 
-from common import run_world_sizes
+from benchmarks.common import run_world_sizes
 from manual_allreduce import ring_all_reduce
 from results import write_json_atomic
 from timing import summarize

@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from common import run_world_sizes
+from benchmarks.common import run_world_sizes
 from distributed import threads_per_rank
 from models import build_model, count_parameters
 from results import write_json_atomic
