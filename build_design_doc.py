@@ -23,6 +23,7 @@ import re
 import sys
 
 import cost_model as cm
+from timing import overlap
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TEMPLATES = os.path.join(HERE, "design_doc", "templates")
@@ -207,7 +208,7 @@ def sweep_section(n, runs, worlds):
             n.derived(f"{key}.compute_s", lambda *v: sum(v), phases if path else [], "ms", "forward + backward + optimizer")
             n.measured(f"{key}.batch", path, "config.batch_size", "count")
             n.measured(f"{key}.throughput", path, "throughput_samples_per_s", "samples/s")
-            n.derived(f"{key}.overlap", lambda e, b: 1 - e / b if b else None, [f"{key}.exposed_s", f"{key}.busy_s"],
+            n.derived(f"{key}.overlap", overlap, [f"{key}.exposed_s", f"{key}.busy_s"],
                       "percent", "1 - exposed / busy")
             n.derived(f"{key}.comm_share", lambda e, s: e / s, [f"{key}.exposed_s", f"{key}.step_s"], "percent",
                       "exposed / step")
@@ -217,9 +218,9 @@ def sweep_section(n, runs, worlds):
             text = n.text
             rows.append([series if series in ("single", "ddp") else f"manual {series}", world, text(f"{key}.step_s"),
                          text(f"{key}.compute_s"),
-                         {"single": "—", "ddp": "in backward"}.get(series, text(f"{key}.exposed_s")),
+                         "—" if series == "single" else text(f"{key}.exposed_s"),
                          "—" if series == "single" else text(f"{key}.busy_s"),
-                         "—" if series in ("single", "ddp") else text(f"{key}.overlap"),
+                         "—" if series == "single" else text(f"{key}.overlap"),
                          text(f"{key}.throughput"), text(f"{key}.efficiency")])
         tables[f"table.sweep.{model}"] = table(["sync", "ranks", "median step", "compute", "exposed comm", "busy comm",
                                                 "overlap", "throughput", "efficiency"], rows)
@@ -423,6 +424,23 @@ def bucket_sweep_section(n, runs):
                                         rows)}
 
 
+def main_job_section(n, results_dir):
+    """The README's main job (make_reference_results.sh) and the in-memory data path against a DataLoader."""
+    main = os.path.join(results_dir, "main", "mlp-manual-bucketed-w4.json")
+    main = main if os.path.exists(main) else None
+    for name, field, unit in (("main.test_accuracy", "test.accuracy", "percent"), ("main.epochs", "config.epochs", "count"),
+                              ("main.world", "environment.world_size", "count"), ("main.sync", "config.sync", "name"),
+                              ("main.total_time", "total_time_s", "s"), ("main.throughput", "throughput_samples_per_s",
+                                                                          "samples/s")):
+        n.measured(name, main, field, unit)
+    loader = os.path.join(results_dir, "dataloader-bench.json")
+    loader = loader if os.path.exists(loader) else None
+    n.measured("loader.in_memory_s", loader, "median_seconds.in_memory", "s")
+    n.measured("loader.dataloader_s", loader, "median_seconds.dataloader", "s")
+    n.measured("loader.ratio", loader, "ratio", "ratio")
+    return {}
+
+
 def register_assumptions(n):
     """The projections' stated assumptions and the published figures, all from cost_model.py."""
     n.stated("assume.alpha_s", cm.CLUSTER_ALPHA_S, "us", "assumption", "cost_model.CLUSTER_ALPHA_S")
@@ -555,6 +573,7 @@ def build(results_dir, out_dir):
     for part in (tables, communication_section(n, layouts, worlds, bucket_mbs, first),
                  prediction_section(n, layouts, worlds, runs, fits, first), trace_section(n, results_dir),
                  step_bench_section(n, results_dir), bucket_sweep_section(n, buckets), projection_section(n, layouts),
+                 main_job_section(n, results_dir),
                  figures(results_dir, out_dir)):
         context.update(part)
     context["syntax.placeholder"] = "`{{ name }}`"

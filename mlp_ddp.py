@@ -78,6 +78,7 @@ def parse_args(argv=None):
     add("--sync", choices=STRATEGIES, default="bucketed", help="hand-written strategy for --mode manual")
     add("--bucket-mb", type=bounded(float, 0, low_open=True), default=25.0, help="bucket size (bucketed, and DDP's)")
     add("--compress", choices=("none", "fp16", "bf16"), default="none", help="gradient dtype on the wire")
+    add("--amp", choices=("none", "bf16", "fp16"), default="none", help="mixed precision: autocast (fp16 with loss scaling)")
     add("--accum-steps", type=bounded(int, 1), default=1, help="micro-batches per optimizer step (no_sync on all but the last)")
     add("--model", choices=("mlp", "cnn"), default="mlp")
     add("--hidden-sizes", type=hidden_sizes, default=(512, 256, 128), help="MLP hidden layer widths, e.g. 512,256,128")
@@ -119,6 +120,7 @@ def parse_args(argv=None):
     add("--debug-exit-step", type=bounded(int, 0), default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.compress = None if args.compress == "none" else args.compress
+    args.amp = None if args.amp == "none" else args.amp
     if args.mode == "single" and (args.world_size or 1) > 1:
         parser.error("--mode single runs one process; use --mode ddp or manual with --world-size > 1")
     if args.resume and not args.checkpoint_dir:

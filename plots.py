@@ -14,9 +14,9 @@ What the timing numbers mean (timing.py measures them per step on every rank):
   overlap                1 - exposed / busy (0 when busy is 0): the share of communication hidden
                          behind backward. Negative when exposed exceeds busy: exposed also counts
                          copying gradients into and out of buffers and waiting for the slowest rank.
-For DDP the waiting happens inside backward (its hooks block there): its sync phase is near zero
-and its communication cost is inside compute. step_bench.py measures it as DDP's backward minus
-the backward of DDP without communication.
+For DDP the waiting happens inside backward (its hooks block there): the trainer counts as its
+exposed communication each step's backward beyond the median backward of no_sync() calibration
+steps; step_bench.py measures it the same way, interleaved.
 
 Runs of bucketed or DDP with a --bucket-mb other than the default appear only in bucket-sweep.png,
 so the other plots compare strategies at one bucket size. When several runs share a model, series
@@ -36,6 +36,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from results import SCHEMA, validate  # noqa: E402
+from timing import overlap  # noqa: E402
 
 DEFAULT_BUCKET_MB = 25.0  # mlp_ddp.py's --bucket-mb default, which is also DDP's
 BENCHMARK_SCHEMAS = ("allreduce-bench/1", "step-bench/1")  # written by benchmarks/*.py
@@ -137,13 +138,14 @@ def median_step(run, phase):
 
 
 def overlap_text(busy, exposed):
-    return f"overlap {100 * (1 - exposed / busy):.0f}%" if busy > 0 else ""
+    hidden = overlap(exposed, busy)
+    return "" if hidden is None else f"overlap {100 * hidden:.0f}%"
 
 
 def run_bar(run):
-    """A training run's median seconds per step; overlap from the run's totals (DDP's cannot be read here)."""
+    """A training run's median seconds per step; overlap from the run's totals (DDP's exposed time is calibrated)."""
     busy, exposed = (sum(e[key] for e in run["epochs"]) for key in ("comm_busy_s", "comm_exposed_s"))
-    note = "" if world_size(run) == 1 else "overlap n/a" if run["config"]["mode"] == "ddp" else overlap_text(busy, exposed)
+    note = "" if world_size(run) == 1 else overlap_text(busy, exposed)
     return {"label": f"{series_label(run)}\n{processes(world_size(run))}", "note": note,
             "compute": sum(median_step(run, phase) for phase in ("forward", "backward", "optimizer")),
             "exposed": median_step(run, "sync"), "data": median_step(run, "data"), "busy": median_step(run, "comm_busy")}
@@ -182,9 +184,8 @@ def plot_time_breakdown(runs, model):
     figure, axis = plt.subplots(figsize=(1.1 * len(runs) + 6, 5.5))
     draw_breakdown(axis, [run_bar(run) for run in runs], f"{model.upper()}: where a training step's time goes")
     axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
-    axis.text(1.02, 0, "DDP waits for its all-reduces inside\nbackward: its exposed communication\nis counted in "
-              "compute, so its overlap\ncannot be read from these phases\n(step-bench.png measures it).",
-              transform=axis.transAxes, fontsize=8)
+    axis.text(1.02, 0, "DDP waits for its all-reduces inside\nbackward: its exposed communication\nis the excess of "
+              "backward over\nno_sync() calibration steps.", transform=axis.transAxes, fontsize=8)
     figure.tight_layout()
     return figure
 

@@ -111,6 +111,12 @@ class StepTimer:
         return steps
 
 
+def overlap(exposed, busy):
+    """The share of communication hidden behind computation: 1 - exposed / busy (None without communication).
+    Negative when the step waits longer than the collectives ran: copies into and out of buffers, a slower peer."""
+    return 1 - exposed / busy if busy > 0 else None
+
+
 def summarize(values):
     """mean, median and p95 of a list of seconds (all zero for an empty list)."""
     if not values:

@@ -68,6 +68,10 @@ class Trainer:
         self.start_epoch = self.skip_steps = self.global_step = 0
         self.history, self.all_steps = [], []
         self.first_bad_step = torch.full((), -1, dtype=torch.int64, device=device)  # checked off the hot path
+        amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.amp)
+        self.autocast = (lambda: torch.autocast(device.type, dtype=amp_dtype)) if amp_dtype else nullcontext
+        # fp16's narrow range needs the loss scaled up before backward (and the step skipped on overflow); bf16's does not.
+        self.scaler = torch.amp.GradScaler(device.type, enabled=config.amp == "fp16")
 
     def log(self, line):
         if self.placement.rank == 0:
@@ -97,17 +101,19 @@ class Trainer:
                 timer.mark("data")
                 last = micro == accumulation - 1
                 with nullcontext() if last else self.model.no_sync():  # communicate on the last micro-batch only
-                    logits = self.model(x)
-                    loss = F.cross_entropy(logits, y)
+                    with self.autocast():
+                        logits = self.model(x)
+                        loss = F.cross_entropy(logits, y)
                     timer.mark("forward")
-                    (loss / accumulation).backward()
+                    self.scaler.scale(loss / accumulation).backward()
                     timer.mark("backward")
                 loss_sum += loss.detach() * len(y)  # stays on the device: no host sync per step
                 correct += (logits.detach().argmax(1) == y).sum()
                 step_losses[step] += loss.detach() / accumulation
             self.model.finish_gradient_synchronization()
             timer.mark("sync")
-            self.optimizer.step()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
             self.optimizer.zero_grad(set_to_none=True)
             timer.mark("optimizer")
             timer.end_step()
@@ -143,6 +149,7 @@ class Trainer:
         world = self.placement.world_size
         data_s, forward_s, backward_s, optimizer_s, exposed_s, busy_s = (value / world for value in sums[4:])
         val_loss, val_accuracy = evaluate(self.model, self.data.val, self.placement.rank, world, self.device)
+        epoch_timing = summarize_ranks(gather(steps_timed))  # per phase mean/median/p95 over all ranks' steps
         record = {
             "epoch": epoch + 1,
             "steps": steps,
@@ -157,6 +164,7 @@ class Trainer:
             "comm_busy_s": busy_s,
             "samples_per_s": sums[2] / (sums[3] / world) if sums[3] else 0.0,
             "lr": self.optimizer.param_groups[0]["lr"],
+            "timing": dict(epoch_timing["across_ranks"], straggler=epoch_timing["straggler"]),
         }
         self.history.append(record)
         self.log(f"epoch {record['epoch']}/{self.config.epochs} | train loss {record['train_loss']:.4f} "
@@ -227,6 +235,7 @@ class Trainer:
         if self.placement.rank == 0:
             state = {"model": self.model.module.state_dict(), "optimizer": self.optimizer.state_dict(),
                      "scheduler": self.scheduler.state_dict() if self.scheduler else None,
+                     "scaler": self.scaler.state_dict(),
                      "epoch": epoch, "step_in_epoch": step_in_epoch, "global_step": self.global_step,
                      "history": self.history, "rng": rng, "world_size": self.placement.world_size}
             checkpoint.save(self.config.checkpoint_dir, state, self.config.keep_checkpoints)
@@ -243,6 +252,8 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler and state["scheduler"]:
             self.scheduler.load_state_dict(state["scheduler"])
+        if state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
         self.start_epoch, self.skip_steps = state["epoch"], state["step_in_epoch"]
         self.global_step, self.history = state["global_step"], state["history"]
         if state["world_size"] == self.placement.world_size:

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 
 from benchmarks.common import run_world_sizes
 from distributed import threads_per_rank
+from timing import overlap
 from models import build_model, count_parameters
 from results import write_json_atomic
 from sync_modes import wrap_model
@@ -171,7 +172,7 @@ def measurements(statistics, model_name, parameters, world):
                      "p95_step_s": statistics[name]["step"]["p95"],
                      **{f"median_{phase}_s": median(name, phase) for phase in ("forward", "backward", "sync", "optimizer")},
                      "median_exposed_comm_s": exposed, "exposed_comm_method": method, "median_comm_busy_s": busy,
-                     "overlap": 1 - exposed / busy if busy > 0 else None, "step_ratio_to_ddp": median(name, "step") / ddp_step})
+                     "overlap": overlap(exposed, busy), "step_ratio_to_ddp": median(name, "step") / ddp_step})
     return rows
 
 

@@ -215,6 +215,21 @@ def test_job_whose_rank_dies_early_fails_quickly_and_says_so(runs, style):
     assert "run_slurm.sh: FAILED" in job.text()
 
 
+def test_the_sweep_submitter_runs_every_shape_then_gathers_results_and_plots(cluster, tmp_path):
+    write_dataset(str(tmp_path / "data"), train=2048 + 256, test=512)
+    results = tmp_path / "results"
+    trainer_args = SMALL_RUN[4:] + ["--data-dir", str(tmp_path / "data")]  # the submitter sets --mode and --sync
+    done = subprocess.run([sys.executable, "slurm/submit_sweep.py", "--nodes", "1,2", "--tasks-per-node", "1",
+                           "--strategies", "flat", "--results-dir", str(results), "--limit", str(JOB_LIMIT_S), "--",
+                           *trainer_args], cwd=REPO, env=dict(cluster.env, PYTHON=sys.executable),
+                          capture_output=True, text=True, timeout=JOB_LIMIT_S + 60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    names = sorted(path.stem for path in results.glob("*.json"))
+    assert names == ["slurm-mlp-ddp-n1x1", "slurm-mlp-ddp-n2x1", "slurm-mlp-manual-flat-n1x1", "slurm-mlp-manual-flat-n2x1"]
+    assert read_results(results / "slurm-mlp-manual-flat-n2x1.json")["environment"]["hosts"] == NODES
+    assert (results / "plots" / "scaling-mlp.png").exists() or (results / "plots" / "curves-mlp.png").exists()
+
+
 def test_stopping_the_cluster_leaves_no_daemon_behind(cluster):
     """Last in the file: the other tests need the cluster up."""
     assert daemons_of(cluster.dir)
