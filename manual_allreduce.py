@@ -63,7 +63,7 @@ def ring_all_reduce(tensor):
     bounds = [flat.numel() * i // world for i in range(world + 1)]
     chunks = [flat[bounds[i]:bounds[i + 1]] for i in range(world)]
     right, left = (rank + 1) % world, (rank - 1) % world
-    incoming = torch.empty_like(chunks[-1])  # the last chunk is the longest
+    incoming = receive_buffer(chunks[-1])  # the last chunk is the longest
 
     for step in range(world - 1):  # reduce-scatter
         send, receive = chunks[(rank - step) % world], chunks[(rank - step - 1) % world]
@@ -73,6 +73,18 @@ def ring_all_reduce(tensor):
         send, receive = chunks[(rank + 1 - step) % world], chunks[(rank - step) % world]
         _exchange(send, right, receive, left)
     return tensor
+
+
+_receive_buffers = {}
+
+
+def receive_buffer(like):
+    """A scratch tensor the size of `like`, kept between calls: allocating tens of MiB afresh for every
+    all-reduce costs page faults each time (measured: 0.71x gloo's bus bandwidth at 64 MiB, 1.12x without)."""
+    key = (like.dtype, like.device)
+    if key not in _receive_buffers or _receive_buffers[key].numel() < like.numel():
+        _receive_buffers[key] = torch.empty(like.numel(), dtype=like.dtype, device=like.device)
+    return _receive_buffers[key][:like.numel()]
 
 
 def _exchange(send, right, receive, left):

@@ -202,10 +202,11 @@ def train_rank(placement, args):
         timer = StepTimer(device, args.warmup_steps, args.trace_steps if args.trace else 0)
         wrapped = wrap_model(model, args.mode, timer.comm, args.sync, args.bucket_mb, args.compress,
                              [device.index] if device.type == "cuda" else None)
+        # fused: one kernel for all parameters; the default per-tensor loop took a third of an MLP step on CPU.
         if args.optimizer == "adam":
-            optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+            optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, fused=True)
         else:
-            optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+            optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, fused=True)
         scheduler = torch.optim.lr_scheduler.StepLR(optimizer, args.lr_step, args.lr_gamma) if args.lr_step else None
         start = time.perf_counter()
         tensorboard = None

@@ -26,7 +26,7 @@ from results import write_json_atomic  # noqa: E402
 def train_epoch(batches):
     torch.manual_seed(0)
     model = MLP()
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)  # as mlp_ddp.py
     start = time.perf_counter()
     for images, labels in batches:
         F.cross_entropy(model(images), labels).backward()
