@@ -1,5 +1,4 @@
 """The two networks: an MLP built from nn.Linear layers, and a small CNN."""
-import torch
 from torch import nn
 
 

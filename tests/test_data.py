@@ -1,7 +1,6 @@
 """The data module: in-memory splits, offline copies verified by MD5, and sharding identical to DistributedSampler."""
 import gzip
 import os
-import shutil
 import subprocess
 import sys
 

@@ -134,7 +134,7 @@ def test_the_trace_has_one_track_per_rank_and_every_phase(tiny_data, tmp_path):
 
 def test_tensorboard_without_its_package_is_one_clear_line():
     try:
-        import tensorboard  # noqa: F401
+        import tensorboard  # noqa: F401 (only whether it imports)
         pytest.skip("the tensorboard package is installed here")
     except ImportError:
         pass
