@@ -19,16 +19,21 @@ def checkpoint_path(folder, epoch, step):
     return os.path.join(folder, f"ckpt-e{epoch:04d}-s{step:08d}.pt")
 
 
-def save(folder, state, keep):
-    """Write `state` for (state['epoch'], state['step_in_epoch']) atomically; delete all but the newest `keep`."""
-    os.makedirs(folder, exist_ok=True)
-    path = checkpoint_path(folder, state["epoch"], state["step_in_epoch"])
+def save_atomic(obj, path):
+    """torch.save to a temporary file, flushed to disk, then renamed: a crash never leaves half a file."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     temporary = path + ".tmp"
     with open(temporary, "wb") as file:
-        torch.save(state, file)
+        torch.save(obj, file)
         file.flush()
         os.fsync(file.fileno())
     os.replace(temporary, path)
+
+
+def save(folder, state, keep):
+    """Write `state` for (state['epoch'], state['step_in_epoch']) atomically; delete all but the newest `keep`."""
+    path = checkpoint_path(folder, state["epoch"], state["step_in_epoch"])
+    save_atomic(state, path)
     for old in sorted(existing(folder))[:-keep]:
         os.remove(old)
     return path

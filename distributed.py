@@ -82,6 +82,11 @@ def first_host(nodelist):
     return first.group(1) + (first.group(2) or "")
 
 
+def first_line(error):
+    """An error's first line: torch's distributed errors go on for pages of C++ frames."""
+    return (str(error).strip().splitlines() or [""])[0]
+
+
 def free_port():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -146,9 +151,8 @@ def process_group(placement, backend, timeout_s):
             dist.init_process_group(backend, init_method=f"tcp://{address}", rank=placement.rank,
                                     world_size=placement.world_size, timeout=timedelta(seconds=timeout_s))
     except (RuntimeError, ValueError) as error:
-        first_line = (str(error).strip().splitlines() or [""])[0]
         raise LaunchError(f"rank {placement.rank} could not join the process group at {address} "
-                          f"within {timeout_s:g} s: {first_line}") from None
+                          f"within {timeout_s:g} s: {first_line(error)}") from None
     try:
         yield
     finally:

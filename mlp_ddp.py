@@ -26,8 +26,9 @@ import time
 
 import torch
 
+import checkpoint
 import data
-from distributed import (LaunchError, Placement, choose_backend, detect_launcher, device_for, free_port,
+from distributed import (LaunchError, Placement, choose_backend, detect_launcher, device_for, first_line, free_port,
                          host_name, launch_local, placement_from_environment, port_is_free, process_group,
                          threads_per_rank)
 from models import build_model, count_parameters
@@ -167,8 +168,7 @@ def run_rank(placement, args):
         print(f"error: {error}", file=sys.stderr, flush=True)
         sys.exit(1)
     except Exception as error:  # a peer that died, a timeout: the first line says which
-        first_line = (str(error).strip().splitlines() or [""])[0]
-        print(f"error: rank {placement.rank}: {type(error).__name__}: {first_line}", file=sys.stderr, flush=True)
+        print(f"error: rank {placement.rank}: {type(error).__name__}: {first_line(error)}", file=sys.stderr, flush=True)
         sys.exit(1)
 
 
@@ -220,13 +220,7 @@ def train_rank(placement, args):
         if placement.rank == 0:
             write_results(args, placement, backend, device, hosts, model, outcome, time.perf_counter() - start)
             if args.save_model:
-                save_model_atomic(model.state_dict(), args.save_model)
-
-
-def save_model_atomic(state_dict, path):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    torch.save(state_dict, path + ".tmp")
-    os.replace(path + ".tmp", path)
+                checkpoint.save_atomic(model.state_dict(), args.save_model)
 
 
 def write_results(args, placement, backend, device, hosts, model, outcome, total_time):

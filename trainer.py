@@ -129,8 +129,8 @@ class Trainer:
         self.check_finite()
         if self.scheduler is not None:
             self.scheduler.step()
-        record = self.finish_epoch(epoch, len(indices) - first_step, loss_sum, correct, train_time)
-        self.log_tensorboard(record, step_losses[first_step:].tolist())
+        record, steps_timed = self.finish_epoch(epoch, len(indices) - first_step, loss_sum, correct, train_time)
+        self.log_tensorboard(record, steps_timed, step_losses[first_step:])
         self.save_checkpoint(epoch + 1, 0)
         return record
 
@@ -142,7 +142,6 @@ class Trainer:
     def finish_epoch(self, epoch, steps, loss_sum, correct, train_time):
         steps_timed = self.timer.take_epoch()
         self.all_steps += steps_timed
-        self.epoch_steps = steps_timed
         totals = [sum(s[phase] for s in steps_timed) for phase in ("data",) + COMPUTE_PHASES + ("sync", "comm_busy")]
         samples = steps * self.config.batch_size * self.config.accum_steps
         sums = all_reduce_sum([loss_sum.item(), correct.item(), samples, train_time] + totals, self.device)
@@ -171,7 +170,7 @@ class Trainer:
                  f"acc {100 * record['train_accuracy']:.2f}% | val loss {val_loss:.4f} acc {100 * val_accuracy:.2f}% | "
                  f"{record['epoch_time_s']:.1f} s ({record['samples_per_s']:.0f} samples/s) | "
                  f"compute {record['compute_s']:.2f} s | comm {busy_s:.2f} s busy, {exposed_s:.2f} s exposed")
-        return record
+        return record, steps_timed
 
     def calibrate_backward(self, steps=10):
         """Median time of a backward without communication (no_sync), for models that wait inside backward.
@@ -260,13 +259,14 @@ class Trainer:
             checkpoint.set_rng_state(state["rng"][self.placement.rank])
         self.log(f"resumed from {path}: epoch {self.start_epoch + 1}, step {self.skip_steps}")
 
-    def log_tensorboard(self, record, step_losses):
+    def log_tensorboard(self, record, steps_timed, step_losses):
         if self.tensorboard is None or self.placement.rank != 0:
             return
+        step_losses = step_losses.tolist()  # the epoch's one copy off the device
         first = self.global_step - len(step_losses)
         for offset, loss in enumerate(step_losses):
             self.tensorboard.add_scalar("train/step_loss", loss, first + offset)
-        for offset, timed in enumerate(self.epoch_steps, start=self.global_step - len(self.epoch_steps)):
+        for offset, timed in enumerate(steps_timed, start=self.global_step - len(steps_timed)):
             self.tensorboard.add_scalar("time/compute_s", sum(timed[p] for p in COMPUTE_PHASES), offset)
             self.tensorboard.add_scalar("time/comm_exposed_s", timed["sync"], offset)
             self.tensorboard.add_scalar("time/comm_busy_s", timed["comm_busy"], offset)
