@@ -75,7 +75,8 @@ def hidden_sizes(text):
 def parse_args(argv=None):
     parser = OneLineParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     add = parser.add_argument
-    add("--mode", choices=("single", "ddp", "manual"), default="manual", help="how gradients are synchronised")
+    add("--mode", choices=("single", "ddp", "manual", "ddp-no-sync"), default="manual",
+        help="how gradients are synchronised (ddp-no-sync: not at all, the compute baseline for benchmarks)")
     add("--sync", choices=STRATEGIES, default="bucketed", help="hand-written strategy for --mode manual")
     add("--bucket-mb", type=bounded(float, 0, low_open=True), default=25.0, help="bucket size (bucketed, and DDP's)")
     add("--compress", choices=("none", "fp16", "bf16"), default="none", help="gradient dtype on the wire")
@@ -101,6 +102,8 @@ def parse_args(argv=None):
     add("--lr-gamma", type=bounded(float, 0, 1, low_open=True), default=0.3, help="StepLR decay factor")
     add("--seed", type=bounded(int, 0), default=0)
     add("--warmup-steps", type=bounded(int, 0), default=5, help="first steps left out of the timing statistics")
+    add("--calibrate-every", type=bounded(int, 0), default=25,
+        help="ddp: time a backward without communication every this many steps (0: never; see timing.py)")
     add("--world-size", type=bounded(int, 1), default=None, help="start this many local processes (not under torchrun/srun)")
     add("--backend", choices=("auto", "gloo", "nccl"), default="auto", help="auto: NCCL when each local rank has a GPU")
     add("--timeout", type=bounded(float, 0, low_open=True), default=120.0, help="seconds a collective may wait for a peer")
@@ -119,6 +122,7 @@ def parse_args(argv=None):
     add("--tensorboard", default=None, metavar="DIR", help="also log scalars for TensorBoard (needs the tensorboard package)")
     add("--debug-exit-rank", type=bounded(int, 0), default=0, help=argparse.SUPPRESS)
     add("--debug-exit-step", type=bounded(int, 0), default=None, help=argparse.SUPPRESS)
+    add("--debug-slow-rank", type=bounded(int, 0), default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.compress = None if args.compress == "none" else args.compress
     args.amp = None if args.amp == "none" else args.amp

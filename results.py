@@ -1,14 +1,18 @@
 """results/<run>.json: written atomically, and checked against the schema the README documents."""
+import glob
 import json
 import os
 import tempfile
 
-SCHEMA = "ddp-mnist-results/1"
+from timing import FIELDS
+
+SCHEMA = "ddp-mnist-results/2"  # 2: comm busy as a union, hidden and exposed split at compute's end
 
 PHASE_STATS = ("mean", "median", "p95")
-TIMED_FIELDS = ("data", "forward", "backward", "sync", "optimizer", "comm_busy", "step")
+TIMED_FIELDS = FIELDS  # timing.py: the phases, compute, comm busy/hidden/exposed, own work, step
 EPOCH_FIELDS = ("epoch", "steps", "train_loss", "train_accuracy", "val_loss", "val_accuracy", "epoch_time_s",
-                "data_s", "compute_s", "comm_exposed_s", "comm_busy_s", "samples_per_s", "lr")
+                "data_s", "compute_s", "comm_busy_s", "comm_hidden_s", "comm_exposed_s", "samples_seen", "elapsed_s",
+                "samples_per_s", "lr")
 ENVIRONMENT_FIELDS = ("torch", "python", "backend", "device", "launcher", "world_size", "hosts", "cores",
                       "threads_per_rank", "parameters")
 
@@ -79,3 +83,87 @@ def validate(document):
                 for field in TIMED_FIELDS:
                     need(stats[field], PHASE_STATS, f"{where}.{field}")
     return problems
+
+
+# --- Reading a results folder: the one loader behind every plot and every table -----------------
+
+BENCHMARK_SCHEMAS = ("allreduce-bench/1", "step-bench/1")  # written by benchmarks/*.py
+DEFAULT_BUCKET_MB = 25.0  # mlp_ddp.py's --bucket-mb default, which is also DDP's bucket_cap_mb
+
+
+def series_name(run):
+    """How a run's synchronisation is named: 'single', 'ddp', 'ddp-no-sync', 'manual flat', '... fp16'."""
+    config = run["config"]
+    name = "manual " + config["sync"] if config["mode"] == "manual" else config["mode"]
+    return name + (f" {config['compress']}" if config.get("compress") else "")
+
+
+def configuration(run):
+    """What a run measured, without its repeat: (model, series, world size, bucket MiB)."""
+    config = run["config"]
+    return config["model"], series_name(run), run["environment"]["world_size"], float(config["bucket_mb"])
+
+
+def load_folder(folder, note=print):
+    """Training runs (valid documents of SCHEMA, each with its `path`) and each benchmark's measurements by
+    schema, from the folder's *.json; `note` is told of every file skipped and why."""
+    runs, benchmarks = [], {schema: [] for schema in BENCHMARK_SCHEMAS}
+    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
+        name = os.path.basename(path)
+        try:
+            with open(path) as file:
+                document = json.load(file)
+        except (OSError, ValueError) as error:
+            note(f"note: skipped {name}: not readable JSON ({error})")
+            continue
+        schema = document.get("schema") if isinstance(document, dict) else None
+        problems = validate(document) if schema == SCHEMA else [f"no plot or table for schema {schema!r}"]
+        if schema in benchmarks:
+            benchmarks[schema] += document.get("measurements", [])
+        elif problems:
+            note(f"note: skipped {name}: {problems[0]}")
+        else:
+            runs.append(dict(document, path=path))
+    return runs, benchmarks
+
+
+def repeats(runs):
+    """{configuration: [runs, oldest first]}: the repeated runs of each configuration together."""
+    grouped = {}
+    for run in sorted(runs, key=lambda run: run.get("created", "")):
+        grouped.setdefault(configuration(run), []).append(run)
+    return grouped
+
+
+def spread(values):
+    """Median, min and max of repeated measurements (None for none)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return {"median": median, "min": ordered[0], "max": ordered[-1], "n": len(ordered)}
+
+
+def clearly_less(a, b):
+    """Whether spread `a` is below spread `b` by more than either's own spread (max - min): only then is a
+    difference between two configurations called real on a noisy machine."""
+    gap = b["median"] - a["median"]
+    return gap > a["max"] - a["min"] and gap > b["max"] - b["min"]
+
+
+def per_step(run):
+    """A run's mean seconds per step of each timed field, pooled over ranks (means add up: data + compute +
+    comm_exposed == step), with overlap (hidden / busy), throughput and the straggler figure."""
+    stats = run["timing"]["across_ranks"]
+    means = {field: stats[field]["mean"] for field in FIELDS}
+    means["overlap"] = means["comm_hidden"] / means["comm_busy"] if means["comm_busy"] > 0 else None
+    means["throughput"] = run["throughput_samples_per_s"]
+    means["straggler"] = run["timing"]["straggler"]
+    return means
+
+
+def across_repeats(runs):
+    """{field of per_step: spread over the runs} for the repeated runs of one configuration."""
+    steps = [per_step(run) for run in runs]
+    return {field: spread([s[field] for s in steps if s[field] is not None]) for field in steps[0]}

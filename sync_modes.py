@@ -1,13 +1,17 @@
-"""The three --mode values behind one interface, so one training loop serves them all.
+"""The --mode values behind one interface, so one training loop serves them all.
 
 Each wraps the model in a module with `forward`, `no_sync()` and
 `finish_gradient_synchronization()`:
-  single  one process, nothing to synchronise: the baseline
-  ddp     torch's DistributedDataParallel, timed through a communication hook
-  manual  `manual_allreduce.ManualDDP`, the hand-written strategies
+  single       one process, nothing to synchronise: the baseline
+  ddp          torch's DistributedDataParallel, timed through a communication hook
+  ddp-no-sync  DDP with every backward inside no_sync(): each rank keeps its own gradients, so the
+               ranks drift apart. A benchmark, not training: the same processes with no communication,
+               the compute baseline that tells contention for the cores from communication
+  manual       `manual_allreduce.ManualDDP`, the hand-written strategies
 """
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
+import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -36,11 +40,17 @@ class TorchDDP(DistributedDataParallel):
     def __init__(self, module, comm, bucket_mb=25.0, compress=None, device_ids=None):
         super().__init__(module, device_ids=device_ids, bucket_cap_mb=bucket_mb)
         self.wire_dtype = WIRE_DTYPES[compress]
+        self.communicate = True
         self.register_comm_hook(comm, self.timed_average_hook)
+        self._set_ddp_runtime_logging_sample_rate(1)  # the reducer's own timings, every step (runtime_statistics)
 
     def timed_average_hook(self, comm, bucket):
         # As torch's allreduce_hook, or fp16/bf16_compress_hook with a wire dtype: divide, (cast,) sum, (cast back).
         buffer = bucket.buffer().div_(dist.get_world_size())
+        if not self.communicate:  # calibration: DDP's whole backward, copies into and out of buckets, no all-reduce
+            done = torch.futures.Future()
+            done.set_result(buffer)
+            return done
         wire = buffer if self.wire_dtype is None else buffer.to(self.wire_dtype)
         future = comm.track(f"bucket {bucket.index()}", lambda: dist.all_reduce(wire, async_op=True))
         return future.then(lambda done: buffer.copy_(done.value()[0]) if wire is not buffer else done.value()[0])
@@ -50,10 +60,42 @@ class TorchDDP(DistributedDataParallel):
 
     waits_inside_backward = True  # so the trainer calibrates backward without communication (timing.py)
 
+    @contextmanager
+    def without_communication(self):
+        """Backward passes inside run every step of DDP's but the all-reduce (their gradients are not averaged)."""
+        self.communicate = False
+        try:
+            yield
+        finally:
+            self.communicate = True
+
+    def runtime_statistics(self):
+        """The reducer's own averages over the steps it sampled (every step here), in seconds."""
+        logged = self._get_ddp_logging_data()
+        seconds = {key: logged.get(f"avg_backward_{key}_time", 0) / 1e9
+                   for key in ("compute", "comm", "compute_comm_overlap")}
+        # Its backward compute ends at the last gradient; communication still running after that is exposed.
+        return {"backward_compute_s": seconds["compute"], "backward_comm_s": seconds["comm"],
+                "backward_overlap_s": seconds["compute_comm_overlap"],
+                "exposed_s": seconds["comm"] - seconds["compute_comm_overlap"]}
+
+
+class TorchDDPNoSync(DistributedDataParallel):
+    """DDP whose forward runs inside no_sync(), so no backward communicates: the compute baseline."""
+
+    def forward(self, *args, **kwargs):
+        with self.no_sync():
+            return super().forward(*args, **kwargs)
+
+    def finish_gradient_synchronization(self):
+        pass
+
 
 def wrap_model(model, mode, comm, sync="per-param", bucket_mb=25.0, compress=None, device_ids=None):
     if mode == "single":
         return SingleProcess(model)
     if mode == "ddp":
         return TorchDDP(model, comm, bucket_mb, compress, device_ids)
+    if mode == "ddp-no-sync":
+        return TorchDDPNoSync(model, device_ids=device_ids, bucket_cap_mb=bucket_mb)
     return ManualDDP(model, sync, bucket_mb, compress, comm)

@@ -1,16 +1,25 @@
-"""Per-step timing: where each step's wall-clock time went, and how long collectives were in flight.
+"""Per-step timing: where each step's wall-clock time went, and how long communication was in flight.
 
-Phases (host wall clock, one `mark` at the end of each):
+Phases, one `mark` at the end of each:
   data       indexing the batch out of memory and moving it to the device
   forward    the forward pass and the loss
   backward   autograd; bucketed sync and DDP launch all-reduces from inside it
-  sync       blocked after backward until every gradient is averaged (exposed communication)
+  sync       after backward, until every gradient is averaged (packing, waiting, copying back)
   optimizer  the optimizer step and zeroing the gradients
-Communication busy time is separate: each collective's launch-to-completion span, recorded
-from its work object's future, so an all-reduce hidden behind backward still counts as busy.
-On CUDA every mark synchronises the device first, so queued kernels are not taken as finished.
-DDP blocks inside backward, so its exposed communication is estimated: the excess of each
-step's backward over `backward_baseline`, the median backward of no_sync() calibration steps.
+Communication, per step and rank, from each collective's span (from before its launch call, since a
+collective may do part or all of its work inside it, to its completion):
+  comm_busy     the length of the union of the spans: time with at least one collective in flight
+  comm_hidden   the part of that union before compute ended (the end of the last backward)
+  comm_exposed  the part after it: the step could not end until that communication had
+  compute       step - data - comm_exposed (forward, backward, optimizer, and sync's copies)
+  own_work      step - comm_exposed: the rank's own work, without the time it waited for peers
+So 0 <= comm_hidden <= comm_busy <= step and data + compute + comm_exposed == step, exactly.
+DDP waits for its buckets inside backward, so there compute's end is estimated: the last backward's
+start plus `backward_baseline`, the median of recent backwards timed without communication
+(trainer.py calibrates it through the run). That estimate's comm_exposed is the last backward minus
+the baseline, unclamped: its mean is unbiased, and a single step's may be negative.
+On CUDA the stamps are CUDA events on the current stream, read after the epoch: no device-wide
+synchronize per mark, which would also wait for the communication streams.
 """
 import threading
 import time
@@ -18,35 +27,60 @@ import time
 import torch
 
 PHASES = ("data", "forward", "backward", "sync", "optimizer")
-COMPUTE_PHASES = ("forward", "backward", "optimizer")
+COMM_FIELDS = ("comm_busy", "comm_hidden", "comm_exposed")
+FIELDS = PHASES + ("compute",) + COMM_FIELDS + ("own_work", "step")
+
+
+class HostClock:
+    """Stamps are perf_counter() readings."""
+
+    def stamp(self):
+        return time.perf_counter()
+
+    def seconds(self, stamps):
+        return stamps
+
+
+class CudaClock:
+    """Stamps are CUDA events on the current stream; turned into seconds once the epoch is done."""
+
+    def stamp(self):
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return (time.perf_counter(), event)
+
+    def seconds(self, stamps):
+        """Host seconds of the first stamp, plus each event's device time after the first event."""
+        torch.cuda.synchronize()
+        host, origin = stamps[0]
+        return [host + origin.elapsed_time(event) / 1e3 for _, event in stamps]
 
 
 class CommRecorder:
-    """Launch and completion times of the collectives of the current step."""
+    """Launch and completion stamps of the collectives of the current step."""
 
-    def __init__(self):
-        self.spans = []  # (name, launch, done); done is written from the backend's thread
+    def __init__(self, clock=None):
+        self.clock = clock or HostClock()
+        self.spans = []  # [name, launch, done]; done is written from the backend's thread
         self._lock = threading.Lock()
 
     def launched(self, name):
-        span = [name, time.perf_counter(), None]
+        span = [name, self.clock.stamp(), None]
         with self._lock:
             self.spans.append(span)
         return span
 
-    @staticmethod
-    def completed(span):
-        span[2] = time.perf_counter()
+    def completed(self, span):
+        span[2] = self.clock.stamp()
 
     def track(self, name, launch):
-        """Run `launch()` (which starts an async collective and returns its work object) and record
-        it from before the call to completion; returns a future to wait on. The clock starts before
-        the call because a collective may do part or all of its work inside it."""
+        """Run `launch()`, which starts an async collective and returns its work object, and record it from
+        before the call to its completion; returns a future to wait on."""
         span = self.launched(name)
         work = launch()
 
         def done(future):
-            CommRecorder.completed(span)
+            self.completed(span)  # on CUDA, ordered after the collective on the current stream
             return future.value()
 
         return work.get_future().then(done)
@@ -58,63 +92,92 @@ class CommRecorder:
         return [tuple(span) for span in spans if span[2] is not None]
 
 
+def union_length(intervals, low, high):
+    """The length of the union of `intervals` ((start, end) pairs) inside [low, high]."""
+    total, reach = 0.0, low
+    for start, end in sorted(intervals):
+        start, end = max(start, reach), min(end, high)
+        if end > start:
+            total += end - start
+            reach = end
+    return total
+
+
+def step_record(marks, spans, backward_baseline=None):
+    """One step's fields (see the module docstring) from its marks and its collectives' spans.
+
+    `marks` are (phase, time) with a ("start", time) first; `spans` are (name, launch, done).
+    `backward_baseline`: DDP's backward without communication, or None where waiting is measured.
+    """
+    record = dict.fromkeys(PHASES, 0.0)
+    last_backward = None
+    for (_, before), (phase, after) in zip(marks, marks[1:]):
+        record[phase] += after - before
+        if phase == "backward":
+            last_backward = (before, after)
+    start, end = marks[0][1], marks[-1][1]
+    compute_end = last_backward[1] if last_backward else start
+    intervals = [(launch, done) for _, launch, done in spans]
+    exposed = union_length(intervals, compute_end, end)
+    if backward_baseline is not None and last_backward:
+        estimated_end = last_backward[0] + backward_baseline
+        exposed += last_backward[1] - estimated_end
+        compute_end = min(compute_end, estimated_end)
+    record["step"] = end - start
+    record["comm_busy"] = union_length(intervals, start, end)
+    record["comm_hidden"] = union_length(intervals, start, compute_end)
+    record["comm_exposed"] = exposed
+    record["compute"] = record["step"] - record["data"] - exposed
+    record["own_work"] = record["step"] - exposed
+    return record
+
+
 class StepTimer:
-    """Accumulates phase times per step; keeps every step after the warm-up for the summary."""
+    """Stamps each step's phases and collectives; turns them into step records when an epoch is taken."""
 
     def __init__(self, device=torch.device("cpu"), warmup_steps=0, trace_window=0):
-        self.cuda = device.type == "cuda"
+        self.clock = CudaClock() if device.type == "cuda" else HostClock()
         self.warmup_steps = warmup_steps
         self.trace_window = trace_window  # steps after warm-up whose spans are kept for a timeline
-        self.comm = CommRecorder()
+        self.comm = CommRecorder(self.clock)
         self.steps_seen = 0
-        self.steps = []   # one dict per measured step: phase -> seconds, plus comm_busy, step
-        self.trace = []   # (step, name, start, end) for the first trace_window measured steps
-        self.backward_baseline = None  # DDP: backward's time without communication, from no_sync() steps
-
-    def now(self):
-        if self.cuda:
-            torch.cuda.synchronize()
-        return time.perf_counter()
+        self.measured = 0
+        self.pending = []  # (step, marks, spans, baseline) of the epoch's measured steps, not yet in seconds
+        self.trace = []    # (step, name, start, end) for the first trace_window measured steps
+        self.backward_baseline = None  # DDP: backward without communication (trainer.py calibrates it)
 
     def start_step(self):
-        self.current = dict.fromkeys(PHASES, 0.0)
-        self.step_start = self.last = self.now()
-        self.spans = []
+        self.marks = [("start", self.clock.stamp())]
 
     def mark(self, phase):
-        now = self.now()
-        self.current[phase] += now - self.last
-        self.spans.append((phase, self.last, now))
-        self.last = now
+        self.marks.append((phase, self.clock.stamp()))
 
     def end_step(self):
-        comm_spans = self.comm.take()
+        spans = self.comm.take()
         self.steps_seen += 1
-        if self.steps_seen <= self.warmup_steps:
-            return
-        record = self.current
-        if self.backward_baseline is not None:  # DDP waits for its buckets inside backward: that excess is exposed
-            waited = max(0.0, record["backward"] - self.backward_baseline)
-            record["backward"] -= waited
-            record["sync"] += waited
-        record["step"] = self.last - self.step_start
-        record["comm_busy"] = sum(done - launch for _, launch, done in comm_spans)
-        self.steps.append(record)
-        if len(self.steps) <= self.trace_window:
-            step = self.steps_seen - 1
-            self.trace += [(step, name, start, end) for name, start, end in self.spans]
-            self.trace += [(step, "all-reduce " + name, launch, done) for name, launch, done in comm_spans]
+        if self.steps_seen > self.warmup_steps:
+            self.pending.append((self.steps_seen - 1, self.marks, spans, self.backward_baseline))
 
     def take_epoch(self):
-        """The measured steps of the epoch just ended, and an empty list for the next."""
-        steps, self.steps = self.steps, []
-        return steps
+        """The step records of the epoch's measured steps, and an empty list for the next epoch."""
+        records = []
+        for step, marks, spans, baseline in self.pending:
+            stamps = self.clock.seconds([stamp for _, stamp in marks] + [s for span in spans for s in span[1:]])
+            marks = [(phase, stamp) for (phase, _), stamp in zip(marks, stamps)]
+            done = iter(stamps[len(marks):])
+            spans = [(name, launch, end) for (name, _, _), launch, end in zip(spans, done, done)]
+            records.append(step_record(marks, spans, baseline))
+            self.measured += 1
+            if self.measured <= self.trace_window:
+                self.trace += [(step, phase, before, after) for (_, before), (phase, after) in zip(marks, marks[1:])]
+                self.trace += [(step, "all-reduce " + name, launch, end) for name, launch, end in spans]
+        self.pending = []
+        return records
 
 
-def overlap(exposed, busy):
-    """The share of communication hidden behind computation: 1 - exposed / busy (None without communication).
-    Negative when the step waits longer than the collectives ran: copies into and out of buffers, a slower peer."""
-    return 1 - exposed / busy if busy > 0 else None
+def overlap(hidden, busy):
+    """The share of communication hidden behind computation, in [0, 1]; None without communication."""
+    return hidden / busy if busy > 0 else None
 
 
 def summarize(values):
@@ -126,25 +189,24 @@ def summarize(values):
     return {"mean": sum(ordered) / len(ordered), "median": pick(0.5), "p95": pick(0.95)}
 
 
-FIELDS = PHASES + ("comm_busy", "step")
-
-
 def summarize_ranks(steps_per_rank):
-    """Per-phase statistics per rank and across ranks, from each rank's list of step records.
+    """Per-field statistics per rank and across ranks, from each rank's list of step records.
 
-    Across ranks, statistics pool every rank's steps; `slowest_rank_mean` is the largest
-    per-rank mean, and `straggler` is the slowest rank's mean step time over the median rank's.
+    Across ranks, statistics pool every rank's steps; `slowest_rank_mean` is the largest per-rank
+    mean. `straggler` compares the ranks' own work (step minus the time waiting for peers, which
+    blocking collectives make equal to the slowest rank's step): the slowest rank's mean over the
+    median rank's. 1.0 means balanced.
     """
     per_rank = [{field: summarize([s[field] for s in steps]) for field in FIELDS} for steps in steps_per_rank]
     pooled = {field: summarize([s[field] for steps in steps_per_rank for s in steps]) for field in FIELDS}
     for field in FIELDS:
         pooled[field]["slowest_rank_mean"] = max(rank[field]["mean"] for rank in per_rank)
-    rank_means = sorted(rank["step"]["mean"] for rank in per_rank)
-    median_rank = rank_means[(len(rank_means) - 1) // 2]
+    own_work = sorted(rank["own_work"]["mean"] for rank in per_rank)
+    median_rank = own_work[(len(own_work) - 1) // 2]
     return {
         "per_rank": per_rank,
         "across_ranks": pooled,
-        "straggler": rank_means[-1] / median_rank if median_rank > 0 else 1.0,
+        "straggler": own_work[-1] / median_rank if median_rank > 0 else 1.0,
     }
 
 

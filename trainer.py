@@ -15,7 +15,7 @@ import torch.nn.functional as F
 import checkpoint
 from data import eval_range, shard_indices
 from results import write_json_atomic
-from timing import COMPUTE_PHASES, chrome_trace, summarize_ranks
+from timing import COMM_FIELDS, chrome_trace, summarize_ranks
 
 
 class TrainingDiverged(Exception):
@@ -66,7 +66,8 @@ class Trainer:
         self.device, self.timer, self.tensorboard = device, timer, tensorboard
         self.train = data.train.to(device)  # on a GPU the whole split fits: batches are then indexed there
         self.start_epoch = self.skip_steps = self.global_step = 0
-        self.history, self.all_steps = [], []
+        self.history, self.all_steps, self.calibrations = [], [], []
+        self.samples_seen, self.elapsed = 0, 0.0  # over this run's epochs, for learning curves against both
         self.first_bad_step = torch.full((), -1, dtype=torch.int64, device=device)  # checked off the hot path
         amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.amp)
         self.autocast = (lambda: torch.autocast(device.type, dtype=amp_dtype)) if amp_dtype else nullcontext
@@ -94,10 +95,14 @@ class Trainer:
         start = last_progress = time.perf_counter()
         for step in range(first_step, len(indices)):
             self.maybe_fail_for_test()
+            micro_batches = indices[step].view(accumulation, config.batch_size)
+            if self.calibration_due():
+                self.calibrate_backward(micro_batches[-1])
             timer.start_step()
-            for micro, batch in enumerate(indices[step].view(accumulation, config.batch_size)):
+            for micro, batch in enumerate(micro_batches):
                 x = self.train.images[batch].to(self.device, non_blocking=True)
                 y = self.train.labels[batch].to(self.device, non_blocking=True)
+                self.maybe_slow_down_for_test()
                 timer.mark("data")
                 last = micro == accumulation - 1
                 with nullcontext() if last else self.model.no_sync():  # communicate on the last micro-batch only
@@ -142,13 +147,16 @@ class Trainer:
     def finish_epoch(self, epoch, steps, loss_sum, correct, train_time):
         steps_timed = self.timer.take_epoch()
         self.all_steps += steps_timed
-        totals = [sum(s[phase] for s in steps_timed) for phase in ("data",) + COMPUTE_PHASES + ("sync", "comm_busy")]
+        fields = ("data", "compute") + COMM_FIELDS
+        totals = [sum(s[field] for s in steps_timed) for field in fields]
         samples = steps * self.config.batch_size * self.config.accum_steps
         sums = all_reduce_sum([loss_sum.item(), correct.item(), samples, train_time] + totals, self.device)
         world = self.placement.world_size
-        data_s, forward_s, backward_s, optimizer_s, exposed_s, busy_s = (value / world for value in sums[4:])
+        per_rank = {f"{field}_s": value / world for field, value in zip(fields, sums[4:])}  # each rank's epoch total
+        self.samples_seen += sums[2]
+        self.elapsed += sums[3] / world
         val_loss, val_accuracy = evaluate(self.model, self.data.val, self.placement.rank, world, self.device)
-        epoch_timing = summarize_ranks(gather(steps_timed))  # per phase mean/median/p95 over all ranks' steps
+        epoch_timing = summarize_ranks(gather(steps_timed))  # per field mean/median/p95 over all ranks' steps
         record = {
             "epoch": epoch + 1,
             "steps": steps,
@@ -157,10 +165,9 @@ class Trainer:
             "val_loss": val_loss,
             "val_accuracy": val_accuracy,
             "epoch_time_s": sums[3] / world,
-            "data_s": data_s,
-            "compute_s": forward_s + backward_s + optimizer_s,
-            "comm_exposed_s": exposed_s,
-            "comm_busy_s": busy_s,
+            **per_rank,
+            "samples_seen": self.samples_seen,
+            "elapsed_s": self.elapsed,
             "samples_per_s": sums[2] / (sums[3] / world) if sums[3] else 0.0,
             "lr": self.optimizer.param_groups[0]["lr"],
             "timing": dict(epoch_timing["across_ranks"], straggler=epoch_timing["straggler"]),
@@ -169,34 +176,52 @@ class Trainer:
         self.log(f"epoch {record['epoch']}/{self.config.epochs} | train loss {record['train_loss']:.4f} "
                  f"acc {100 * record['train_accuracy']:.2f}% | val loss {val_loss:.4f} acc {100 * val_accuracy:.2f}% | "
                  f"{record['epoch_time_s']:.1f} s ({record['samples_per_s']:.0f} samples/s) | "
-                 f"compute {record['compute_s']:.2f} s | comm {busy_s:.2f} s busy, {exposed_s:.2f} s exposed")
+                 f"compute {record['compute_s']:.2f} s | comm {record['comm_busy_s']:.2f} s busy, "
+                 f"{record['comm_hidden_s']:.2f} s hidden, {record['comm_exposed_s']:.2f} s exposed")
         return record, steps_timed
 
-    def calibrate_backward(self, steps=10):
-        """Median time of a backward without communication (no_sync), for models that wait inside backward.
+    # --- DDP's exposed communication: an estimate, calibrated through the run ---------------------
 
-        Parameters, optimizer and RNG are left exactly as they were; the gradients are discarded.
+    def calibration_due(self):
+        """DDP waits inside backward; every `--calibrate-every` steps, its backward is timed without communication."""
+        every, measured = self.config.calibrate_every, self.timer.steps_seen - self.timer.warmup_steps
+        return getattr(self.model, "waits_inside_backward", False) and every > 0 and measured >= 0 \
+            and measured % every == 0
+
+    def calibrate_backward(self, batch, window=5):
+        """Time one backward of this batch as training runs it (autocast, loss scaling, DDP's bucket copies), but
+        with the all-reduce left out; the timer's baseline is the median of the last `window` of these.
+
+        Training is left bit-identical: the RNG is restored and the gradients are discarded.
         """
-        indices = shard_indices(len(self.train), self.config.batch_size, self.placement.rank,
-                                self.placement.world_size, 0, self.config.seed)[:steps]
-        rng, times = checkpoint.rng_state(), []
-        self.model.train()
-        for batch in indices:
-            x, y = self.train.images[batch].to(self.device), self.train.labels[batch].to(self.device)
-            with self.model.no_sync():
+        x, y = self.train.images[batch].to(self.device), self.train.labels[batch].to(self.device)
+        rng = checkpoint.rng_state()
+        with self.model.without_communication():
+            with self.autocast():
                 loss = F.cross_entropy(self.model(x), y)
-                begin = self.timer.now()
-                loss.backward()
-                times.append(self.timer.now() - begin)
-            self.optimizer.zero_grad(set_to_none=True)
+            begin = self.timer.clock.stamp()
+            self.scaler.scale(loss / self.config.accum_steps).backward()
+            end = self.timer.clock.stamp()
+        self.optimizer.zero_grad(set_to_none=True)
         checkpoint.set_rng_state(rng)
-        times.sort()
-        self.timer.backward_baseline = times[len(times) // 2] * self.config.accum_steps
+        begin, end = self.timer.clock.seconds([begin, end])
+        self.calibrations.append(end - begin)
+        recent = sorted(self.calibrations[-window:])
+        self.timer.backward_baseline = recent[len(recent) // 2]
+
+    def timing_provenance(self):
+        """How comm_exposed was obtained, for the results file: measured, or DDP's estimate and its baseline."""
+        if not getattr(self.model, "waits_inside_backward", False):
+            return {"exposed_method": "measured: communication in flight after the last backward returned"}
+        samples = gather(self.calibrations)
+        return {"exposed_method": "estimate: DDP's last backward minus the median of the latest 5 backwards timed "
+                                  "without communication (same batch, autocast and loss scaling; bucket copies kept)",
+                "calibration": {"every_steps": self.config.calibrate_every,
+                                "backward_without_communication_s": samples},
+                "ddp_runtime_statistics": gather(self.model.runtime_statistics())}
 
     def fit(self):
         self.resume()
-        if getattr(self.model, "waits_inside_backward", False):
-            self.calibrate_backward()
         if dist.is_initialized():
             dist.barrier()  # the trace's common origin
         self.trace_origin = time.perf_counter()
@@ -205,7 +230,7 @@ class Trainer:
         test_loss, test_accuracy = evaluate(self.model, self.data.test, self.placement.rank,
                                             self.placement.world_size, self.device)
         self.log(f"test loss {test_loss:.4f} acc {100 * test_accuracy:.2f}%")
-        timing = summarize_ranks(gather(self.all_steps))
+        timing = dict(summarize_ranks(gather(self.all_steps)), **self.timing_provenance())
         if self.config.trace:
             traces = gather((self.trace_origin, self.timer.trace))
             if self.placement.rank == 0:
@@ -255,6 +280,8 @@ class Trainer:
             self.scaler.load_state_dict(state["scaler"])
         self.start_epoch, self.skip_steps = state["epoch"], state["step_in_epoch"]
         self.global_step, self.history = state["global_step"], state["history"]
+        if self.history:
+            self.samples_seen, self.elapsed = self.history[-1]["samples_seen"], self.history[-1]["elapsed_s"]
         if state["world_size"] == self.placement.world_size:
             checkpoint.set_rng_state(state["rng"][self.placement.rank])
         self.log(f"resumed from {path}: epoch {self.start_epoch + 1}, step {self.skip_steps}")
@@ -267,12 +294,16 @@ class Trainer:
         for offset, loss in enumerate(step_losses):
             self.tensorboard.add_scalar("train/step_loss", loss, first + offset)
         for offset, timed in enumerate(steps_timed, start=self.global_step - len(steps_timed)):
-            self.tensorboard.add_scalar("time/compute_s", sum(timed[p] for p in COMPUTE_PHASES), offset)
-            self.tensorboard.add_scalar("time/comm_exposed_s", timed["sync"], offset)
-            self.tensorboard.add_scalar("time/comm_busy_s", timed["comm_busy"], offset)
+            for field in ("compute",) + COMM_FIELDS:
+                self.tensorboard.add_scalar(f"time/{field}_s", timed[field], offset)
         for key in ("train_loss", "train_accuracy", "val_loss", "val_accuracy", "samples_per_s"):
             self.tensorboard.add_scalar(f"epoch/{key}", record[key], record["epoch"])
         self.tensorboard.flush()
+
+    def maybe_slow_down_for_test(self):
+        """--debug-slow-rank: this rank does 10 ms more work per micro-batch, a straggler the timing must show."""
+        if self.config.debug_slow_rank == self.placement.rank:
+            time.sleep(0.010)
 
     def maybe_fail_for_test(self):
         """--debug-exit-rank/--debug-exit-step: this rank dies here, as a crashed worker would (first attempt only)."""
