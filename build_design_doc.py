@@ -9,10 +9,12 @@ Each design_doc/templates/*.md becomes design_doc/*.md with every `{{ name }}` r
 a field of a results file (measured), a formula over numbers or fields (derived), the alpha-beta fit
 of a results file, the models or the code, a stated assumption or a publication (cost_model.py);
 numbers.json lists them all. A placeholder the build does not define fails the build; a run that is
-missing renders as "not measured". Needs the sweep's results/sweep-*.json and
-results/allreduce-bench.json; step-bench.json, bucket-*.json, trace-*.json and plots/*.png are used
-when present. What each section says is in design_sections.py; the registry of numbers and their
-formatting in design_numbers.py; the alpha-beta model in cost_model.py.
+missing renders as "not measured". Needs the sweep's training runs and results/allreduce-bench.json;
+step-bench.json, bucket-*.json, trace-*.json and plots/*.png are used when present. Training runs
+are read by results.load_folder and grouped by results.repeats, as the plots read them.
+What §1-§3 say is in design_sections.py, §4's measurements in design_performance.py, the α-β
+fits and projections in design_scaling.py (over cost_model.py); the registry of numbers and their
+formatting in design_numbers.py.
 """
 import argparse
 import difflib
@@ -23,29 +25,33 @@ import re
 import sys
 
 import design_numbers
+import results
 from design_numbers import HERE, NOT_MEASURED, BuildError, Numbers, shown  # noqa: F401 (BuildError: for callers)
-from design_sections import (DEFAULT_BUCKET_MB, allreduce_section, bucket_sweep_section, bucketed_first_bucket_mb,
-                             communication_section, figures, load_runs, main_job_section, model_facts,
-                             prediction_section, projection_section, step_bench_section, sweep_section, trace_section)
+from design_performance import bucket_sweep_section, prediction_section, step_bench_section, sweep_section
+from design_scaling import allreduce_section, projection_section
+from design_sections import (DEFAULT_BUCKET_MB, bucketed_first_bucket_mb, communication_section, figures,
+                             main_job_section, model_facts, reference_commands, trace_section)
 
 TEMPLATES = os.path.join(HERE, "design_doc", "templates")
 PLACEHOLDER = re.compile(r"\{\{\s*([\w.\-]+)\s*\}\}")
 
 
 def required_results(results_dir):
-    """The sweep's runs, their world sizes above one, and the all-reduce benchmark's path; or what to run."""
+    """The training runs grouped by configuration, their world sizes above one, and the all-reduce benchmark's
+    path; or what to run."""
     if not os.path.isdir(results_dir):
         raise BuildError(f"results folder {results_dir} not found: "
                          "run python sweep.py and python benchmarks/allreduce_bench.py")
-    runs = load_runs(results_dir, "sweep-*.json")
-    worlds = sorted({key[2] for key in runs if isinstance(key[2], int) and key[2] > 1})
+    runs, _ = results.load_folder(results_dir, note=lambda line: None)
+    grouped = results.repeats(runs)
+    worlds = sorted({world for _, _, world, _ in grouped if world > 1})
     if not worlds:
-        raise BuildError(f"no sweep results with more than one rank in {results_dir} (sweep-*.json): "
+        raise BuildError(f"no training runs with more than one rank in {results_dir} (schema {results.SCHEMA}): "
                          "run python sweep.py")
     bench = os.path.join(results_dir, "allreduce-bench.json")
     if not os.path.exists(bench):
         raise BuildError(f"{bench} not found: run python benchmarks/allreduce_bench.py (the cost model is fitted to it)")
-    return runs, worlds, bench
+    return grouped, worlds, bench
 
 
 def render(context):
@@ -64,20 +70,19 @@ def render(context):
 def build(results_dir, out_dir):
     """{file name: text} of the whole document: the rendered sections and numbers.json."""
     design_numbers.loaded.clear()
-    runs, worlds, bench = required_results(results_dir)
-    n, buckets = Numbers(), load_runs(results_dir, "bucket-*.json")
+    grouped, worlds, bench = required_results(results_dir)
+    n = Numbers()
     layouts, first = model_facts(n), bucketed_first_bucket_mb(n)
-    bucket_mbs = sorted({key[3] for key in buckets} | {DEFAULT_BUCKET_MB})
-    context = sweep_section(n, runs, worlds)
+    bucket_mbs = sorted({mb for model, _, _, mb in grouped if model == "mlp"} | {DEFAULT_BUCKET_MB})
+    context = sweep_section(n, grouped, worlds)
     fits, tables = allreduce_section(n, bench)
     for part in (tables, communication_section(n, layouts, worlds, bucket_mbs, first),
-                 prediction_section(n, layouts, worlds, runs, fits, first), trace_section(n, results_dir),
-                 step_bench_section(n, results_dir), bucket_sweep_section(n, buckets), projection_section(n, layouts),
-                 main_job_section(n, results_dir),
+                 prediction_section(n, layouts, worlds, fits, first), trace_section(n, results_dir),
+                 step_bench_section(n, results_dir), bucket_sweep_section(n, grouped),
+                 projection_section(n, layouts, first), main_job_section(n, results_dir), reference_commands(n),
                  figures(results_dir, out_dir)):
         context.update(part)
     context["syntax.placeholder"] = "`{{ name }}`"
-    context["text.bucketed_first_rule"] = f" (the first bucket at most {first:g} MiB, as DDP's)" if first else ""
     context.update({name: NOT_MEASURED for name in n.absent})
     context.update({name: entry["text"] for name, entry in n.entries.items()})
     documents = render(context)

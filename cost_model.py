@@ -10,6 +10,9 @@ seconds per byte that one rank sends. For the ring (reduce-scatter, then all-gat
 a = 2(n-1) dependent steps and each rank sends b * N = 2(n-1)/n * N bytes (Patarasuk & Yuan
 2009); the additions of the reduction are folded into beta. gloo's own all-reduce is a ring too
 when no algorithm is chosen (gloo/allreduce.cc), so the same form is fitted to both.
+Halving-doubling (Rabenseifner's reduce-scatter by recursive halving, then all-gather by recursive
+doubling; gloo's `halving_doubling`) sends the same 2(n-1)/n * N bytes in a = 2 ceil(log2 n) steps:
+it changes the latency term only.
 
 Everything here is a pure function of numbers (no torch, no files): build_design_doc.py reads
 the results, calls these, and records where every input came from.
@@ -28,6 +31,7 @@ REFERENCE_WORLD_SIZE = 64                # the scenario of the "what each techni
 REFERENCE_LINK_GBIT = 25
 LARGER_BATCH_FACTOR = 4                  # "larger batches": the per-rank batch times this
 DDP_FIRST_BUCKET_MB = 1                  # torch DDP caps its first bucket at 1 MiB
+FIRST_BUCKET_MB = 1                      # so does manual_allreduce.BucketedSync (the build checks its default)
 
 # --- Published figures the projections are compared with ---
 PUBLISHED = {
@@ -37,7 +41,26 @@ PUBLISHED = {
     "horovod_efficiency_high": (0.90, "Sergeev & Del Balso 2018, Horovod: scaling efficiency, upper end"),
     "horovod_gpus_low": (128, "Sergeev & Del Balso 2018, Horovod: smallest GPU count of that efficiency"),
     "horovod_gpus_high": (512, "Sergeev & Del Balso 2018, Horovod: largest GPU count of that efficiency"),
+    "horovod_link_gbit": (25, "Horovod docs/benchmarks.rst: 128 servers of 4 Pascal GPUs, RoCE-capable 25 Gbit/s"),
+    "horovod_batch": (64, "Horovod docs/benchmarks.rst: tf_cnn_benchmarks --batch_size 64 per GPU"),
+    "horovod_inception_v3_efficiency": (0.90, "Horovod docs/benchmarks.rst: Inception V3 at 512 GPUs"),
+    "horovod_resnet101_efficiency": (0.90, "Horovod docs/benchmarks.rst: ResNet-101 at 512 GPUs"),
+    "horovod_vgg16_efficiency": (0.68, "Horovod docs/benchmarks.rst: VGG-16 at 512 GPUs"),
+    "inception_v3_parameters": (23_851_784, "Keras Applications table: InceptionV3 parameters"),
+    "vgg16_parameters": (138_357_544, "Keras Applications table: VGG16 parameters"),
+    "p100_inception_v3_images_per_s": (142, "TensorFlow r1 performance benchmarks, DGX-1, one P100, synthetic "
+                                            "data, batch 64: InceptionV3"),
+    "p100_vgg16_images_per_s": (154, "TensorFlow r1 performance benchmarks, DGX-1, one P100, synthetic data, "
+                                     "batch 64: VGG16"),
 }
+# The published models whose compute per gradient byte is compared with ours: (parameters, images/s) keys.
+PUBLISHED_MODELS = {"Inception V3": ("inception_v3", "horovod_inception_v3_efficiency"),
+                    "VGG-16": ("vgg16", "horovod_vgg16_efficiency")}
+
+
+def published_compute_per_byte(parameters, images_per_s, batch):
+    """Seconds of one GPU's step (batch / images per second) per byte of fp32 gradient."""
+    return batch / images_per_s / (4 * parameters)
 
 
 def ring_coefficients(world_size):
@@ -46,10 +69,25 @@ def ring_coefficients(world_size):
     return 2 * (n - 1), 2 * (n - 1) / n
 
 
-def allreduce_time(nbytes, world_size, alpha, beta):
-    """Predicted seconds of one ring all-reduce of `nbytes` over `world_size` ranks (0 for one rank)."""
-    a, b = ring_coefficients(world_size)
+def halving_doubling_coefficients(world_size):
+    """(a, b) for halving-doubling: 2 ceil(log2 n) steps, the ring's 2(n-1)/n of the buffer per rank."""
+    n = np.asarray(world_size, dtype=float)
+    return 2 * np.ceil(np.log2(np.maximum(n, 1))), 2 * (n - 1) / n
+
+
+ALGORITHMS = {"ring": ring_coefficients, "halving-doubling": halving_doubling_coefficients}
+
+
+def allreduce_time(nbytes, world_size, alpha, beta, algorithm="ring"):
+    """Predicted seconds of one all-reduce of `nbytes` over `world_size` ranks (0 for one rank)."""
+    a, b = ALGORITHMS[algorithm](world_size)
     return float(a * alpha + b * nbytes * beta)
+
+
+def latency_share(nbytes, world_size, alpha, beta, algorithm="ring"):
+    """The latency term's share of one all-reduce's predicted time."""
+    a, _ = ALGORITHMS[algorithm](world_size)
+    return float(a * alpha) / allreduce_time(nbytes, world_size, alpha, beta, algorithm)
 
 
 @dataclass(frozen=True)
@@ -102,9 +140,22 @@ def fit_alpha_beta(world_sizes, sizes, times, relative=True):
                float(relative_errors.max()), len(times))
 
 
+def fit_per_world(world_sizes, sizes, times):
+    """{world size: Fit} of each world size's points alone (two or more points each)."""
+    points = list(zip(world_sizes, sizes, times))
+    worlds = sorted({w for w, _, _ in points})
+    return {w: fit_alpha_beta(*zip(*[p for p in points if p[0] == w])) for w in worlds
+            if sum(1 for p in points if p[0] == w) >= 2}
+
+
+def relative_error(predicted, measured):
+    """(predicted - measured) / measured: positive where the model overestimates."""
+    return (predicted - measured) / measured
+
+
 # --- Messages per step: what each strategy all-reduces ------------------------------------------
 
-def bucket_sizes(param_bytes, bucket_mb, first_bucket_mb=None):
+def bucket_sizes(param_bytes, bucket_mb, first_bucket_mb=FIRST_BUCKET_MB):
     """Bytes of each bucket of manual_allreduce.BucketedSync, in launch order.
 
     `param_bytes` in registration (`parameters()`) order. As BucketedSync: walk the parameters
@@ -140,7 +191,7 @@ def ddp_bucket_sizes(param_bytes, bucket_mb, first_bucket_mb=DDP_FIRST_BUCKET_MB
     return buckets[::-1]
 
 
-def messages_per_step(strategy, param_bytes, bucket_mb=25.0, first_bucket_mb=None):
+def messages_per_step(strategy, param_bytes, bucket_mb=25.0, first_bucket_mb=FIRST_BUCKET_MB):
     """Bytes of each all-reduce one training step issues, for a strategy (or 'ddp');
     `first_bucket_mb` as in `bucket_sizes`."""
     if strategy == "per-param":
@@ -176,8 +227,8 @@ def exposed_after_backward(backward_s, bucket_bytes, comm_times):
 
 
 def project_step(compute_s, backward_s, param_bytes, world_size, alpha, beta, bucket_mb=None, wire_fraction=1.0,
-                 first_bucket_mb=None):
-    """Projected step of the ring all-reduce: {step_s, comm_s, exposed_s, efficiency}.
+                 first_bucket_mb=FIRST_BUCKET_MB, algorithm="ring"):
+    """Projected step: {step_s, comm_s, exposed_s, efficiency}, all-reducing with `algorithm`.
 
     `bucket_mb=None`: one flat all-reduce after backward (nothing overlaps). With a bucket size,
     buckets overlap the rest of backward as in `exposed_after_backward`. `wire_fraction` scales
@@ -187,25 +238,25 @@ def project_step(compute_s, backward_s, param_bytes, world_size, alpha, beta, bu
     """
     sizes = [sum(param_bytes)] if bucket_mb is None else bucket_sizes(param_bytes, bucket_mb, first_bucket_mb)
     wire = [nbytes * wire_fraction for nbytes in sizes]
-    times = [allreduce_time(nbytes, world_size, alpha, beta) for nbytes in wire]
+    times = [allreduce_time(nbytes, world_size, alpha, beta, algorithm) for nbytes in wire]
     exposed = sum(times) if bucket_mb is None else exposed_after_backward(backward_s, wire, times)
     step = compute_s + exposed
     return {"step_s": step, "comm_s": sum(times), "exposed_s": exposed, "efficiency": compute_s / step}
 
 
 def best_bucket(compute_s, backward_s, param_bytes, world_size, alpha, beta, candidates=BUCKET_CANDIDATES_MB,
-                wire_fraction=1.0, first_bucket_mb=None):
+                wire_fraction=1.0, first_bucket_mb=FIRST_BUCKET_MB, algorithm="ring"):
     """(bucket_mb, projection) with the shortest projected step among `candidates` (the smaller on ties)."""
     projections = [(mb, project_step(compute_s, backward_s, param_bytes, world_size, alpha, beta, mb, wire_fraction,
-                                     first_bucket_mb)) for mb in sorted(candidates)]
+                                     first_bucket_mb, algorithm)) for mb in sorted(candidates)]
     return min(projections, key=lambda item: item[1]["step_s"])
 
 
-def crossover_world_size(compute_s, total_bytes, alpha, beta, largest=2**20):
-    """The smallest world size whose flat ring all-reduce takes at least as long as the compute of a
+def crossover_world_size(compute_s, total_bytes, alpha, beta, largest=2**20, algorithm="ring"):
+    """The smallest world size whose flat all-reduce takes at least as long as the compute of a
     step (communication dominates from there on), or None if none up to `largest` does."""
     n = np.arange(2, largest + 1, dtype=float)
-    a, b = ring_coefficients(n)
+    a, b = ALGORITHMS[algorithm](n)
     over = np.nonzero(a * alpha + b * total_bytes * beta >= compute_s)[0]
     return int(n[over[0]]) if len(over) else None
 

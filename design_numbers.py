@@ -4,6 +4,8 @@ import math
 import os
 import re
 
+from results import clearly_less, spread
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 NOT_MEASURED = "not measured"
 
@@ -95,6 +97,43 @@ class Numbers:
     def stated(self, name, value, unit, kind, source):
         """A number from the models, the code, an assumption or a publication."""
         return self.add(name, value, unit, kind=kind, source=source)
+
+    def over_repeats(self, key, runs, fields, unit, combine=lambda value: value, formula="the field"):
+        """`key.median`, `.min`, `.max`, `.n`: results.spread over the repeated `runs` of `combine(*fields)`,
+        each field a JSON path of one run's file (absent without runs)."""
+        fields = (fields,) if isinstance(fields, str) else tuple(fields)
+        inputs = [f"{run['path']}#{field}" for run in runs for field in fields]
+        width = len(fields)
+
+        def over_runs(*values):
+            per_run = [combine(*values[i:i + width]) for i in range(0, len(values), width)]
+            return spread([value for value in per_run if value is not None]) or {}
+        units = {"median": unit, "min": unit, "max": unit, "n": "count"}
+        return self.derived_fields(key, over_runs, inputs, units, f"results.spread over the repeats of {formula}")
+
+    def spread(self, key):
+        """{median, min, max, n} of a key registered by `over_repeats`, or None."""
+        values = {stat: self.value(f"{key}.{stat}") for stat in ("median", "min", "max", "n")}
+        return None if None in values.values() else values
+
+    def spread_text(self, key):
+        """'median (min–max)' as a reader sees it; just the median for one run."""
+        if self.value(f"{key}.median") is None:
+            return NOT_MEASURED
+        if self.value(f"{key}.n") == 1:
+            return self.text(f"{key}.median") + " (one run)"
+        return f"{self.text(key + '.median')} ({self.text(key + '.min')}–{self.text(key + '.max')})"
+
+    def verdict(self, name, a, b):
+        """'faster', 'slower' or 'indistinguishable': `a` against `b`, two keys registered by `over_repeats`,
+        by results.clearly_less (a gap of medians larger than both spreads)."""
+        def compare(*values):
+            first, second = dict(zip(("median", "min", "max"), values[:3])), dict(zip(("median", "min", "max"), values[3:]))
+            return "faster" if clearly_less(first, second) else "slower" if clearly_less(second, first) \
+                else "indistinguishable"
+        inputs = [f"{key}.{stat}" for key in (a, b) for stat in ("median", "min", "max")]
+        return self.derived(name, compare, inputs, "name",
+                            "results.clearly_less of the two spreads: faster only where the gap of medians exceeds both")
 
     def value(self, name):
         return self.entries.get(name, {}).get("value")

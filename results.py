@@ -87,7 +87,7 @@ def validate(document):
 
 # --- Reading a results folder: the one loader behind every plot and every table -----------------
 
-BENCHMARK_SCHEMAS = ("allreduce-bench/1", "step-bench/1")  # written by benchmarks/*.py
+BENCHMARK_SCHEMAS = ("allreduce-bench/1", "step-bench/2")  # written by benchmarks/*.py
 DEFAULT_BUCKET_MB = 25.0  # mlp_ddp.py's --bucket-mb default, which is also DDP's bucket_cap_mb
 
 
@@ -116,6 +116,8 @@ def load_folder(folder, note=print):
         except (OSError, ValueError) as error:
             note(f"note: skipped {name}: not readable JSON ({error})")
             continue
+        if isinstance(document, dict) and "traceEvents" in document:
+            continue  # a --trace timeline: plots.py draws it from its own file
         schema = document.get("schema") if isinstance(document, dict) else None
         problems = validate(document) if schema == SCHEMA else [f"no plot or table for schema {schema!r}"]
         if schema in benchmarks:

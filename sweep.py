@@ -1,18 +1,22 @@
-"""The scaling sweep in one command: every mode and strategy at every world size, then the plots.
+"""The scaling sweep in one command: every mode and strategy at every world size, repeated, then the plots.
 
     python sweep.py                                   # the full default sweep (see DEFAULT_* for its size)
     python sweep.py --dry-run                         # print the commands only
-    python sweep.py --models mlp --world-sizes 1,2 --strategies flat --max-steps 20
+    python sweep.py --models mlp --world-sizes 1,2 --strategies flat --max-steps 20 --repeats 1
 
 Runs mlp_ddp.py one job at a time (the processes of a job already share the cores):
-  per model   single (world size 1), then at each world size above 1: ddp, and manual with each strategy
+  per model   single (world size 1), then at each world size above 1: ddp, ddp-no-sync (the same
+              processes without communication: the compute baseline), and manual with each strategy
   bucket      bucketed and ddp at each --bucket-mbs, at the largest world size, MLP only
 At world size 1 only the single-process baseline runs: an all-reduce over one rank has nothing to
-measure. Each run has a stable --run-name (sweep-mlp-manual-flat-w4, bucket-mlp-ddp-1mb-w4), so
-a re-run replaces its results file. A failed run is reported and the sweep goes on; the exit code
-is 1 if any failed. Then plots.py draws every figure from the results folder.
+measure. Every configuration runs --repeats times, interleaved: round r runs every configuration
+once (every other round in reverse order), so slow spells of the machine spread over all of them,
+and the plots and the design document show the median and the spread (min to max) of the repeats.
+Each run has a stable --run-name (sweep-mlp-manual-flat-w4-r2, bucket-mlp-ddp-1mb-w4-r1), so a
+re-run replaces its results file. A failed run is reported and the sweep goes on; the exit code is
+1 if any failed. Then plots.py draws every figure from the results folder.
 
-The default sweep is 30 runs, about 12-16 minutes on the 2-core machine. Most of a short run is
+The default sweep is 34 configurations x 3 repeats, about 40 minutes on the 2-core machine. Most of a short run is
 start-up (every process imports torch and loads MNIST: 10-20 s at 4 processes), so the MLP gets
 150 steps per epoch, where its 2 epochs take 1-15 s; a CNN step costs ~10x an MLP step, so the
 CNN gets 30. Evaluation is cut to 2,000 validation and 2,000 test samples, which is enough to
@@ -30,9 +34,10 @@ import plots
 HERE = os.path.dirname(os.path.abspath(__file__))
 STRATEGIES = ("per-param", "flat", "bucketed", "ring")
 # Sized by timing short runs on the 2-core machine (see the docstring).
-DEFAULT_MLP_STEPS = 150   # per epoch; the first 5 steps of a run are warm-up, left out of the timing
-DEFAULT_CNN_STEPS = 30
+DEFAULT_MLP_STEPS = 100   # per epoch; the first 5 steps of a run are warm-up, left out of the timing
+DEFAULT_CNN_STEPS = 20
 DEFAULT_EPOCHS = 2        # two points per learning curve
+DEFAULT_REPEATS = 3       # the fewest that give a median and a spread
 DEFAULT_EVAL_SAMPLES = ("--val-samples", "2000", "--test-samples", "2000")
 
 
@@ -50,12 +55,15 @@ def parse_args(argv=None):
     add("--max-steps", type=int, default=DEFAULT_MLP_STEPS, help="MLP steps per epoch")
     add("--cnn-max-steps", type=int, default=DEFAULT_CNN_STEPS, help="CNN steps per epoch")
     add("--epochs", type=int, default=DEFAULT_EPOCHS)
+    add("--repeats", type=int, default=DEFAULT_REPEATS, help="runs of every configuration, interleaved")
     add("--train-samples", type=int, default=0, help="training subset (0: all)")
     add("--results-dir", default="results")
     add("--extra", default="", help="more mlp_ddp.py arguments for every run, e.g. \"--val-samples 256\"")
     add("--dry-run", action="store_true", help="print the commands, run nothing")
     args = parser.parse_args(argv)
     unknown = set(args.strategies) - set(STRATEGIES)
+    if args.repeats < 1:
+        parser.error(f"--repeats must be >= 1, got {args.repeats}")
     if unknown:
         parser.error(f"unknown strategies {sorted(unknown)}; choose from {', '.join(STRATEGIES)}")
     return args
@@ -63,6 +71,13 @@ def parse_args(argv=None):
 
 def planned_runs(args):
     """(run name, mlp_ddp.py arguments) for every run of the sweep, in the order they run."""
+    runs = configurations(args)
+    rounds = [runs if r % 2 == 0 else runs[::-1] for r in range(args.repeats)]
+    return [(f"{name}-r{r + 1}", arguments) for r, round_runs in enumerate(rounds) for name, arguments in round_runs]
+
+
+def configurations(args):
+    """(name, mlp_ddp.py arguments) of each configuration, once."""
     runs = []
     for model in args.models:
         if 1 in args.world_sizes:
@@ -70,6 +85,7 @@ def planned_runs(args):
         for world in sorted(size for size in args.world_sizes if size > 1):
             launch = ["--model", model, "--world-size", str(world)]
             runs.append((f"sweep-{model}-ddp-w{world}", launch + ["--mode", "ddp"]))
+            runs.append((f"sweep-{model}-ddp-no-sync-w{world}", launch + ["--mode", "ddp-no-sync"]))
             runs += [(f"sweep-{model}-manual-{strategy}-w{world}", launch + ["--mode", "manual", "--sync", strategy])
                      for strategy in args.strategies]
     largest = max(args.world_sizes)

@@ -107,6 +107,7 @@ TESTS = [
     ("tests/test_cli.py::test_the_schema_check", "core.timing"),
     ("tests/test_timing.py::test_tensorboard_without", None),
     ("tests/test_timing.py::", "core.timing"),
+    ("tests/test_timing_runs.py::", "core.timing"),
     ("tests/test_benchmarks.py::", "core.timing"),
     ("tests/test_plots.py::", "core.timing"),
     ("tests/test_sweep.py::", "core.timing"),

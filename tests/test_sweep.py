@@ -13,7 +13,7 @@ from results import validate
 
 SHARED_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 TINY = ["--models", "mlp", "--world-sizes", "1,2", "--strategies", "flat", "--bucket-mbs", "1", "--max-steps", "5",
-        "--epochs", "1", "--train-samples", "1024"]
+        "--epochs", "1", "--train-samples", "1024", "--repeats", "1"]
 
 
 def dry_run(capsys, argv):
@@ -25,15 +25,16 @@ def option(command, name):
     return command[len(command) - 1 - command[::-1].index(name) + 1]  # the last occurrence wins, as in argparse
 
 
-def test_dry_run_lists_single_then_every_mode_per_world_size_then_the_bucket_sweep(capsys):
+def test_dry_run_lists_single_then_every_mode_per_world_size_then_the_bucket_sweep_in_interleaved_rounds(capsys):
     commands = dry_run(capsys, [])
     names = [option(command, "--run-name") for command in commands]
-    strategies = ["manual-per-param", "manual-flat", "manual-bucketed", "manual-ring"]
-    expected = [f"sweep-{model}-{mode}-w{world}" for model in ("mlp", "cnn")
-                for world, modes in ((1, ["single"]), (2, ["ddp"] + strategies), (4, ["ddp"] + strategies))
-                for mode in modes]
-    expected += [f"bucket-mlp-{mode}-{size}mb-w4" for size in ("0.25", "1", "4", "25") for mode in ("bucketed", "ddp")]
-    assert names == expected
+    modes = ["ddp", "ddp-no-sync", "manual-per-param", "manual-flat", "manual-bucketed", "manual-ring"]
+    once = [f"sweep-{model}-{mode}-w{world}" for model in ("mlp", "cnn")
+            for world, world_modes in ((1, ["single"]), (2, modes), (4, modes)) for mode in world_modes]
+    once += [f"bucket-mlp-{mode}-{size}mb-w4" for size in ("0.25", "1", "4", "25") for mode in ("bucketed", "ddp")]
+    # every configuration once per round; every other round in reverse, so no run always follows the same one
+    rounds = [once, once[::-1], once]
+    assert names == [f"{name}-r{r}" for r, round_names in enumerate(rounds, 1) for name in round_names]
     steps = {option(command, "--model"): option(command, "--max-steps") for command in commands}
     assert steps == {"mlp": str(sweep.DEFAULT_MLP_STEPS), "cnn": str(sweep.DEFAULT_CNN_STEPS)}
 
@@ -64,7 +65,8 @@ def test_a_tiny_sweep_writes_valid_results_and_the_plots(tmp_path):
     no_bucket_sweep = ["--bucket-mbs", ""]  # its two runs would double the test's time; the dry run covers them
     assert sweep.main(TINY + no_bucket_sweep + ["--extra", extra, "--results-dir", str(tmp_path)]) == 0
     documents = {os.path.basename(path): json.load(open(path)) for path in glob.glob(str(tmp_path / "*.json"))}
-    assert sorted(documents) == ["sweep-mlp-ddp-w2.json", "sweep-mlp-manual-flat-w2.json", "sweep-mlp-single-w1.json"]
+    assert sorted(documents) == ["sweep-mlp-ddp-no-sync-w2-r1.json", "sweep-mlp-ddp-w2-r1.json",
+                                 "sweep-mlp-manual-flat-w2-r1.json", "sweep-mlp-single-w1-r1.json"]
     assert all(validate(document) == [] for document in documents.values())
     plots = sorted(os.listdir(tmp_path / "plots"))
     assert plots == ["curves-mlp.png", "scaling-mlp.png", "time-breakdown-mlp.png"]

@@ -1,0 +1,108 @@
+"""The timing definitions hold on real runs: every strategy and DDP at 2 and 4 ranks, one process,
+a deliberately slow rank, DDP's calibration, and every results file committed under results/."""
+import glob
+import json
+import os
+
+import pytest
+import torch
+
+import results
+from conftest import REPO, run_cli
+
+SMALL = ("--val-samples", 100, "--test-samples", 100, "--epochs", 1, "--warmup-steps", 2, "--batch-size", 16)
+MODES = {"ddp": ("--mode", "ddp"), "per-param": ("--mode", "manual", "--sync", "per-param"),
+         "flat": ("--mode", "manual", "--sync", "flat"),
+         "bucketed": ("--mode", "manual", "--sync", "bucketed", "--bucket-mb", 0.25),
+         "ring": ("--mode", "manual", "--sync", "ring")}
+
+
+def run(tmp_path, tiny_data, name, *args):
+    done = run_cli("--data-dir", tiny_data, *SMALL, "--results-dir", tmp_path, "--run-name", name, *args)
+    assert done.returncode == 0, done.stderr
+    return json.loads((tmp_path / f"{name}.json").read_text())
+
+
+def assert_timing_invariants(document, where):
+    """timing.py's invariants on each rank's summary: means add up exactly; busy, hidden and the step are
+    ordered step by step, so their means and medians are ordered too."""
+    for rank, stats in enumerate(document["timing"]["per_rank"]):
+        for statistic in ("mean", "median"):
+            value = {field: stats[field][statistic] for field in stats}
+            assert 0 <= value["comm_hidden"] <= value["comm_busy"] <= value["step"] * (1 + 1e-9), (where, rank, statistic)
+            assert value["comm_exposed"] <= value["step"], (where, rank, statistic)
+        mean = {field: stats[field]["mean"] for field in stats}
+        assert mean["data"] + mean["compute"] + mean["comm_exposed"] == pytest.approx(mean["step"]), (where, rank)
+    for epoch in document["epochs"]:
+        assert epoch["comm_hidden_s"] <= epoch["comm_busy_s"] * (1 + 1e-9), where
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("mode", MODES)
+def test_busy_hidden_and_exposed_time_keep_their_invariants_on_real_runs(tiny_data, tmp_path, mode, world):
+    document = run(tmp_path, tiny_data, "run", "--world-size", world, *MODES[mode])
+    assert_timing_invariants(document, f"{mode} at {world} ranks")
+    busy = document["timing"]["across_ranks"]["comm_busy"]["mean"]
+    assert busy > 0  # every step communicates
+    if mode in ("flat", "per-param", "ring"):  # launched after backward: nothing can hide
+        assert document["timing"]["across_ranks"]["comm_hidden"]["mean"] == 0
+
+
+def test_a_single_process_reports_no_communication_at_all(tiny_data, tmp_path):
+    document = run(tmp_path, tiny_data, "single", "--mode", "single")
+    for field in ("comm_busy", "comm_hidden", "comm_exposed"):
+        assert document["timing"]["across_ranks"][field] == {"mean": 0.0, "median": 0.0, "p95": 0.0,
+                                                             "slowest_rank_mean": 0.0}
+    assert [epoch["comm_exposed_s"] for epoch in document["epochs"]] == [0.0]
+    assert "measured" in document["timing"]["exposed_method"]
+
+
+def test_a_slow_rank_shows_as_a_straggler_although_every_step_lasts_as_long(tiny_data, tmp_path):
+    # Rank 1 sleeps 10 ms per step. Blocking collectives make rank 0 wait for it, so both ranks' steps
+    # are equally long; their own work (step minus waiting) is not.
+    document = run(tmp_path, tiny_data, "slow", "--world-size", 2, *MODES["flat"], "--debug-slow-rank", 1)
+    per_rank = document["timing"]["per_rank"]
+    own_work = [rank["own_work"]["mean"] for rank in per_rank]
+    assert own_work[1] > own_work[0] + 0.008
+    assert document["timing"]["straggler"] == pytest.approx(own_work[1] / own_work[0])
+    assert per_rank[0]["step"]["mean"] == pytest.approx(per_rank[1]["step"]["mean"], rel=0.1)
+    assert per_rank[0]["comm_exposed"]["mean"] > per_rank[1]["comm_exposed"]["mean"] + 0.008  # rank 0 waited
+
+
+def test_the_slow_rank_option_is_hidden_from_help():
+    assert "debug-slow-rank" not in run_cli("--help").stdout
+
+
+def test_ddp_calibration_leaves_training_bit_identical_and_says_what_it_estimated(tiny_data, tmp_path):
+    models = {}
+    for every in (1, 0):  # a calibration before every step, or none
+        document = run(tmp_path, tiny_data, f"every{every}", "--world-size", 2, "--mode", "ddp",
+                       "--calibrate-every", every, "--save-model", tmp_path / f"every{every}.pt")
+        models[every] = torch.load(tmp_path / f"every{every}.pt")
+    for key in models[0]:
+        assert torch.equal(models[0][key], models[1][key]), key
+    timing = json.loads((tmp_path / "every1.json").read_text())["timing"]
+    assert timing["exposed_method"].startswith("estimate")
+    assert timing["calibration"]["every_steps"] == 1
+    steps = json.loads((tmp_path / "every1.json").read_text())["epochs"][0]["steps"]
+    assert [len(rank) for rank in timing["calibration"]["backward_without_communication_s"]] == [steps - 2] * 2
+    for rank in timing["ddp_runtime_statistics"]:  # the reducer's own view, reported beside the estimate
+        assert rank["backward_comm_s"] > 0
+        assert rank["exposed_s"] == pytest.approx(rank["backward_comm_s"] - rank["backward_overlap_s"])
+
+
+def test_the_compute_baseline_mode_runs_ddp_without_communicating(tiny_data, tmp_path):
+    document = run(tmp_path, tiny_data, "nosync", "--world-size", 2, "--mode", "ddp-no-sync")
+    assert document["timing"]["across_ranks"]["comm_busy"]["mean"] == 0
+    assert results.series_name(document) == "ddp-no-sync"
+
+
+def test_every_committed_results_file_satisfies_the_timing_invariants():
+    paths = glob.glob(os.path.join(REPO, "results", "**", "*.json"), recursive=True)
+    runs = [path for path in paths if json.load(open(path)).get("schema", "").startswith("ddp-mnist-results")]
+    assert runs, "no training results committed under results/"
+    for path in runs:
+        document = json.load(open(path))
+        assert document["schema"] == results.SCHEMA, f"{path} was written before the current timing definitions"
+        assert results.validate(document) == [], path
+        assert_timing_invariants(document, os.path.relpath(path, REPO))
