@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates every reference figure in results/ and every number of design_doc/, in this order:
 #
-#   ./make_reference_results.sh                               # about 55 minutes on 2 cores
+#   ./make_reference_results.sh                               # about 35 minutes on 2 cores
 #   OFFLINE_DATA_DIR=../shared/data ./make_reference_results.sh
 #
 # Run it on a quiet machine: the figures are timings. Then commit results/ and design_doc/.
