@@ -19,6 +19,9 @@ from results import write_json_atomic
 from timing import COMM_FIELDS, chrome_trace, summarize_ranks
 
 
+CALIBRATION_WINDOW = 5  # DDP's baseline: the median of this many latest no-communication backwards
+
+
 class TrainingDiverged(Exception):
     """The loss became NaN or infinite."""
 
@@ -186,18 +189,18 @@ class Trainer:
 
     # --- DDP's exposed communication: an estimate, calibrated through the run ---------------------
 
-    def calibration_due(self, window=5):
-        """DDP waits inside backward, so its backward is timed without communication: before the first measured
-        step and the next `window` - 1 (a baseline from the start), then every `--calibrate-every` steps."""
+    def calibration_due(self):
+        """DDP waits inside backward, so its backward is timed without communication: before each of the first
+        CALIBRATION_WINDOW measured steps (a baseline from the start), then every `--calibrate-every` steps."""
         every, upcoming = self.config.calibrate_every, self.timer.steps_seen - self.timer.warmup_steps
         return getattr(self.model, "waits_inside_backward", False) and every > 0 and upcoming >= 0 \
-            and (upcoming < window or upcoming % every == 0)
+            and (upcoming < CALIBRATION_WINDOW or upcoming % every == 0)
 
-    def calibrate_backward(self, batch, window=5):
+    def calibrate_backward(self, batch):
         """Time a backward of the step's batch, just after the step (caches as warm as the step's own), as
         training runs it (autocast, loss scaling, DDP's bucket copies) but with the all-reduce left out. The
-        timer's baseline for the steps that follow is the median of the latest `window` of these. Training is
-        left bit-identical: the RNG is restored and the gradients discarded. Returns the seconds it took.
+        timer's baseline for the steps that follow is the median of the latest CALIBRATION_WINDOW of these.
+        Training is left bit-identical: the RNG is restored and the gradients discarded. Returns its seconds.
         """
         began = time.perf_counter()
         x, y = self.train.images[batch].to(self.device), self.train.labels[batch].to(self.device)
@@ -212,7 +215,7 @@ class Trainer:
         checkpoint.set_rng_state(rng)
         begin, end = self.timer.clock.seconds([begin, end])
         self.calibrations.append(end - begin)
-        self.timer.backward_baseline = statistics.median(self.calibrations[-window:])
+        self.timer.backward_baseline = statistics.median(self.calibrations[-CALIBRATION_WINDOW:])
         return time.perf_counter() - began
 
     def timing_provenance(self):
@@ -220,9 +223,9 @@ class Trainer:
         if not getattr(self.model, "waits_inside_backward", False):
             return {"exposed_method": "measured: communication in flight after the last backward returned"}
         samples = gather(self.calibrations)
-        return {"exposed_method": "estimate: DDP's last backward minus the median of the latest 5 backwards timed "
-                                  "without communication (a step's batch, just after the step; autocast and loss "
-                                  "scaling as training; bucket copies kept)",
+        return {"exposed_method": f"estimate: DDP's last backward minus the median of the latest {CALIBRATION_WINDOW} "
+                                  "backwards timed without communication (a step's batch, just after the step; "
+                                  "autocast and loss scaling as training; bucket copies kept)",
                 "calibration": {"every_steps": self.config.calibrate_every,
                                 "backward_without_communication_s": samples},
                 "ddp_runtime_statistics": gather(self.model.runtime_statistics())}
