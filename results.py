@@ -13,6 +13,7 @@ TIMED_FIELDS = FIELDS  # timing.py: the phases, compute, comm busy/hidden/expose
 EPOCH_FIELDS = ("epoch", "steps", "train_loss", "train_accuracy", "val_loss", "val_accuracy", "epoch_time_s",
                 "data_s", "compute_s", "comm_busy_s", "comm_hidden_s", "comm_exposed_s", "samples_seen", "elapsed_s",
                 "samples_per_s", "lr")
+SIGNED_FIELDS = ("comm_exposed_s",)  # DDP's is an unclamped estimate (timing.py): a noisy epoch can sum below 0
 ENVIRONMENT_FIELDS = ("torch", "python", "backend", "device", "launcher", "world_size", "hosts", "cores",
                       "threads_per_rank", "parameters")
 
@@ -65,7 +66,7 @@ def validate(document):
         for index, epoch in enumerate(document["epochs"]):
             if need(epoch, EPOCH_FIELDS, f"epochs[{index}]"):
                 for key in EPOCH_FIELDS:
-                    if not isinstance(epoch[key], (int, float)) or epoch[key] < 0:
+                    if not isinstance(epoch[key], (int, float)) or (epoch[key] < 0 and key not in SIGNED_FIELDS):
                         problems.append(f"epochs[{index}].{key} is not a non-negative number")
                 for key in ("train_accuracy", "val_accuracy"):
                     if not 0 <= epoch[key] <= 1:

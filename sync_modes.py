@@ -44,6 +44,7 @@ class TorchDDP(DistributedDataParallel):
         self.overflowed = torch.zeros((), dtype=torch.bool, device=next(module.parameters()).device)
         self.register_comm_hook(comm, self.timed_average_hook)
         self._set_ddp_runtime_logging_sample_rate(1)  # the reducer's own timings, every step (runtime_statistics)
+        self.reducer_steps = []
 
     def timed_average_hook(self, comm, bucket):
         # As torch's allreduce_hook, or fp16/bf16_compress_hook with a wire dtype: divide, (cast,) sum, (cast back).
@@ -84,15 +85,22 @@ class TorchDDP(DistributedDataParallel):
         finally:
             self.communicate = True
 
-    def runtime_statistics(self):
-        """The reducer's own averages over the steps it sampled (every step here), in seconds."""
+    def record_runtime_statistics(self):
+        """After a training step's backward: the reducer's own timings of it (backward compute, communication,
+        their overlap), kept per step so the run's means cover the same steps as the timer's (no warm-up, no
+        calibration)."""
+        self.logger.set_runtime_stats_and_log()  # DDP calls it at the next forward; here it is this step's
         logged = self._get_ddp_logging_data()
-        seconds = {key: logged.get(f"avg_backward_{key}_time", 0) / 1e9
-                   for key in ("compute", "comm", "compute_comm_overlap")}
-        # Its backward compute ends at the last gradient; communication still running after that is exposed.
-        return {"backward_compute_s": seconds["compute"], "backward_comm_s": seconds["comm"],
-                "backward_overlap_s": seconds["compute_comm_overlap"],
-                "exposed_s": seconds["comm"] - seconds["compute_comm_overlap"]}
+        self.reducer_steps.append([logged.get(f"backward_{key}_time", 0) / 1e9
+                                   for key in ("compute", "comm", "compute_comm_overlap")])
+
+    def runtime_statistics(self):
+        """The means over the recorded steps, in seconds; exposed = communication - overlap, i.e. communication
+        still running after the reducer's last gradient was ready."""
+        count = max(1, len(self.reducer_steps))
+        compute, comm, overlap = (sum(column) / count for column in zip(*self.reducer_steps or [[0, 0, 0]]))
+        return {"steps": len(self.reducer_steps), "backward_compute_s": compute, "backward_comm_s": comm,
+                "backward_overlap_s": overlap, "exposed_s": comm - overlap}
 
 
 class TorchDDPNoSync(DistributedDataParallel):

@@ -4,6 +4,7 @@ The loop only ever calls `model(x)`, `model.no_sync()` and
 `model.finish_gradient_synchronization()`; see sync_modes.py for the three wrappers.
 """
 import os
+import statistics
 import sys
 import time
 from contextlib import nullcontext
@@ -93,11 +94,10 @@ class Trainer:
         correct = torch.zeros((), dtype=torch.int64, device=self.device)
         step_losses = torch.zeros(len(indices), device=self.device)
         start = last_progress = time.perf_counter()
+        calibration_time = 0.0  # left out of the epoch's time: the throughput is training's alone
         for step in range(first_step, len(indices)):
             self.maybe_fail_for_test()
             micro_batches = indices[step].view(accumulation, config.batch_size)
-            if self.calibration_due():
-                self.calibrate_backward(micro_batches[-1])
             timer.start_step()
             for micro, batch in enumerate(micro_batches):
                 x = self.train.images[batch].to(self.device, non_blocking=True)
@@ -123,6 +123,10 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             timer.mark("optimizer")
             timer.end_step()
+            if hasattr(self.model, "record_runtime_statistics") and timer.steps_seen > timer.warmup_steps:
+                self.model.record_runtime_statistics()  # DDP's own view, the cross-check of its estimate
+            if self.calibration_due():
+                calibration_time += self.calibrate_backward(micro_batches[-1])
             self.first_bad_step = torch.where((self.first_bad_step < 0) & ~torch.isfinite(loss.detach()),
                                               self.global_step, self.first_bad_step)
             self.global_step += 1
@@ -131,7 +135,7 @@ class Trainer:
             if time.perf_counter() - last_progress >= config.progress_every:
                 last_progress = time.perf_counter()
                 self.show_progress(epoch, step + 1 - first_step, len(indices) - first_step, last_progress - start)
-        train_time = time.perf_counter() - start
+        train_time = time.perf_counter() - start - calibration_time
         self.check_finite()
         if self.scheduler is not None:
             self.scheduler.step()
@@ -183,18 +187,20 @@ class Trainer:
 
     # --- DDP's exposed communication: an estimate, calibrated through the run ---------------------
 
-    def calibration_due(self):
-        """DDP waits inside backward; every `--calibrate-every` steps, its backward is timed without communication."""
-        every, measured = self.config.calibrate_every, self.timer.steps_seen - self.timer.warmup_steps
-        return getattr(self.model, "waits_inside_backward", False) and every > 0 and measured >= 0 \
-            and measured % every == 0
+    def calibration_due(self, window=5):
+        """DDP waits inside backward, so its backward is timed without communication: before the first measured
+        step and the next `window` - 1 (a baseline from the start), then every `--calibrate-every` steps."""
+        every, upcoming = self.config.calibrate_every, self.timer.steps_seen - self.timer.warmup_steps
+        return getattr(self.model, "waits_inside_backward", False) and every > 0 and upcoming >= 0 \
+            and (upcoming < window or upcoming % every == 0)
 
     def calibrate_backward(self, batch, window=5):
-        """Time one backward of this batch as training runs it (autocast, loss scaling, DDP's bucket copies), but
-        with the all-reduce left out; the timer's baseline is the median of the last `window` of these.
-
-        Training is left bit-identical: the RNG is restored and the gradients are discarded.
+        """Time a backward of the step's batch, just after the step (caches as warm as the step's own), as
+        training runs it (autocast, loss scaling, DDP's bucket copies) but with the all-reduce left out. The
+        timer's baseline for the steps that follow is the median of the latest `window` of these. Training is
+        left bit-identical: the RNG is restored and the gradients discarded. Returns the seconds it took.
         """
+        began = time.perf_counter()
         x, y = self.train.images[batch].to(self.device), self.train.labels[batch].to(self.device)
         rng = checkpoint.rng_state()
         with self.model.without_communication():
@@ -207,8 +213,8 @@ class Trainer:
         checkpoint.set_rng_state(rng)
         begin, end = self.timer.clock.seconds([begin, end])
         self.calibrations.append(end - begin)
-        recent = sorted(self.calibrations[-window:])
-        self.timer.backward_baseline = recent[len(recent) // 2]
+        self.timer.backward_baseline = statistics.median(self.calibrations[-window:])
+        return time.perf_counter() - began
 
     def timing_provenance(self):
         """How comm_exposed was obtained, for the results file: measured, or DDP's estimate and its baseline."""
@@ -216,7 +222,8 @@ class Trainer:
             return {"exposed_method": "measured: communication in flight after the last backward returned"}
         samples = gather(self.calibrations)
         return {"exposed_method": "estimate: DDP's last backward minus the median of the latest 5 backwards timed "
-                                  "without communication (same batch, autocast and loss scaling; bucket copies kept)",
+                                  "without communication (a step's batch, just after the step; autocast and loss "
+                                  "scaling as training; bucket copies kept)",
                 "calibration": {"every_steps": self.config.calibrate_every,
                                 "backward_without_communication_s": samples},
                 "ddp_runtime_statistics": gather(self.model.runtime_statistics())}
