@@ -108,19 +108,26 @@ class GradientSync:
         self.wire_dtype = WIRE_DTYPES[compress]
         self.comm = comm or CommRecorder()
         self.overflowed = torch.zeros((), dtype=torch.bool, device=params[0].device)  # fp16 only, see wait()
+        self.zero_filled = set()
 
     def grad_ready(self, param):
         """Called by autograd the moment `param.grad` is final for this backward."""
+
+    def skip_unused(self, params):
+        """Called after forward with the parameters no backward will reach; they contribute zeros. Strategies that
+        work after backward pack those zeros then; only the bucketed one must count them as ready early."""
 
     def finish(self):
         """Called after backward: on return every gradient holds the average over ranks."""
         raise NotImplementedError
 
     def gradients(self, params):
-        """The gradients of `params`; a parameter unused in this step contributes zeros, so every rank sends the same."""
+        """The gradients of `params`; a parameter without one contributes zeros (remembered in `zero_filled`), so
+        every rank sends the same tensors."""
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
+                self.zero_filled.add(p)
         return [p.grad for p in params]
 
     def start_average(self, buffer, name):
@@ -372,10 +379,11 @@ class ManualDDP(nn.Module):
                                "parameters unused in forward, pass find_unused_parameters=True to ManualDDP (as to "
                                "DistributedDataParallel)")
         unused_everywhere = self._unused_on_every_rank(missing) if self.find_unused_parameters else []
-        untouched = [p for p in unused_everywhere if p.grad is None]
         self.sync.finish()
-        for p in untouched:  # no rank computed a gradient for it: leave it None, so no optimizer moves it
-            p.grad = None
+        for p in unused_everywhere:  # no rank computed a gradient for it: leave it None, so no optimizer moves it
+            if p in self.sync.zero_filled:
+                p.grad = None
+        self.sync.zero_filled.clear()
         self.ready, self.unused = set(), set()
 
     def _unused_on_every_rank(self, missing):
