@@ -93,6 +93,7 @@ def sweep_section(n, grouped, worlds):
                       "at the largest world size")
     n.measured("config.calibrate_every", largest and largest["path"], "config.calibrate_every", "count")
     tables["table.pairs"] = table(["model", "ranks", "step of the first", "step of the second", "verdict"], pairs)
+    tables["text.overlap_lesson"] = "; ".join(overlap_lesson(n, model, top) for model in ("mlp", "cnn"))
     counted = [name for name in n.entries if name.startswith("sweep.") and name.endswith(".step.n")]
     n.derived("sweep.fewest_repeats", lambda *counts: min(counts), counted, "count",
               "the fewest repeats of any measured configuration")
@@ -132,6 +133,17 @@ def pair_row(n, model, world, a, b):
     verdict = n.verdict(f"verdict.{model}.w{world}.{slug(a)}-vs-{slug(b)}", first, second)
     claim = sentence(a, b, verdict) if verdict else f"{a} or {b} not measured"
     return [model.upper(), world, n.spread_text(first), n.spread_text(second), claim]
+
+
+def overlap_lesson(n, model, world):
+    """What bucketed's overlap bought against flat at `world` ranks: hidden share, compute, busy time, verdict."""
+    bucketed, flat = key(model, "manual bucketed", world), key(model, "manual flat", world)
+    verdict = n.value(f"verdict.{model}.w{world}.bucketed-vs-flat")
+    step = {"faster": "shorter than", "slower": "longer than"}.get(verdict, "indistinguishable from")
+    return (f"for the {model.upper()} it hides {n.text(bucketed + '.overlap.median')} of its communication behind "
+            f"backward, its compute is {n.text(bucketed + '.compute.median')} against flat's "
+            f"{n.text(flat + '.compute.median')}, its busy time {n.text(bucketed + '.comm_busy.median')} against "
+            f"{n.text(flat + '.comm_busy.median')}, and its step is {step} flat's")
 
 
 def summary(n, model, top):

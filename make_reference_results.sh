@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates every reference figure in results/ and every number of design_doc/, in this order:
 #
-#   ./make_reference_results.sh                               # about 55 minutes on 2 cores
+#   ./make_reference_results.sh                               # about 35 minutes on 2 cores
 #   OFFLINE_DATA_DIR=../shared/data ./make_reference_results.sh
 #
 # Run it on a quiet machine: the figures are timings. Then commit results/ and design_doc/.
@@ -15,11 +15,9 @@ PYTHON=${PYTHON:-python3}
 "$PYTHON" benchmarks/dataloader_bench.py             # results/dataloader-bench.json
 # The README's main job, and timelines of bucketed sync and of DDP; their run files stay out of the sweep's plots.
 "$PYTHON" mlp_ddp.py --mode manual --world-size 4 --results-dir results/main --run-name mlp-manual-bucketed-w4
-for mode in "manual --sync bucketed" "ddp"; do
-    name=$(echo "$mode" | awk '{print $NF}')
-    # shellcheck disable=SC2086  # $mode is two or three words on purpose
-    "$PYTHON" mlp_ddp.py --mode $mode --world-size 2 --epochs 1 --max-steps 40 --trace-steps 10 \
-        --results-dir results/main --run-name "trace-$name-w2" --trace "results/trace-$name-w2.json"
-done
+"$PYTHON" mlp_ddp.py --mode manual --sync bucketed --world-size 2 --epochs 1 --max-steps 40 --trace-steps 10 \
+    --results-dir results/main --run-name trace-bucketed-w2 --trace results/trace-bucketed-w2.json
+"$PYTHON" mlp_ddp.py --mode ddp --world-size 2 --epochs 1 --max-steps 40 --trace-steps 10 \
+    --results-dir results/main --run-name trace-ddp-w2 --trace results/trace-ddp-w2.json
 "$PYTHON" plots.py                                   # results/plots/*.png
 "$PYTHON" build_design_doc.py                        # design_doc/*.md, design_doc/numbers.json

@@ -91,8 +91,10 @@ def test_world_sizes_1_2_and_4_with_the_same_global_batch_give_the_same_paramete
     results = []
     for world_size in (1, 2, 4):
         mode = ("--mode", "single") if world_size == 1 else ("--mode", "manual", "--world-size", world_size)
+        # 3 steps: by the fifth, float32 rounding (which differs with the batch split) flips a ReLU on this
+        # data at 4 ranks and the difference jumps from 1e-8 to 5e-5: real, but not the sharding under test
         run_ok("--data-dir", tiny_data, *mode, "--epochs", 1, "--val-samples", 100, "--batch-size", 32 // world_size, "--dropout", 0,
-               "--optimizer", "sgd", "--lr", 0.05, "--max-steps", 5, "--results-dir", tmp_path,
+               "--optimizer", "sgd", "--lr", 0.05, "--max-steps", 3, "--results-dir", tmp_path,
                "--save-model", tmp_path / f"w{world_size}.pt")
         results.append(parameters(tmp_path / f"w{world_size}.pt"))
     for other in results[1:]:
