@@ -9,6 +9,7 @@ Three launchers, recognised from the environment:
 import logging
 import os
 import re
+import signal
 import socket
 import subprocess
 import time
@@ -186,8 +187,15 @@ def launch_local(worker, world_size, args, port=None):
     port = port or free_port()
     placements = [Placement(rank, world_size, rank, world_size, "127.0.0.1", port, "local")
                   for rank in range(world_size)]
-    context = mp.start_processes(_run_placed, args=(worker, placements, args), nprocs=world_size,
-                                 join=False, start_method="spawn")
+    # A signal while the ranks start would leave the started ones without a handle to stop them, and the
+    # interpreter's exit would then wait for them forever: hold SIGINT/SIGTERM until every rank has a handle.
+    stops = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+    try:
+        context = mp.start_processes(_run_placed, args=(worker, placements, args), nprocs=world_size,
+                                     join=False, start_method="spawn")
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
     try:
         while not context.join():
             pass
@@ -196,15 +204,24 @@ def launch_local(worker, world_size, args, port=None):
     except mp.ProcessRaisedException as failure:
         return failure.error_index, 1
     finally:  # on Ctrl-C or SIGTERM too: no rank outlives the launcher
-        for process in context.processes:
-            if process.is_alive():
-                process.terminate()
-        for process in context.processes:
-            process.join(10)
-            if process.is_alive():
-                process.kill()
+        stop_all(context.processes)
     return None
 
 
+def stop_all(processes, grace_s=5.0):
+    """Terminate every process still running, wait for all of them against one deadline, then kill the rest."""
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
 def _run_placed(index, worker, placements, args):
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # held by the launcher, inherited
     worker(placements[index], args)

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.utils._pytree import tree_leaves
 
 from timing import CommRecorder
 
@@ -106,19 +107,27 @@ class GradientSync:
         self.world_size = dist.get_world_size()
         self.wire_dtype = WIRE_DTYPES[compress]
         self.comm = comm or CommRecorder()
+        self.overflowed = torch.zeros((), dtype=torch.bool, device=params[0].device)  # fp16 only, see wait()
+        self.zero_filled = set()
 
     def grad_ready(self, param):
         """Called by autograd the moment `param.grad` is final for this backward."""
+
+    def skip_unused(self, params):
+        """Called after forward with the parameters no backward will reach; they contribute zeros. Strategies that
+        work after backward pack those zeros then; only the bucketed one must count them as ready early."""
 
     def finish(self):
         """Called after backward: on return every gradient holds the average over ranks."""
         raise NotImplementedError
 
     def gradients(self, params):
-        """The gradients of `params`; a parameter unused in this step contributes zeros, so every rank sends the same."""
+        """The gradients of `params`; a parameter without one contributes zeros (remembered in `zero_filled`), so
+        every rank sends the same tensors."""
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
+                self.zero_filled.add(p)
         return [p.grad for p in params]
 
     def start_average(self, buffer, name):
@@ -134,12 +143,20 @@ class GradientSync:
         def wait():
             future.wait()
             if wire is not buffer:
+                if wire.dtype == torch.float16:
+                    flag_overflow(self.overflowed, buffer, wire)
                 buffer.copy_(wire)
         return wait
 
     def launch(self, wire, name):
         """Start summing `wire` over ranks; the library's all-reduce, asynchronous."""
         return self.comm.track(name, lambda: dist.all_reduce(wire, async_op=True))
+
+
+def flag_overflow(flag, sent, received):
+    """Set `flag` (on the device: no host sync) where float16 made finite gradients infinite: past 65504 a cast
+    or a sum becomes inf. Gradients already infinite before sending are divergence, which the trainer reports."""
+    torch.logical_or(flag, torch.isfinite(sent).all() & ~torch.isfinite(received).all(), out=flag)
 
 
 def copy_into(grads, buffer):
@@ -214,13 +231,21 @@ class BucketedSync(GradientSync):
         self.buckets.append(Bucket(len(self.buckets), current))
         self.bucket_of = {p: bucket for bucket in self.buckets for p in bucket.params}
         self.next_to_launch = 0
-        self.launch_log = []  # (bucket index, gradients ready when launched): the test's proof of overlap
+        self.launch_log = []  # this step's (bucket index, gradients ready when launched): the proof of overlap
         self.grads_ready = 0
 
     def grad_ready(self, param):
+        if self.next_to_launch == 0 and self.grads_ready == 0:
+            self.launch_log = []  # a new step's first gradient
         self.grads_ready += 1
         self.bucket_of[param].ready += 1
         self.launch_ready_buckets()
+
+    def skip_unused(self, params):
+        """Count parameters that no backward of this step will reach as ready (they send zeros), so their
+        buckets launch as soon as their other gradients are in, as DDP's find_unused_parameters does."""
+        for param in params:
+            self.grad_ready(param)
 
     def launch_ready_buckets(self, force=False):
         while self.next_to_launch < len(self.buckets):
@@ -250,30 +275,80 @@ def make_sync(strategy, params, bucket_mb=25.0, compress=None, comm=None):
 
 # --- 4. A wrapper with DDP's surface ----------------------------------------------------------
 
-class ManualDDP(nn.Module):
-    """`ManualDDP(model, "bucketed")` where code says `DistributedDataParallel(model)`.
+def parameters_reached(output):
+    """The leaf tensors a backward from `output` will reach: a walk of the autograd graph, as DDP does after
+    forward with find_unused_parameters=True (a parameter not reached gets no gradient in this step)."""
+    stack = [t.grad_fn for t in tree_leaves(output) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    seen, reached = set(), set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if hasattr(node, "variable"):  # an AccumulateGrad node: it writes a leaf's .grad
+            reached.add(node.variable)
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return reached
 
-    The constructor broadcasts rank 0's parameters and buffers; `forward` calls the module;
-    `no_sync()` skips communication for gradient accumulation; the training loop calls
-    `finish_gradient_synchronization()` after backward and before the optimizer step.
+
+class ManualDDP(nn.Module):
+    """`ManualDDP(model, "bucketed")` where code says `DistributedDataParallel(model)`, with DDP's keyword
+    arguments, defaults and semantics.
+
+    The constructor broadcasts rank 0's parameters and buffers; with `broadcast_buffers` (the default)
+    `forward` broadcasts rank 0's buffers again before each forward that follows a training forward, so
+    BatchNorm statistics stay equal across ranks. `no_sync()` skips communication for gradient
+    accumulation. The training loop calls `finish_gradient_synchronization()` after backward and before
+    the optimizer step. As in DDP:
+      - every backward outside no_sync() is averaged: a second forward and backward before finishing
+        first completes the previous one, so both backwards' averaged gradients add up;
+      - a gradient reported twice between two forwards is an error;
+      - a parameter that gets no gradient is an error, unless `find_unused_parameters=True`: then each
+        forward walks the autograd graph, unreached parameters send zeros at once (their buckets are not
+        held back), and one parameter unused on every rank keeps `.grad is None`.
     """
 
-    def __init__(self, module, strategy="bucketed", bucket_mb=25.0, compress=None, comm=None):
+    def __init__(self, module, strategy="bucketed", bucket_mb=25.0, compress=None, comm=None,
+                 broadcast_buffers=True, find_unused_parameters=False):
         super().__init__()
         self.module = module
         broadcast_parameters(module)
         params = trainable_parameters(module)
         self.sync = make_sync(strategy, params, bucket_mb, compress, comm)
+        self.names = {p: name for name, p in module.named_parameters()}
+        self.broadcast_buffers = broadcast_buffers
+        self.find_unused_parameters = find_unused_parameters
         self.require_sync = True
+        self.require_buffer_sync = True  # as DDP: the forward after a training forward broadcasts buffers
+        self.ready = set()   # parameters whose gradient arrived since the last forward
+        self.unused = set()  # parameters that forward's graph does not reach (find_unused_parameters)
         for p in params:
             p.register_post_accumulate_grad_hook(self._grad_ready)
 
     def _grad_ready(self, param):
-        if self.require_sync:
-            self.sync.grad_ready(param)
+        if not self.require_sync:
+            return
+        if param in self.ready or param in self.unused:
+            raise RuntimeError(f"Expected to mark a variable ready only once: parameter '{self.names[param]}' "
+                               "got a second gradient in this backward (a second backward needs a new forward)")
+        self.ready.add(param)
+        self.sync.grad_ready(param)
 
     def forward(self, *args, **kwargs):
-        return self.module(*args, **kwargs)
+        syncing = torch.is_grad_enabled() and self.require_sync
+        if syncing and (self.ready or self.unused):
+            self._finish_backward()  # a second forward and backward before finishing: average the first now
+        if self.broadcast_buffers and self.require_buffer_sync:
+            with torch.no_grad():
+                for buffer in self.module.buffers():
+                    dist.broadcast(buffer, 0)
+        output = self.module(*args, **kwargs)
+        self.require_buffer_sync = syncing
+        if syncing and self.find_unused_parameters:
+            reached = parameters_reached(output)
+            self.unused = {p for p in self.sync.params if p not in reached}
+            self.sync.skip_unused([p for p in self.sync.params if p in self.unused])
+        return output
 
     @contextmanager
     def no_sync(self):
@@ -285,4 +360,36 @@ class ManualDDP(nn.Module):
             self.require_sync = True
 
     def finish_gradient_synchronization(self):
+        if self.ready or self.unused:
+            self._finish_backward()
+
+    def wire_overflowed(self):
+        """Whether a gradient overflowed float16 on the wire since the last call (a host sync: call it per step
+        only where no loss scaler would catch the inf)."""
+        overflowed = bool(self.sync.overflowed)
+        self.sync.overflowed.zero_()
+        return overflowed
+
+    def _finish_backward(self):
+        """Average the gradients of the backward(s) since the last forward; then the next backward starts afresh."""
+        missing = [p for p in self.sync.params if p not in self.ready and p not in self.unused]
+        if missing and not self.find_unused_parameters:
+            names = ", ".join(self.names[p] for p in missing)
+            raise RuntimeError(f"parameters that received no gradient in this step: {names}. If your model leaves "
+                               "parameters unused in forward, pass find_unused_parameters=True to ManualDDP (as to "
+                               "DistributedDataParallel)")
+        unused_everywhere = self._unused_on_every_rank(missing) if self.find_unused_parameters else []
         self.sync.finish()
+        for p in unused_everywhere:  # no rank computed a gradient for it: leave it None, so no optimizer moves it
+            if p in self.sync.zero_filled:
+                p.grad = None
+        self.sync.zero_filled.clear()
+        self.ready, self.unused = set(), set()
+
+    def _unused_on_every_rank(self, missing):
+        """The parameters no rank used in this step: a bitmap, one entry per parameter, summed over ranks."""
+        locally_unused = set(missing) | self.unused
+        used = torch.tensor([p not in locally_unused for p in self.sync.params], dtype=torch.int32,
+                            device=self.sync.params[0].device)
+        dist.all_reduce(used)
+        return [p for p, count in zip(self.sync.params, used.tolist()) if count == 0]

@@ -152,28 +152,49 @@ def writable(folder):
         return False
 
 
+class Stopped(Exception):
+    """SIGINT or SIGTERM arrived; the exit code is 128 + the signal's number, as a shell reports it."""
+
+    def __init__(self, signum):
+        super().__init__(signal.Signals(signum).name)
+        self.exit_code = 128 + signum
+
+
+def stop_on_signal(signum, frame):
+    raise Stopped(signum)
+
+
+def exit_now(code, placement):
+    """Leave without interpreter teardown where gloo's threads may be alive: they can release Python objects
+    there and abort or hang the process (SIGABRT; pytorch/pytorch#179291). Output is flushed first."""
+    if placement.launcher == "single":
+        sys.exit(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def run_rank(placement, args):
-    """The whole life of one rank; errors end it with one line and exit code 2 (input) or 1 (runtime)."""
+    """The whole life of one rank; errors end it with one line and exit code 2 (input) or 1 (runtime).
+
+    A local launch's ranks keep the default SIGTERM (the launcher's terminate() ends them at once, even inside
+    a collective); under torchrun or srun, main() has made SIGINT and SIGTERM raise Stopped here."""
     try:
         train_rank(placement, args)
         if placement.launcher != "single":
-            # Results are written and the process group is gone. Skip interpreter teardown: gloo's threads
-            # can release Python objects there and abort the process (SIGABRT; pytorch/pytorch#179291).
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(0)
+            exit_now(0, placement)
     except (data.DataError, LaunchError) as error:
         if placement.local_rank == 0:  # every rank sees the same problem: one line per node, not per rank
             print(f"error: {error}", file=sys.stderr, flush=True)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        sys.exit(130)
+        exit_now(2, placement)
+    except (Stopped, KeyboardInterrupt) as stop:
+        exit_now(getattr(stop, "exit_code", 130), placement)
     except TrainingDiverged as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
-        sys.exit(1)
+        exit_now(1, placement)
     except Exception as error:  # a peer that died, a timeout: the first line says which
         print(f"error: rank {placement.rank}: {type(error).__name__}: {first_line(error)}", file=sys.stderr, flush=True)
-        sys.exit(1)
+        exit_now(1, placement)
 
 
 def prepare_data(placement, args):
@@ -252,13 +273,10 @@ def write_results(args, placement, backend, device, hosts, model, outcome, total
     print(f"results: {path}", flush=True)
 
 
-def stop_on_sigterm(signum, frame):
-    raise KeyboardInterrupt  # so the local launcher's clean-up runs, as on Ctrl-C
-
-
 def main(argv=None):
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, stop_on_sigterm)
+    for signum in (signal.SIGINT, signal.SIGTERM):  # the local launcher's clean-up runs on either
+        signal.signal(signum, stop_on_signal)
     try:
         launcher = detect_launcher()
         if launcher:
@@ -278,9 +296,9 @@ def main(argv=None):
     except (data.DataError, LaunchError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted: every rank stopped", file=sys.stderr)
-        return 130
+    except Stopped as stop:
+        print(f"interrupted ({stop}): every rank stopped", file=sys.stderr)
+        return stop.exit_code
     if failure:
         rank, code = failure
         if code != 2:  # a rank that exits 2 has already said what was wrong with the input

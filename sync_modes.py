@@ -16,7 +16,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from manual_allreduce import WIRE_DTYPES, ManualDDP
+from manual_allreduce import WIRE_DTYPES, ManualDDP, flag_overflow
 
 
 class SingleProcess(nn.Module):
@@ -41,6 +41,7 @@ class TorchDDP(DistributedDataParallel):
         super().__init__(module, device_ids=device_ids, bucket_cap_mb=bucket_mb)
         self.wire_dtype = WIRE_DTYPES[compress]
         self.communicate = True
+        self.overflowed = torch.zeros((), dtype=torch.bool, device=next(module.parameters()).device)
         self.register_comm_hook(comm, self.timed_average_hook)
         self._set_ddp_runtime_logging_sample_rate(1)  # the reducer's own timings, every step (runtime_statistics)
         self.reducer_steps = []
@@ -54,7 +55,21 @@ class TorchDDP(DistributedDataParallel):
             return done
         wire = buffer if self.wire_dtype is None else buffer.to(self.wire_dtype)
         future = comm.track(f"bucket {bucket.index()}", lambda: dist.all_reduce(wire, async_op=True))
-        return future.then(lambda done: buffer.copy_(done.value()[0]) if wire is not buffer else done.value()[0])
+        return future.then(lambda done: self.write_back(done.value()[0], buffer))
+
+    def write_back(self, wire, buffer):
+        """The averaged bucket, in the bucket's own dtype; a float16 overflow is flagged on the device."""
+        if wire is buffer:
+            return buffer
+        if wire.dtype == torch.float16:
+            flag_overflow(self.overflowed, buffer, wire)
+        return buffer.copy_(wire)
+
+    def wire_overflowed(self):
+        """Whether a gradient overflowed float16 on the wire since the last call (a host sync)."""
+        overflowed = bool(self.overflowed)
+        self.overflowed.zero_()
+        return overflowed
 
     def finish_gradient_synchronization(self):
         pass  # DDP's backward already waited for every bucket before returning

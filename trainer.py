@@ -120,6 +120,7 @@ class Trainer:
                 step_losses[step] += loss.detach() / accumulation
             self.model.finish_gradient_synchronization()
             timer.mark("sync")
+            self.check_wire_overflow()
             self.scaler.step(self.optimizer)
             self.scaler.update()
             self.optimizer.zero_grad(set_to_none=True)
@@ -259,6 +260,14 @@ class Trainer:
             kept = checkpoint.existing(self.config.checkpoint_dir) if self.config.checkpoint_dir else []
             raise TrainingDiverged(f"the loss became NaN or infinite at step {bad.item()}; stopped"
                                    + (f" (last good checkpoint: {sorted(kept)[-1]})" if kept else ""))
+
+    def check_wire_overflow(self):
+        """fp16 on the wire without a loss scaler: an overflow stops the run at once (with --amp fp16 the
+        scaler sees the inf and skips the step instead). One host sync per step, in this case only."""
+        overflowed = getattr(self.model, "wire_overflowed", None)  # only the modes that communicate
+        if self.config.compress == "fp16" and not self.scaler.is_enabled() and overflowed and overflowed():
+            raise TrainingDiverged(f"a gradient overflowed float16 on the wire at step {self.global_step} "
+                                   "(largest float16: 65504); use --compress bf16, or --amp fp16 for loss scaling")
 
     def save_checkpoint(self, epoch, step_in_epoch):
         """Every rank takes part (its RNG state is gathered); rank 0 writes."""

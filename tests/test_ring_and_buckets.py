@@ -49,7 +49,6 @@ def record_bucket_launches(rank, world_size):
         model.finish_gradient_synchronization()
         steps.append({"during_backward": launched_during_backward, "all": list(sync.launch_log),
                       "buckets": len(sync.buckets), "gradients": len(sync.params)})
-        sync.launch_log.clear()
     return steps
 
 
@@ -61,13 +60,6 @@ def test_bucketed_launches_the_first_all_reduce_before_backward_has_finished():
             assert first_bucket == 0
             assert grads_ready_at_launch < step["gradients"], \
                 f"rank {rank}: bucket 0 launched only after all {step['gradients']} gradients were ready"
-
-
-def test_every_rank_launches_the_same_buckets_in_the_same_order():
-    per_rank = run_in_processes(3, record_bucket_launches)
-    orders = [[[bucket for bucket, _ in step["all"]] for step in steps] for steps in per_rank]
-    assert all(order == orders[0] for order in orders)
-    assert orders[0][0] == list(range(per_rank[0][0]["buckets"]))
 
 
 def bucket_layout(rank, world_size):
