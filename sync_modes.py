@@ -43,7 +43,9 @@ class TorchDDP(DistributedDataParallel):
         self.communicate = True
         self.overflowed = torch.zeros((), dtype=torch.bool, device=next(module.parameters()).device)
         self.register_comm_hook(comm, self.timed_average_hook)
-        self._set_ddp_runtime_logging_sample_rate(1)  # the reducer's own timings, every step (runtime_statistics)
+        # The reducer's own timings every step (runtime_statistics). On CUDA this makes the reducer read its CUDA
+        # events once per step (a host sync after backward): not yet measured on a GPU.
+        self._set_ddp_runtime_logging_sample_rate(1)
         self.reducer_steps = []
 
     def timed_average_hook(self, comm, bucket):
