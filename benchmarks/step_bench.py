@@ -22,6 +22,7 @@ steps (means add up: data + compute + exposed = step). Writes results/step-bench
 import argparse
 import os
 import platform
+import statistics
 import sys
 import time
 from datetime import timedelta
@@ -38,6 +39,7 @@ from models import build_model, count_parameters
 from results import write_json_atomic
 from sync_modes import wrap_model
 from timing import FIELDS, StepTimer, overlap, summarize_ranks
+from trainer import CALIBRATION_WINDOW
 
 SCHEMA = "step-bench/2"
 STRATEGIES = ("per-param", "flat", "bucketed", "ring")
@@ -103,8 +105,7 @@ class Configuration:
             loss.backward()
             self.calibrations.append(time.perf_counter() - begin)
         self.optimizer.zero_grad(set_to_none=True)
-        recent = sorted(self.calibrations[-5:])
-        self.timer.backward_baseline = recent[len(recent) // 2]
+        self.timer.backward_baseline = statistics.median(self.calibrations[-CALIBRATION_WINDOW:])
 
     def step(self, images, labels):
         """One training step, phase by phase as trainer.Trainer takes it."""
