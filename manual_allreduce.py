@@ -26,7 +26,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils._pytree import tree_leaves
 
-from timing import CommRecorder
+from runtime.timing import CommRecorder
 
 WIRE_DTYPES = {None: None, "none": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 

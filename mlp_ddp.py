@@ -26,16 +26,16 @@ import time
 
 import torch
 
-import checkpoint
-import data
-from distributed import (LaunchError, Placement, choose_backend, detect_launcher, device_for, first_line, free_port,
+from runtime import checkpoint
+from runtime import data
+from runtime.launch import (LaunchError, Placement, choose_backend, detect_launcher, device_for, first_line, free_port,
                          host_name, launch_local, placement_from_environment, port_is_free, process_group,
                          threads_per_rank)
-from models import build_model, count_parameters
-from results import SCHEMA, write_json_atomic
-from sync_modes import wrap_model
-from timing import StepTimer
-from trainer import Trainer, TrainingDiverged, all_reduce_sum, gather
+from runtime.models import build_model, count_parameters
+from runtime.results import SCHEMA, write_json_atomic
+from runtime.modes import wrap_model
+from runtime.timing import StepTimer
+from runtime.trainer import Trainer, TrainingDiverged, all_reduce_sum, gather
 
 STRATEGIES = ("per-param", "flat", "bucketed", "ring")
 

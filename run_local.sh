@@ -4,7 +4,7 @@
 #   ./run_local.sh                   # the main job: MLP on MNIST, 4 processes, hand-written all-reduce
 #   ./run_local.sh compare [ARGS]    # single, ddp and every manual strategy on 4 processes, 1 epoch each, then plots
 #   ./run_local.sh torchrun [ARGS]   # the same entry point started by torchrun (4 processes)
-#   ./run_local.sh sweep [ARGS]      # the scaling sweep and all plots (python sweep.py ARGS)
+#   ./run_local.sh sweep [ARGS]      # the scaling sweep and all plots (python -m analysis.sweep ARGS)
 #
 # Extra ARGS go to mlp_ddp.py (or sweep.py), e.g. --model cnn, --offline-data-dir ../shared/data.
 # Settings: PYTHON (default python3), WORLD_SIZE for compare/torchrun (default 4).
@@ -25,11 +25,11 @@ case "$what" in
             "$PYTHON" mlp_ddp.py --mode manual --sync "$sync" --world-size "$WORLD" --epochs 1 \
                 --run-name "compare-manual-$sync-w$WORLD" "$@"
         done
-        "$PYTHON" plots.py ;;
+        "$PYTHON" -m analysis.plots ;;
     torchrun)
         exec "$PYTHON" -m torch.distributed.run --standalone --nproc-per-node="$WORLD" mlp_ddp.py "$@" ;;
     sweep)
-        exec "$PYTHON" sweep.py "$@" ;;
+        exec "$PYTHON" -m analysis.sweep "$@" ;;
     *)
         echo "run_local.sh: error: unknown command '$what' (main, compare, torchrun or sweep)" >&2
         exit 2 ;;

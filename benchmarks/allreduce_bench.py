@@ -5,10 +5,10 @@ the implementations run interleaved, iteration by iteration and in rotating orde
 noise hits each alike. Each call is timed per rank from a barrier to its return; a call's time
 is the slowest rank's. Before timing, every size checks both results against the exact sum.
 
-    python benchmarks/allreduce_bench.py                                   # 4 KiB..64 MiB, x4, world 2,3,4
-    python benchmarks/allreduce_bench.py --factor 2 --world-sizes 2,4 --iterations 50
-    python benchmarks/allreduce_bench.py --sizes 4M,16M --candidate /tmp/my_ring.py   # a changed ring, same run
-    python benchmarks/allreduce_bench.py --sizes 4K,64K --iterations 2 --world-sizes 2 --output /tmp/a.json
+    python -m benchmarks.allreduce_bench                                   # 4 KiB..64 MiB, x4, world 2,3,4
+    python -m benchmarks.allreduce_bench --factor 2 --world-sizes 2,4 --iterations 50
+    python -m benchmarks.allreduce_bench --sizes 4M,16M --candidate /tmp/my_ring.py   # a changed ring, same run
+    python -m benchmarks.allreduce_bench --sizes 4K,64K --iterations 2 --world-sizes 2 --output /tmp/a.json
 
 `--candidate FILE` adds a third implementation, FILE's `ring_all_reduce(tensor)`, to measure a
 change against the original under the same conditions. Writes results/allreduce-bench.json
@@ -23,15 +23,13 @@ import sys
 import time
 from datetime import timedelta
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
 import torch
 import torch.distributed as dist
 
 from benchmarks.common import run_world_sizes
 from manual_allreduce import ring_all_reduce
-from results import write_json_atomic
-from timing import summarize
+from runtime.results import write_json_atomic
+from runtime.timing import summarize
 
 SCHEMA = "allreduce-bench/1"
 TARGET = {"statement": "the ring reaches at least 0.9x gloo's busbw at 4 MiB and above, for world sizes 2 to 4",

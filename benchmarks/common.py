@@ -4,7 +4,7 @@ import os
 import sys
 import tempfile
 
-from distributed import free_port, launch_local
+from runtime.launch import free_port, launch_local
 
 
 def run_world_sizes(bench_rank, args):

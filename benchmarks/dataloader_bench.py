@@ -1,8 +1,8 @@
 """One training epoch fed from in-memory tensors (as mlp_ddp.py does) against the same epoch fed by a
 torchvision DataLoader with ToTensor()/Normalize, in one run, alternating, at world size 1.
 
-    python benchmarks/dataloader_bench.py --offline-data-dir ../shared/data
-    python benchmarks/dataloader_bench.py --repeats 3 --output results/dataloader-bench.json
+    python -m benchmarks.dataloader_bench --offline-data-dir ../shared/data
+    python -m benchmarks.dataloader_bench --repeats 3 --output results/dataloader-bench.json
 
 Both feed the same MLP, Adam and batch size for one full epoch of the 55,000 training images;
 the in-memory side uses data.load + data.shard_indices exactly as the trainer does. Printed:
@@ -17,10 +17,9 @@ import time
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import data  # noqa: E402
-from models import MLP  # noqa: E402
-from results import write_json_atomic  # noqa: E402
+from runtime import data
+from runtime.models import MLP
+from runtime.results import write_json_atomic
 
 
 def train_epoch(batches):

@@ -9,9 +9,9 @@ processes without communication), and the strategies per-param, flat, bucketed, 
 Data: random tensors of MNIST's shape (N x 1 x 28 x 28, labels 0-9), a pool of batches made
 once per rank. The step's compute does not depend on the pixel values, and this skips the load.
 
-    python benchmarks/step_bench.py                                   # mlp,cnn x world 2,4, 30 steps
-    python benchmarks/step_bench.py --models mlp --world-sizes 2 --steps 60 --bucket-mb 1
-    python benchmarks/step_bench.py --models mlp --world-sizes 2 --steps 2 --warmup 1 --output /tmp/s.json
+    python -m benchmarks.step_bench                                   # mlp,cnn x world 2,4, 30 steps
+    python -m benchmarks.step_bench --models mlp --world-sizes 2 --steps 60 --bucket-mb 1
+    python -m benchmarks.step_bench --models mlp --world-sizes 2 --steps 2 --warmup 1 --output /tmp/s.json
 
 Every field is timing.py's: comm busy is the union of the step's collective spans, hidden the part
 before compute ended, exposed the part after; DDP, which waits inside backward, has its exposed
@@ -27,19 +27,17 @@ import sys
 import time
 from datetime import timedelta
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
 from benchmarks.common import run_world_sizes
-from distributed import threads_per_rank
-from models import build_model, count_parameters
-from results import write_json_atomic
-from sync_modes import wrap_model
-from timing import FIELDS, StepTimer, overlap, summarize_ranks
-from trainer import CALIBRATION_WINDOW
+from runtime.launch import threads_per_rank
+from runtime.models import build_model, count_parameters
+from runtime.results import write_json_atomic
+from runtime.modes import wrap_model
+from runtime.timing import FIELDS, StepTimer, overlap, summarize_ranks
+from runtime.trainer import CALIBRATION_WINDOW
 
 SCHEMA = "step-bench/2"
 STRATEGIES = ("per-param", "flat", "bucketed", "ring")

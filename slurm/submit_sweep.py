@@ -1,9 +1,9 @@
 """Submit the scaling sweep to SLURM, wait for every job, gather the results and draw the plots.
 
-    python slurm/submit_sweep.py --dry-run                       # the sbatch commands, nothing submitted
-    python slurm/submit_sweep.py                                 # nodes 1,2 x tasks per node 1,2 x ddp and manual strategies
-    python slurm/submit_sweep.py --nodes 1,2,4 --tasks-per-node 4 --strategies bucketed,ring -- --model cnn --epochs 1
-    LAUNCH=torchrun python slurm/submit_sweep.py                 # the torchrun launch style (see run_slurm.sh)
+    python -m slurm.submit_sweep --dry-run                       # the sbatch commands, nothing submitted
+    python -m slurm.submit_sweep                                 # nodes 1,2 x tasks per node 1,2 x ddp and manual strategies
+    python -m slurm.submit_sweep --nodes 1,2,4 --tasks-per-node 4 --strategies bucketed,ring -- --model cnn --epochs 1
+    LAUNCH=torchrun python -m slurm.submit_sweep                 # the torchrun launch style (see run_slurm.sh)
 
 Every job runs run_slurm.sh with a run name that says its shape (slurm-mlp-manual-ring-n2x2: 2 nodes
 x 2 tasks) and writes to --results-dir (default results/slurm, apart from the local sweep); the
@@ -17,9 +17,9 @@ import subprocess
 import sys
 import time
 
+from analysis import plots
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-import plots  # noqa: E402
 
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
 

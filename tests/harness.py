@@ -1,14 +1,65 @@
-"""Run a function in N real processes joined by a gloo process group, and collect what each returns."""
+"""What the tests share: small IDX datasets, the real MNIST where present, the command line in a
+subprocess, and a function run in N real processes joined by a gloo process group."""
 import os
 import pickle
+import struct
+import subprocess
+import sys
 import tempfile
 from datetime import timedelta
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from distributed import free_port
+from runtime.launch import free_port
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MNIST_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+               "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+
+
+def real_mnist():
+    """A folder holding the real MNIST's MNIST/raw/*.gz: $OFFLINE_DATA_DIR, else ./data where the main job
+    downloads it; None when neither has it."""
+    for folder in (os.environ.get("OFFLINE_DATA_DIR"), os.path.join(REPO, "data")):
+        raw = os.path.join(folder or "", "MNIST", "raw")
+        if folder and all(os.path.isfile(os.path.join(raw, name)) for name in MNIST_FILES):
+            return folder
+    return None
+
+
+def write_idx(path, array):
+    """The IDX format: 0x0000, a type byte (0x08: uint8), the number of dimensions, each as big-endian
+    int32, then the bytes."""
+    with open(path, "wb") as file:
+        file.write(struct.pack(">HBB", 0, 0x08, array.ndim))
+        file.write(struct.pack(f">{array.ndim}i", *array.shape))
+        file.write(array.astype(np.uint8).tobytes())
+
+
+def write_dataset(root, folder="MNIST", train=600, test=200, seed=0):
+    """Extracted raw files, as torchvision leaves them after verifying the downloads. The label is
+    drawn into the image (a bright row at the label's height), so a model can learn it."""
+    rng = np.random.default_rng(seed)
+    raw = os.path.join(root, folder, "raw")
+    os.makedirs(raw, exist_ok=True)
+    for prefix, count in (("train", train), ("t10k", test)):
+        labels = rng.integers(0, 10, count)
+        images = rng.integers(0, 60, (count, 28, 28))
+        images[np.arange(count), 2 + 2 * labels, :] = 255
+        write_idx(os.path.join(raw, f"{prefix}-images-idx3-ubyte"), images)
+        write_idx(os.path.join(raw, f"{prefix}-labels-idx1-ubyte"), labels)
+    return root
+
+
+def run_cli(*args, timeout=180, env=None):
+    """`python mlp_ddp.py ARGS` from the repository root, without any OFFLINE_DATA_DIR of the caller's."""
+    environment = {k: v for k, v in os.environ.items() if k != "OFFLINE_DATA_DIR"}
+    environment.update(env or {})
+    return subprocess.run([sys.executable, os.path.join(REPO, "mlp_ddp.py"), *map(str, args)], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout, env=environment)
 
 
 def run_in_processes(world_size, function, *args, timeout_s=60):

@@ -3,7 +3,6 @@
 Each runs as a user would, in a subprocess with real gloo processes. No timing is asserted:
 figures from two iterations on a shared machine say nothing; their arithmetic does.
 """
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,31 +10,26 @@ import sys
 
 import pytest
 
+from benchmarks import allreduce_bench
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ALLREDUCE = os.path.join(ROOT, "benchmarks", "allreduce_bench.py")
-STEP = os.path.join(ROOT, "benchmarks", "step_bench.py")
+ALLREDUCE = "benchmarks.allreduce_bench"
+STEP = "benchmarks.step_bench"
 
 
-def run(script, *options, timeout=120):
-    done = subprocess.run([sys.executable, script, *options], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+def run(module, *options, timeout=120):
+    done = subprocess.run([sys.executable, "-m", module, *options], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
 
-def load_script(path):
-    spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("script", [ALLREDUCE, STEP])
 def test_each_benchmark_explains_itself_with_help(script):
-    assert "python benchmarks/" in run(script, "--help")
+    assert "python -m benchmarks." in run(script, "--help")
 
 
 def test_allreduce_sizes_climb_from_min_to_max_by_the_factor():
-    bench = load_script(ALLREDUCE)
+    bench = allreduce_bench
     assert bench.parse_args([]).sizes == [4 * 2**10 * 4**k for k in range(8)]  # 4 KiB .. 64 MiB
     assert len(bench.parse_args(["--factor", "2"]).sizes) == 15
     assert bench.parse_args(["--sizes", "12,4KiB,1M"]).sizes == [12, 4096, 2**20]

@@ -5,8 +5,8 @@ import os
 import pytest
 import torch
 
-import results
-from conftest import SHARED_DATA, run_cli
+from runtime import results
+from tests.harness import run_cli
 
 SMALL = ("--val-samples", 100, "--epochs", 1, "--warmup-steps", 1)
 
@@ -63,10 +63,9 @@ def test_gradient_accumulation_equals_one_step_on_the_larger_batch(tiny_data, tm
     assert_same_parameters(accumulated, larger_batch)
 
 
-@pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="../shared/data is not here")
-def test_the_mlp_reaches_96_percent_on_real_mnist_after_one_epoch_in_one_process(tmp_path):
+def test_the_mlp_reaches_96_percent_on_real_mnist_after_one_epoch_in_one_process(tmp_path, real_data):
     run_ok("--mode", "single", "--epochs", 1, "--data-dir", tmp_path / "data", "--results-dir", tmp_path, "--run-name", "real",
-           env={"OFFLINE_DATA_DIR": SHARED_DATA}, timeout=300)
+           env={"OFFLINE_DATA_DIR": real_data}, timeout=300)
     document = json.loads((tmp_path / "real.json").read_text())
     assert document["test"]["accuracy"] >= 0.96
 

@@ -8,12 +8,12 @@ import pytest
 import torch
 from torch.utils.data.distributed import DistributedSampler
 
-import data
-from conftest import REPO, SHARED_DATA, write_dataset
+from runtime import data
+from tests.harness import REPO, write_dataset
 
 
 def test_torchvision_imports_on_this_torch_in_a_fresh_interpreter():
-    code = "import data; tv = data.import_torchvision(); print(tv.datasets.MNIST.__name__)"
+    code = "from runtime import data; tv = data.import_torchvision(); print(tv.datasets.MNIST.__name__)"
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "MNIST"
@@ -65,11 +65,10 @@ def test_a_corrupt_offline_file_is_refused_by_its_md5_and_nothing_is_copied(tmp_
     assert not (tmp_path / "data").exists()
 
 
-@pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="../shared/data is not here")
-def test_the_offline_copy_is_verified_extracted_and_leaves_the_source_untouched(tmp_path):
-    before = sorted(os.listdir(os.path.join(SHARED_DATA, "MNIST", "raw")))
-    data.fetch("mnist", str(tmp_path), offline_dir=SHARED_DATA)
-    assert sorted(os.listdir(os.path.join(SHARED_DATA, "MNIST", "raw"))) == before
+def test_the_offline_copy_is_verified_extracted_and_leaves_the_source_untouched(tmp_path, real_data):
+    before = sorted(os.listdir(os.path.join(real_data, "MNIST", "raw")))
+    data.fetch("mnist", str(tmp_path), offline_dir=real_data)
+    assert sorted(os.listdir(os.path.join(real_data, "MNIST", "raw"))) == before
     loaded = data.load("mnist", str(tmp_path))
     assert (len(loaded.train), len(loaded.val), len(loaded.test)) == (55000, 5000, 10000)
 

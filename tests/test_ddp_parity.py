@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from harness import run_in_processes
+from tests.harness import run_in_processes
 from manual_allreduce import WIRE_DTYPES, ManualDDP
 
 STRATEGIES = ("per-param", "flat", "bucketed", "ring")

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch.distributed as dist
 
-import build_design_doc as builder
-import cost_model as cm
-from models import build_model
-import results
-from results import SCHEMA, validate
-from timing import FIELDS, chrome_trace, summarize_ranks
+from analysis import build_design_doc as builder
+from analysis import cost_model
+from runtime.models import build_model
+from runtime import results
+from runtime.results import SCHEMA, validate
+from runtime.timing import FIELDS, chrome_trace, summarize_ranks
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECTIONS = ("README.md", "1-architecture.md", "2-data-flow.md", "3-communication.md", "4-performance.md",
@@ -93,7 +93,7 @@ def allreduce_bench(noise=0.0, seed=0):
     for world in (2, 3, 4):
         for size in (4096 * 4**k for k in range(7)):
             for implementation in ("gloo", "ring"):
-                time = cm.allreduce_time(size, world, ALPHAS[world], BETA) * (1.3 if implementation == "ring" else 1.0)
+                time = cost_model.allreduce_time(size, world, ALPHAS[world], BETA) * (1.3 if implementation == "ring" else 1.0)
                 time *= 1 + noise * rng.standard_normal()
                 algbw = size / time / 1e9
                 rows.append({"world_size": world, "bytes": size, "implementation": implementation, "iterations": 20,
@@ -159,7 +159,7 @@ def synthetic(tmp_path_factory):
 
 
 def build_cli(*args):
-    return subprocess.run([sys.executable, os.path.join(REPO, "build_design_doc.py"), *args], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "analysis.build_design_doc", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -235,7 +235,7 @@ def assert_traceable(numbers_json, base):
                 rows = [m for m in json.load(file)["measurements"]
                         if m["implementation"] == entry["implementation"] and m["verified"]
                         and m["world_size"] == entry.get("world_size", m["world_size"])]
-            fit = cm.fit_alpha_beta(*zip(*[(m["world_size"], m["bytes"], m["median_s"]) for m in rows]))
+            fit = cost_model.fit_alpha_beta(*zip(*[(m["world_size"], m["bytes"], m["median_s"]) for m in rows]))
             field = {"alpha_s": "alpha", "beta_s_per_byte": "beta", "bandwidth": "bandwidth_gbps",
                      "median_relative_error": "median_relative_error", "max_relative_error": "max_relative_error",
                      "r2": "r2", "points": "points"}[name.split(".")[-1]]
@@ -261,7 +261,7 @@ HAVE_RESULTS = os.path.exists(os.path.join(RESULTS, "allreduce-bench.json")) and
 @pytest.mark.skipif(not HAVE_RESULTS, reason="no results/sweep-*.json and results/allreduce-bench.json yet")
 def test_the_committed_document_is_exactly_what_the_build_makes_from_the_committed_results():
     completed = build_cli("--check")
-    assert completed.returncode == 0, completed.stderr  # a stale or missing document: python build_design_doc.py
+    assert completed.returncode == 0, completed.stderr  # a stale or missing document: python -m analysis.build_design_doc
     with open(COMMITTED) as file:
         assert_traceable(json.load(file), REPO)
 
@@ -411,12 +411,12 @@ def synthetic_points(alpha, beta, noise, seed=0):
     rng = np.random.default_rng(seed)
     worlds, sizes = np.meshgrid([2, 3, 4, 8], 4096 * 4.0 ** np.arange(8))
     worlds, sizes = worlds.ravel(), sizes.ravel()
-    times = np.array([cm.allreduce_time(s, w, alpha, beta) for s, w in zip(sizes, worlds)])
+    times = np.array([cost_model.allreduce_time(s, w, alpha, beta) for s, w in zip(sizes, worlds)])
     return worlds, sizes, times * (1 + noise * rng.standard_normal(len(times)))
 
 
 def test_the_fit_recovers_alpha_and_beta_exactly_from_exact_data():
-    fit = cm.fit_alpha_beta(*synthetic_points(25e-6, 0.8e-9, noise=0.0))
+    fit = cost_model.fit_alpha_beta(*synthetic_points(25e-6, 0.8e-9, noise=0.0))
     assert fit.alpha == pytest.approx(25e-6, rel=1e-9) and fit.beta == pytest.approx(0.8e-9, rel=1e-9)
     assert fit.r2 == pytest.approx(1.0) and fit.median_relative_error < 1e-9
     assert fit.bandwidth_gbps == pytest.approx(1 / 0.8e-9 / 1e9)
@@ -424,7 +424,7 @@ def test_the_fit_recovers_alpha_and_beta_exactly_from_exact_data():
 
 @pytest.mark.parametrize("seed", range(3))
 def test_the_fit_recovers_alpha_and_beta_within_a_few_percent_under_small_noise(seed):
-    fit = cm.fit_alpha_beta(*synthetic_points(25e-6, 0.8e-9, noise=0.02, seed=seed))
+    fit = cost_model.fit_alpha_beta(*synthetic_points(25e-6, 0.8e-9, noise=0.02, seed=seed))
     assert fit.alpha == pytest.approx(25e-6, rel=0.05) and fit.beta == pytest.approx(0.8e-9, rel=0.05)
     assert fit.r2 > 0.99 and 0 < fit.median_relative_error < 0.05
 
@@ -432,7 +432,7 @@ def test_the_fit_recovers_alpha_and_beta_within_a_few_percent_under_small_noise(
 def test_the_fit_never_returns_a_negative_latency_or_bandwidth():
     worlds, sizes, _ = synthetic_points(0, 1e-9, noise=0.0)
     times = 2 * (worlds - 1) / worlds * sizes * 1e-9 - 1e-7  # below a pure-bandwidth line: alpha would go negative
-    fit = cm.fit_alpha_beta(worlds, sizes, np.abs(times))
+    fit = cost_model.fit_alpha_beta(worlds, sizes, np.abs(times))
     assert fit.alpha >= 0 and fit.beta > 0
 
 
@@ -458,7 +458,7 @@ def test_the_appendix_shows_every_benchmark_point_with_its_relative_error(synthe
     for m in rows:
         name = f"allreduce.w{m['world_size']}.{m['implementation']}.{m['bytes']}"
         fit = lambda field: numbers[f"fit.{m['implementation']}.{field}"]["value"]  # noqa: E731 (all world sizes)
-        model = cm.allreduce_time(m["bytes"], m["world_size"], fit("alpha_s"), fit("beta_s_per_byte"))
+        model = cost_model.allreduce_time(m["bytes"], m["world_size"], fit("alpha_s"), fit("beta_s_per_byte"))
         assert numbers[f"{name}.all_error"]["value"] == pytest.approx((model - m["median_s"]) / m["median_s"])
         assert numbers[f"{name}.all_error"]["text"] in documents["6-appendix.md"]
 
@@ -469,56 +469,56 @@ def test_bucket_layouts_are_those_of_bucketed_sync_and_of_torch_ddp(model, bucke
     from manual_allreduce import BucketedSync
     params = list(build_model(model).parameters())
     sizes = [p.numel() * p.element_size() for p in params]
-    limits = [int(cm.DDP_FIRST_BUCKET_MB * 2**20), int(bucket_mb * 2**20)]
+    limits = [int(cost_model.DDP_FIRST_BUCKET_MB * 2**20), int(bucket_mb * 2**20)]
     groups, _ = dist._compute_bucket_assignment_by_size(params, limits, [False] * len(params))
-    assert cm.ddp_bucket_sizes(sizes, bucket_mb) == [sum(sizes[i] for i in group) for group in reversed(groups)]
+    assert cost_model.ddp_bucket_sizes(sizes, bucket_mb) == [sum(sizes[i] for i in group) for group in reversed(groups)]
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         buckets = BucketedSync(params, bucket_mb).buckets
     finally:
         dist.destroy_process_group()
     first = builder.bucketed_first_bucket_mb(builder.Numbers())  # the cap BucketedSync has, if any
-    assert cm.bucket_sizes(sizes, bucket_mb, first) == [b.buffer.numel() * b.buffer.element_size() for b in buckets]
+    assert cost_model.bucket_sizes(sizes, bucket_mb, first) == [b.buffer.numel() * b.buffer.element_size() for b in buckets]
 
 
 def test_overlap_hides_all_but_what_is_left_after_backward():
     # One bucket: nothing overlaps. Two equal buckets, instant compute of the first half: the first hides.
-    assert cm.exposed_after_backward(1.0, [100], [0.3]) == pytest.approx(0.3)
-    assert cm.exposed_after_backward(1.0, [50, 50], [0.3, 0.3]) == pytest.approx(0.3)
-    assert cm.exposed_after_backward(1.0, [50, 50], [0.8, 0.3]) == pytest.approx(0.6)  # the first runs past backward
-    flat = cm.project_step(0.01, 0.005, [10**6] * 4, 16, 25e-6, 1e-9)
-    assert flat["exposed_s"] == pytest.approx(cm.allreduce_time(4 * 10**6, 16, 25e-6, 1e-9))
+    assert cost_model.exposed_after_backward(1.0, [100], [0.3]) == pytest.approx(0.3)
+    assert cost_model.exposed_after_backward(1.0, [50, 50], [0.3, 0.3]) == pytest.approx(0.3)
+    assert cost_model.exposed_after_backward(1.0, [50, 50], [0.8, 0.3]) == pytest.approx(0.6)  # the first runs past backward
+    flat = cost_model.project_step(0.01, 0.005, [10**6] * 4, 16, 25e-6, 1e-9)
+    assert flat["exposed_s"] == pytest.approx(cost_model.allreduce_time(4 * 10**6, 16, 25e-6, 1e-9))
     assert flat["efficiency"] == pytest.approx(0.01 / (0.01 + flat["exposed_s"]))
 
 
 @pytest.mark.parametrize("world, steps", [(2, 2), (4, 4), (5, 6), (256, 16)])
 def test_halving_doubling_pays_2_log2_n_message_steps_and_the_rings_bandwidth_term(world, steps):
-    ring_a, ring_b = cm.ring_coefficients(world)
-    a, b = cm.halving_doubling_coefficients(world)
+    ring_a, ring_b = cost_model.ring_coefficients(world)
+    a, b = cost_model.halving_doubling_coefficients(world)
     assert a == steps and b == pytest.approx(ring_b)
     # with no latency the two cost the same; with latency halving-doubling is never slower
-    assert cm.allreduce_time(10**6, world, 0, 1e-9, "halving-doubling") == pytest.approx(cm.allreduce_time(10**6, world, 0, 1e-9))
-    assert cm.allreduce_time(10**6, world, 25e-6, 1e-9, "halving-doubling") <= cm.allreduce_time(10**6, world, 25e-6, 1e-9)
+    assert cost_model.allreduce_time(10**6, world, 0, 1e-9, "halving-doubling") == pytest.approx(cost_model.allreduce_time(10**6, world, 0, 1e-9))
+    assert cost_model.allreduce_time(10**6, world, 25e-6, 1e-9, "halving-doubling") <= cost_model.allreduce_time(10**6, world, 25e-6, 1e-9)
 
 
 def test_projections_lay_out_buckets_as_the_code_does():
     from manual_allreduce import BucketedSync
     import inspect
     # the cost model's default first bucket is BucketedSync's, so every projection uses the layout training uses
-    assert inspect.signature(BucketedSync).parameters["first_bucket_mb"].default == cm.FIRST_BUCKET_MB
+    assert inspect.signature(BucketedSync).parameters["first_bucket_mb"].default == cost_model.FIRST_BUCKET_MB
     sizes = [p.numel() * p.element_size() for p in build_model("mlp").parameters()]
-    assert cm.bucket_sizes(sizes, 25)[0] <= cm.FIRST_BUCKET_MB * 2**20 or len(cm.bucket_sizes(sizes, 25)) == 1
+    assert cost_model.bucket_sizes(sizes, 25)[0] <= cost_model.FIRST_BUCKET_MB * 2**20 or len(cost_model.bucket_sizes(sizes, 25)) == 1
 
 
 def test_published_figures_carry_their_source_and_compute_per_byte_is_step_over_bytes():
-    for name, (value, source) in cm.PUBLISHED.items():
+    for name, (value, source) in cost_model.PUBLISHED.items():
         assert source and value > 0, name
-    assert cm.PUBLISHED["horovod_vgg16_efficiency"][0] == 0.68
-    assert cm.published_compute_per_byte(10**6, 100, 50) == pytest.approx(0.5 / (4 * 10**6))
+    assert cost_model.PUBLISHED["horovod_vgg16_efficiency"][0] == 0.68
+    assert cost_model.published_compute_per_byte(10**6, 100, 50) == pytest.approx(0.5 / (4 * 10**6))
 
 
 def test_communication_dominates_from_the_first_world_size_where_the_all_reduce_outlasts_compute():
-    n = cm.crossover_world_size(1e-3, 10**6, 25e-6, 1e-9)
-    assert cm.allreduce_time(10**6, n, 25e-6, 1e-9) >= 1e-3 > cm.allreduce_time(10**6, n - 1, 25e-6, 1e-9)
-    assert cm.crossover_world_size(1.0, 10**6, 0.0, 1e-9) is None  # without latency the ring never catches up
-    assert math.isclose(cm.link_beta(10), 0.8e-9)
+    n = cost_model.crossover_world_size(1e-3, 10**6, 25e-6, 1e-9)
+    assert cost_model.allreduce_time(10**6, n, 25e-6, 1e-9) >= 1e-3 > cost_model.allreduce_time(10**6, n - 1, 25e-6, 1e-9)
+    assert cost_model.crossover_world_size(1.0, 10**6, 0.0, 1e-9) is None  # without latency the ring never catches up
+    assert math.isclose(cost_model.link_beta(10), 0.8e-9)

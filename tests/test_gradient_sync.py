@@ -14,10 +14,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from harness import run_in_processes
-from models import CNN, MLP
-from sync_modes import wrap_model
-from timing import CommRecorder
+from tests.harness import run_in_processes
+from runtime.models import CNN, MLP
+from runtime.modes import wrap_model
+from runtime.timing import CommRecorder
 
 STEPS, BATCH_PER_RANK, LR = 3, 8, 0.1
 STRATEGIES = ("per-param", "flat", "bucketed", "ring")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import grading
+from tests.grading import plugin
 
 pytest_plugins = ["pytester"]
 
@@ -43,7 +43,7 @@ def no_installed_plugins(monkeypatch):
 
 def grade(pytester, source, *args, broken=None):
     """Run `source` as test_graded.py under the plugin and RUBRIC; the run's result, and the report's items by id."""
-    pytester.makeconftest('pytest_plugins = ["grading"]')
+    pytester.makeconftest('pytest_plugins = ["tests.grading.plugin"]')
     rubric = pytester.makepyfile(rubric_for_grading=RUBRIC)
     pytester.makepyfile(test_graded=source)
     if broken:
@@ -195,7 +195,7 @@ def test_a_test_marked_directly_counts_for_its_item_and_the_marker_wins_over_the
 
 
 def test_a_marker_naming_an_unknown_item_is_a_usage_error(pytester):
-    pytester.makeconftest('pytest_plugins = ["grading"]')
+    pytester.makeconftest('pytest_plugins = ["tests.grading.plugin"]')
     rubric = pytester.makepyfile(rubric_for_grading=RUBRIC)
     pytester.makepyfile(test_graded="""
         import pytest
@@ -231,7 +231,7 @@ def test_a_test_in_no_rubric_item_is_named_in_the_summary_and_the_report(pyteste
 
 
 def test_the_rubric_gives_10_marks_to_four_core_items_and_3_to_each_of_five_design_sections():
-    rubric = grading.load_rubric(grading.DEFAULT_RUBRIC)
+    rubric = plugin.load_rubric(plugin.DEFAULT_RUBRIC)
     core = [item.marks for item in rubric.items.values() if item.id.startswith("core.")]
     design = [item.marks for item in rubric.items.values() if item.id.startswith("design.")]
     assert (len(core), sum(core)) == (4, 10)
@@ -242,7 +242,7 @@ def test_the_rubric_gives_10_marks_to_four_core_items_and_3_to_each_of_five_desi
 def test_every_test_in_the_suite_has_a_place_in_the_rubric_and_every_item_has_tests():
     """By name, without importing the suite. test_design_doc.py's parametrized tests may name their section
     only in their parameters: those are checked at run time (the summary names a test in no item)."""
-    rubric = grading.load_rubric(grading.DEFAULT_RUBRIC)
+    rubric = plugin.load_rubric(plugin.DEFAULT_RUBRIC)
     assessed = set()
     for module in sorted(TESTS.glob("test_*.py")):
         for node in ast.walk(ast.parse(module.read_text())):
@@ -261,6 +261,6 @@ def is_parametrized(function):
 
 
 def test_grading_md_lists_every_rubric_item_with_its_marks_in_the_rubrics_order():
-    rubric = grading.load_rubric(grading.DEFAULT_RUBRIC)
+    rubric = plugin.load_rubric(plugin.DEFAULT_RUBRIC)
     rows = re.findall(r"^\| `([\w.]+)`[^|]*\| ([\d.]+) \|", (TESTS.parent / "GRADING.md").read_text(), re.M)
     assert rows == [(item.id, f"{item.marks:g}") for item in rubric.items.values()]

@@ -3,7 +3,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models import CNN, MLP, build_model, count_parameters
+from runtime.models import CNN, MLP, build_model, count_parameters
 
 def test_the_mlp_is_784_512_256_128_10_with_relu_and_dropout():
     linears = [layer for layer in MLP().layers if isinstance(layer, nn.Linear)]

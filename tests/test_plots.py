@@ -3,11 +3,11 @@ import json
 
 import pytest
 
-import cost_model
-import plots
-import results
-from results import SCHEMA, validate
-from timing import FIELDS, chrome_trace, summarize_ranks
+from analysis import cost_model
+from analysis import plots
+from runtime import results
+from runtime.results import SCHEMA, validate
+from runtime.timing import FIELDS, chrome_trace, summarize_ranks
 
 ALPHA, BETA = 50e-6, 1e-9  # the all-reduce documents are generated exactly from this α-β model
 

@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from conftest import REPO, run_cli
+from tests.harness import REPO, run_cli
 
 RUN = ("--val-samples", 100, "--warmup-steps", 1, "--batch-size", 16, "--progress-every", 1000, "--epochs", 1)
 EXACT = ("--mode", "manual", "--sync", "flat", "--world-size", 2, *RUN, "--max-steps", 6)

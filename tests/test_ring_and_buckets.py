@@ -4,9 +4,9 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from harness import run_in_processes
+from tests.harness import run_in_processes
 from manual_allreduce import BucketedSync, ManualDDP, ring_all_reduce
-from models import MLP
+from runtime.models import MLP
 
 
 def lengths_for(world_size):

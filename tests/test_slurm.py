@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import write_dataset
+from tests.harness import write_dataset
 
 REPO = Path(__file__).resolve().parent.parent
 NODES = ["127.0.0.1", "127.0.0.2"]
@@ -219,7 +219,7 @@ def test_the_sweep_submitter_runs_every_shape_then_gathers_results_and_plots(clu
     write_dataset(str(tmp_path / "data"), train=2048 + 256, test=512)
     results = tmp_path / "results"
     trainer_args = SMALL_RUN[4:] + ["--data-dir", str(tmp_path / "data")]  # the submitter sets --mode and --sync
-    done = subprocess.run([sys.executable, "slurm/submit_sweep.py", "--nodes", "1,2", "--tasks-per-node", "1",
+    done = subprocess.run([sys.executable, "-m", "slurm.submit_sweep", "--nodes", "1,2", "--tasks-per-node", "1",
                            "--strategies", "flat", "--results-dir", str(results), "--limit", str(JOB_LIMIT_S), "--",
                            *trainer_args], cwd=REPO, env=dict(cluster.env, PYTHON=sys.executable),
                           capture_output=True, text=True, timeout=JOB_LIMIT_S + 60)

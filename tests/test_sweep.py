@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-import sweep
-from results import validate
+from analysis import sweep
+from runtime.results import validate
 
-SHARED_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 TINY = ["--models", "mlp", "--world-sizes", "1,2", "--strategies", "flat", "--bucket-mbs", "1", "--max-steps", "5",
         "--epochs", "1", "--train-samples", "1024", "--repeats", "1"]
 
@@ -58,9 +57,8 @@ def test_the_sweep_exits_non_zero_when_any_run_failed(tmp_path, monkeypatch):
     assert sweep.main(TINY + ["--results-dir", str(tmp_path)]) == 1
 
 
-@pytest.mark.skipif(not SHARED_DATA.is_dir(), reason=f"needs the MNIST files in {SHARED_DATA}")
-def test_a_tiny_sweep_writes_valid_results_and_the_plots(tmp_path):
-    extra = f"--val-samples 256 --test-samples 256 --warmup-steps 1 --offline-data-dir {SHARED_DATA} " \
+def test_a_tiny_sweep_writes_valid_results_and_the_plots(tmp_path, real_data):
+    extra = f"--val-samples 256 --test-samples 256 --warmup-steps 1 --offline-data-dir {real_data} " \
             f"--data-dir {tmp_path / 'data'}"
     no_bucket_sweep = ["--bucket-mbs", ""]  # its two runs would double the test's time; the dry run covers them
     assert sweep.main(TINY + no_bucket_sweep + ["--extra", extra, "--results-dir", str(tmp_path)]) == 0

@@ -4,8 +4,8 @@ import json
 import pytest
 import torch
 
-import timing
-from conftest import run_cli
+from runtime import timing
+from tests.harness import run_cli
 
 
 class FakeClock:

@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
-import results
-from conftest import REPO, run_cli
+from runtime import results
+from tests.harness import REPO, run_cli
 
 SMALL = ("--val-samples", 100, "--test-samples", 100, "--epochs", 1, "--warmup-steps", 2, "--batch-size", 16)
 MODES = {"ddp": ("--mode", "ddp"), "per-param": ("--mode", "manual", "--sync", "per-param"),
@@ -43,7 +43,7 @@ def test_busy_hidden_and_exposed_time_keep_their_invariants_for_every_strategy_a
     # One launch per world size: the step benchmark trains DDP and every strategy side by side with the
     # trainer's timer (real gloo processes, DDP calibrated as in training) and reports each one's means.
     output = tmp_path / "step.json"
-    done = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "step_bench.py"), "--models", "mlp",
+    done = subprocess.run([sys.executable, "-m", "benchmarks.step_bench", "--models", "mlp",
                            "--world-sizes", "2,4", "--steps", "3", "--warmup", "1", "--batch-size", "16",
                            "--output", output], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

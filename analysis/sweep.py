@@ -1,8 +1,8 @@
 """The scaling sweep in one command: every mode and strategy at every world size, repeated, then the plots.
 
-    python sweep.py                                   # the full default sweep (see DEFAULT_* for its size)
-    python sweep.py --dry-run                         # print the commands only
-    python sweep.py --models mlp --world-sizes 1,2 --strategies flat --max-steps 20 --repeats 1
+    python -m analysis.sweep                                   # the full default sweep (see DEFAULT_* for its size)
+    python -m analysis.sweep --dry-run                         # print the commands only
+    python -m analysis.sweep --models mlp --world-sizes 1,2 --strategies flat --max-steps 20 --repeats 1
 
 Runs mlp_ddp.py one job at a time (the processes of a job already share the cores):
   per model   single (world size 1), then at each world size above 1: ddp, ddp-no-sync (the same
@@ -29,9 +29,9 @@ import subprocess
 import sys
 import time
 
-import plots
+from analysis import plots
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STRATEGIES = ("per-param", "flat", "bucketed", "ring")
 # Sized by timing short runs on the 2-core machine (see the docstring).
 DEFAULT_MLP_STEPS = 100   # per epoch; the first 5 steps of a run are warm-up, left out of the timing
@@ -101,7 +101,7 @@ def configurations(args):
 def command_for(name, run_arguments, args):
     model = run_arguments[run_arguments.index("--model") + 1]
     steps = args.cnn_max_steps if model == "cnn" else args.max_steps
-    return ([sys.executable, os.path.join(HERE, "mlp_ddp.py")] + run_arguments
+    return ([sys.executable, os.path.join(REPO, "mlp_ddp.py")] + run_arguments
             + ["--epochs", str(args.epochs), "--max-steps", str(steps), "--train-samples", str(args.train_samples)]
             + list(DEFAULT_EVAL_SAMPLES) + shlex.split(args.extra)  # --extra comes last, so it wins
             + ["--results-dir", args.results_dir, "--run-name", name])

@@ -13,10 +13,10 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-import checkpoint
-from data import eval_range, shard_indices
-from results import write_json_atomic
-from timing import COMM_FIELDS, chrome_trace, summarize_ranks
+from runtime import checkpoint
+from runtime.data import eval_range, shard_indices
+from runtime.results import write_json_atomic
+from runtime.timing import COMM_FIELDS, chrome_trace, summarize_ranks
 
 
 CALIBRATION_WINDOW = 5  # DDP's baseline: the median of this many latest no-communication backwards

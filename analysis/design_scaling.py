@@ -2,11 +2,11 @@
 appendix) and what it projects for a cluster (§5), ring against halving-doubling, and against
 published systems by compute per gradient byte.
 """
-import cost_model as cm
-from design_numbers import BuildError, load, show_bytes, table
+from analysis import cost_model
+from analysis.design_numbers import BuildError, load, show_bytes, table
 
-LINKS = {"fitted": None, **{f"{gbit}g": gbit for gbit in cm.CLUSTER_LINKS_GBIT}}  # projection scenarios
-LINK_NAMES = ["this machine's fit"] + [f"{gbit:g} Gbit/s" for gbit in cm.CLUSTER_LINKS_GBIT]
+LINKS = {"fitted": None, **{f"{gbit}g": gbit for gbit in cost_model.CLUSTER_LINKS_GBIT}}  # projection scenarios
+LINK_NAMES = ["this machine's fit"] + [f"{gbit:g} Gbit/s" for gbit in cost_model.CLUSTER_LINKS_GBIT]
 SHORT = {"ring": "ring", "halving-doubling": "hd"}
 FIT_FIELDS = (("alpha_s", "alpha", "us"), ("beta_s_per_byte", "beta", "ns/byte"), ("bandwidth", "bandwidth_gbps", "GB/s"),
               ("r2", "r2", "number"), ("median_relative_error", "median_relative_error", "percent"),
@@ -46,8 +46,8 @@ def allreduce_section(n, bench):
         points = [(m["world_size"], m["bytes"], m["median_s"]) for _, m in rows if m["implementation"] == implementation]
         if len(points) < 2:
             raise BuildError(f"{bench} has fewer than two verified {implementation} measurements: no fit possible")
-        register_fit(n, f"fit.{implementation}", cm.fit_alpha_beta(*zip(*points)), bench, implementation)
-        for world, fit in cm.fit_per_world(*zip(*points)).items():
+        register_fit(n, f"fit.{implementation}", cost_model.fit_alpha_beta(*zip(*points)), bench, implementation)
+        for world, fit in cost_model.fit_per_world(*zip(*points)).items():
             register_fit(n, f"fit.{implementation}.w{world}", fit, bench, implementation, world)
         for name, ranks in [(f"fit.{implementation}.w{w}", w) for w in worlds] + [(f"fit.{implementation}", "all")]:
             fit_rows.append([implementation, ranks] + [n.text(f"{name}.{field}") for field, _, _ in FIT_FIELDS
@@ -82,9 +82,9 @@ def residual_table(n, bench, rows, world):
             n.measured(f"{name}.median_s", bench if index is not None else None, f"measurements[{index}].median_s", "s")
             cells.append(n.text(f"{name}.median_s"))
             for fit, label in ((f"fit.{implementation}.w{world}", "own"), (f"fit.{implementation}", "all")):
-                n.derived(f"{name}.{label}_s", lambda a, b, s=size: cm.allreduce_time(s, world, a, b),
+                n.derived(f"{name}.{label}_s", lambda a, b, s=size: cost_model.allreduce_time(s, world, a, b),
                           [f"{fit}.alpha_s", f"{fit}.beta_s_per_byte"], "s", f"2(n-1)·alpha + 2(n-1)/n·N·beta with {fit}")
-                n.derived(f"{name}.{label}_error", cm.relative_error, [f"{name}.{label}_s", f"{name}.median_s"],
+                n.derived(f"{name}.{label}_error", cost_model.relative_error, [f"{name}.{label}_s", f"{name}.median_s"],
                           "percent", "(model - measured) / measured")
                 cells.append(f"{n.text(f'{name}.{label}_s')} ({n.text(f'{name}.{label}_error')})")
             if implementation == "gloo":
@@ -99,24 +99,24 @@ def residual_table(n, bench, rows, world):
 
 def register_assumptions(n):
     """The projections' stated assumptions and the published figures, all from cost_model.py."""
-    n.stated("assume.alpha_s", cm.CLUSTER_ALPHA_S, "us", "assumption", "cost_model.CLUSTER_ALPHA_S")
-    for name, value in (("reference_world", cm.REFERENCE_WORLD_SIZE), ("batch_factor", cm.LARGER_BATCH_FACTOR),
-                        ("smallest_world", min(cm.PROJECTED_WORLD_SIZES)),
-                        ("largest_world", max(cm.PROJECTED_WORLD_SIZES))):
+    n.stated("assume.alpha_s", cost_model.CLUSTER_ALPHA_S, "us", "assumption", "cost_model.CLUSTER_ALPHA_S")
+    for name, value in (("reference_world", cost_model.REFERENCE_WORLD_SIZE), ("batch_factor", cost_model.LARGER_BATCH_FACTOR),
+                        ("smallest_world", min(cost_model.PROJECTED_WORLD_SIZES)),
+                        ("largest_world", max(cost_model.PROJECTED_WORLD_SIZES))):
         n.stated(f"assume.{name}", value, "count", "assumption", "cost_model.py")
-    n.stated("assume.buckets", list(cm.BUCKET_CANDIDATES_MB), "MiB-list", "assumption", "cost_model.BUCKET_CANDIDATES_MB")
-    n.stated("assume.reference_link", cm.REFERENCE_LINK_GBIT, "Gbit/s", "assumption", "cost_model.REFERENCE_LINK_GBIT")
+    n.stated("assume.buckets", list(cost_model.BUCKET_CANDIDATES_MB), "MiB-list", "assumption", "cost_model.BUCKET_CANDIDATES_MB")
+    n.stated("assume.reference_link", cost_model.REFERENCE_LINK_GBIT, "Gbit/s", "assumption", "cost_model.REFERENCE_LINK_GBIT")
     for link, gbit in LINKS.items():
         if gbit:
             n.stated(f"assume.link.{link}", gbit, "Gbit/s", "assumption", "cost_model.CLUSTER_LINKS_GBIT")
-            n.stated(f"assume.beta.{link}", cm.link_beta(gbit), "ns/byte", "assumption", "8 bits per byte / link speed")
-    for name, (value, source) in cm.PUBLISHED.items():
+            n.stated(f"assume.beta.{link}", cost_model.link_beta(gbit), "ns/byte", "assumption", "8 bits per byte / link speed")
+    for name, (value, source) in cost_model.PUBLISHED.items():
         unit = ("round-percent" if isinstance(value, float) else "round-ratio" if "factor" in name
                 else "Gbit/s" if "gbit" in name else "count")
         n.stated(f"published.{name}", value, unit, "publication", source)
     for label, algorithm in SHORT.items():
         n.derived(f"technique.latency_per_allreduce.{algorithm}",
-                  lambda a, alg=label: float(cm.ALGORITHMS[alg](cm.REFERENCE_WORLD_SIZE)[0]) * a,
+                  lambda a, alg=label: float(cost_model.ALGORITHMS[alg](cost_model.REFERENCE_WORLD_SIZE)[0]) * a,
                   ["assume.alpha_s"], "ms", f"{label}: message steps x alpha at the reference world size")
 
 
@@ -124,8 +124,8 @@ TECHNIQUES = {  # (what the step does, buckets?, wire fraction, batch factor, al
     "flat": ("one all-reduce after backward (flat)", False, 1.0, 1, "ring"),
     "bucketed": ("buckets overlapping backward (best size)", True, 1.0, 1, "ring"),
     "compressed": ("… and gradients sent as fp16/bf16", True, 0.5, 1, "ring"),
-    "larger_batch": ("… and a larger per-rank batch", True, 0.5, cm.LARGER_BATCH_FACTOR, "ring"),
-    "halving_doubling": ("… and halving-doubling instead of the ring", True, 0.5, cm.LARGER_BATCH_FACTOR,
+    "larger_batch": ("… and a larger per-rank batch", True, 0.5, cost_model.LARGER_BATCH_FACTOR, "ring"),
+    "halving_doubling": ("… and halving-doubling instead of the ring", True, 0.5, cost_model.LARGER_BATCH_FACTOR,
                          "halving-doubling")}
 
 
@@ -144,13 +144,13 @@ def projection_section(n, layouts, first):
 
         def projected(compute, backward, alpha, beta, world, buckets=True, wire=1.0, factor=1, algorithm="ring"):
             if not buckets:
-                return cm.project_step(compute * factor, backward * factor, sizes, world, alpha, beta, None, wire,
+                return cost_model.project_step(compute * factor, backward * factor, sizes, world, alpha, beta, None, wire,
                                        first, algorithm)
-            mb, projection = cm.best_bucket(compute * factor, backward * factor, sizes, world, alpha, beta,
+            mb, projection = cost_model.best_bucket(compute * factor, backward * factor, sizes, world, alpha, beta,
                                             wire_fraction=wire, first_bucket_mb=first, algorithm=algorithm)
             return dict(projection, bucket_mb=mb)
         rows = []
-        for world in cm.PROJECTED_WORLD_SIZES:
+        for world in cost_model.PROJECTED_WORLD_SIZES:
             cells = [world]
             for link in LINKS:
                 lines = []
@@ -167,7 +167,7 @@ def projection_section(n, layouts, first):
         for algorithm, short in SHORT.items():
             for link in LINKS:
                 n.derived(f"crossover.{model}.{link}.{short}",
-                          lambda c, a, b, alg=algorithm: cm.crossover_world_size(c, sum(sizes), a, b, algorithm=alg) or 0,
+                          lambda c, a, b, alg=algorithm: cost_model.crossover_world_size(c, sum(sizes), a, b, algorithm=alg) or 0,
                           base[:1] + cost[link], "ranks", f"cost_model.crossover_world_size ({algorithm}, flat)")
             crossover.append([model.upper(), algorithm] + [n.text(f"crossover.{model}.{link}.{short}") for link in LINKS])
         latency_shares(n, model, sizes)
@@ -179,24 +179,24 @@ def projection_section(n, layouts, first):
 
 def latency_shares(n, model, sizes):
     """The flat all-reduce of the whole gradient at the largest projection, fastest link: the latency term's share."""
-    world, link = max(cm.PROJECTED_WORLD_SIZES), f"{max(cm.CLUSTER_LINKS_GBIT)}g"
+    world, link = max(cost_model.PROJECTED_WORLD_SIZES), f"{max(cost_model.CLUSTER_LINKS_GBIT)}g"
     for algorithm, short in SHORT.items():
         name, inputs = f"latency.{model}.{short}", ["assume.alpha_s", f"assume.beta.{link}"]
-        n.derived(f"{name}.total_s", lambda a, b, alg=algorithm: cm.allreduce_time(sum(sizes), world, a, b, alg),
+        n.derived(f"{name}.total_s", lambda a, b, alg=algorithm: cost_model.allreduce_time(sum(sizes), world, a, b, alg),
                   inputs, "ms", f"one {algorithm} all-reduce of the gradient, {world} ranks, {link}")
-        n.derived(f"{name}.latency_s", lambda a, alg=algorithm: float(cm.ALGORITHMS[alg](world)[0]) * a,
+        n.derived(f"{name}.latency_s", lambda a, alg=algorithm: float(cost_model.ALGORITHMS[alg](world)[0]) * a,
                   inputs[:1], "ms", f"{algorithm}: message steps x alpha at {world} ranks")
-        n.derived(f"{name}.share", lambda a, b, alg=algorithm: cm.latency_share(sum(sizes), world, a, b, alg),
+        n.derived(f"{name}.share", lambda a, b, alg=algorithm: cost_model.latency_share(sum(sizes), world, a, b, alg),
                   inputs, "percent", "latency term / the all-reduce's time")
 
 
 def techniques_table(n, model, base, cost, projected):
-    rows, link = [], f"{cm.REFERENCE_LINK_GBIT}g"
+    rows, link = [], f"{cost_model.REFERENCE_LINK_GBIT}g"
     units = {"step_s": "ms", "exposed_s": "ms", "efficiency": "percent"}
     for label, (text, buckets, wire, factor, algorithm) in TECHNIQUES.items():
         name = f"technique.{model}.{label}"
         n.derived_fields(name, lambda *v, b=buckets, w=wire, f=factor, a=algorithm:
-                         projected(*v, cm.REFERENCE_WORLD_SIZE, b, w, f, a),
+                         projected(*v, cost_model.REFERENCE_WORLD_SIZE, b, w, f, a),
                          base + cost[link], dict(units, **({"bucket_mb": "MiB"} if buckets else {})),
                          f"cost_model projection of '{label}' at the reference world size and link")
         rows.append([text, n.text(f"{name}.bucket_mb") if buckets else "—"] + [n.text(f"{name}.{f}") for f in units])
@@ -206,16 +206,16 @@ def techniques_table(n, model, base, cost, projected):
 def published_table(n, layouts, first):
     """Compute per gradient byte of Horovod's models and ours, with the published and the modelled efficiency at
     Horovod's GPU count and link (α assumed; flat all-reduce, no overlap: a lower bound)."""
-    world, link = cm.PUBLISHED["horovod_gpus_high"][0], cm.PUBLISHED["horovod_link_gbit"][0]
-    n.stated("published.horovod_beta", cm.link_beta(link), "ns/byte", "assumption", "8 bits per byte / Horovod's link")
+    world, link = cost_model.PUBLISHED["horovod_gpus_high"][0], cost_model.PUBLISHED["horovod_link_gbit"][0]
+    n.stated("published.horovod_beta", cost_model.link_beta(link), "ns/byte", "assumption", "8 bits per byte / Horovod's link")
     rows = []
-    for label, (prefix, efficiency) in cm.PUBLISHED_MODELS.items():
+    for label, (prefix, efficiency) in cost_model.PUBLISHED_MODELS.items():
         inputs = [f"published.{prefix}_parameters", f"published.p100_{prefix}_images_per_s", "published.horovod_batch"]
         name = f"published.{prefix}"
         n.derived(f"{name}.step_s", lambda p, i, b: b / i, inputs, "s", "batch / images per second")
         n.derived(f"{name}.bytes", lambda p, i, b: 4 * p, inputs, "bytes", "4 bytes per fp32 parameter")
-        n.derived(f"{name}.per_byte", cm.published_compute_per_byte, inputs, "ns/byte", "step / gradient bytes")
-        n.derived(f"{name}.modelled", lambda s, p, a, beta: s / (s + cm.allreduce_time(4 * p, world, a, beta)),
+        n.derived(f"{name}.per_byte", cost_model.published_compute_per_byte, inputs, "ns/byte", "step / gradient bytes")
+        n.derived(f"{name}.modelled", lambda s, p, a, beta: s / (s + cost_model.allreduce_time(4 * p, world, a, beta)),
                   [f"{name}.step_s", inputs[0], "assume.alpha_s", "published.horovod_beta"], "percent",
                   "compute / (compute + one flat ring all-reduce), no overlap")
         rows.append([label, n.text(f"{name}.step_s"), n.text(f"{name}.bytes"), n.text(f"{name}.per_byte"),
@@ -223,7 +223,7 @@ def published_table(n, layouts, first):
     for model, sizes in layouts.items():
         name, compute = f"published.ours.{model}", f"sweep.{model}.single.w1.compute.median"
         n.derived(f"{name}.per_byte", lambda c, s=sum(sizes): c / s, [compute], "ns/byte", "compute / gradient bytes")
-        n.derived(f"{name}.modelled", lambda c, a, b, s=sum(sizes): c / (c + cm.allreduce_time(s, world, a, b)),
+        n.derived(f"{name}.modelled", lambda c, a, b, s=sum(sizes): c / (c + cost_model.allreduce_time(s, world, a, b)),
                   [compute, "assume.alpha_s", "published.horovod_beta"], "percent",
                   "compute / (compute + one flat ring all-reduce), no overlap")
         rows.append([f"our {model.upper()} (this machine, one process)", n.text(compute), n.text(f"model.{model}.bytes"),

@@ -4,7 +4,7 @@ import json
 import os
 import tempfile
 
-from timing import FIELDS
+from runtime.timing import FIELDS
 
 SCHEMA = "ddp-mnist-results/2"  # 2: comm busy as a union, hidden and exposed split at compute's end
 

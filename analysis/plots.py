@@ -1,6 +1,6 @@
 """Figures from results files: every plot a reader sees is drawn here, from results/*.json only.
 
-    python plots.py [--results-dir results] [--out-dir results/plots]
+    python -m analysis.plots [--results-dir results] [--out-dir results/plots]
 
 Reads the folder with results.load_folder (training runs; the benchmarks' allreduce-bench/1 and
 step-bench/2) and its trace-*.json timelines; other files are skipped with a note. Writes per model
@@ -36,10 +36,10 @@ matplotlib.use("Agg")  # files only, no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-import cost_model  # noqa: E402
+from analysis import cost_model  # noqa: E402
 from manual_allreduce import BucketedSync  # noqa: E402
-from models import build_model  # noqa: E402
-from results import DEFAULT_BUCKET_MB, across_repeats, load_folder, repeats, spread  # noqa: E402
+from runtime.models import build_model  # noqa: E402
+from runtime.results import DEFAULT_BUCKET_MB, across_repeats, load_folder, repeats, spread  # noqa: E402
 
 ALLREDUCE_SCHEMA = "allreduce-bench/1"
 STEP_BENCH_SCHEMA = "step-bench/2"

@@ -4,9 +4,9 @@ import math
 import os
 import re
 
-from results import clearly_less, spread
+from runtime.results import clearly_less, spread
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOT_MEASURED = "not measured"
 
 
@@ -150,5 +150,5 @@ def table(header, rows):
 def shown(path):
     """`path` as the document records it: relative to the repository when inside it, so that a build from
     any working directory, or with an absolute --results-dir, writes the same document."""
-    relative = os.path.relpath(os.path.abspath(path), HERE)
+    relative = os.path.relpath(os.path.abspath(path), REPO)
     return os.path.abspath(path) if relative.startswith("..") else relative

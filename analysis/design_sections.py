@@ -9,14 +9,14 @@ import glob
 import os
 import re
 
-import cost_model as cm
-from design_numbers import HERE, load, shown, table
+from analysis import cost_model
+from analysis.design_numbers import REPO, load, shown, table
 
 STRATEGIES = ("per-param", "flat", "bucketed", "ring")
 DEFAULT_BUCKET_MB = 25.0  # mlp_ddp.py's --bucket-mb, DDP's bucket_cap_mb
 FIGURES = ("curves-mlp", "curves-cnn", "time-breakdown-mlp", "time-breakdown-cnn", "scaling-mlp", "scaling-cnn",
            "allreduce", "step-bench", "bucket-sweep", "timeline")
-REFERENCE_SCRIPT = os.path.join(HERE, "make_reference_results.sh")
+REFERENCE_SCRIPT = os.path.join(REPO, "analysis", "make_reference_results.sh")
 
 
 # --- What each section quotes ------------------------------------------------------------------------
@@ -24,8 +24,8 @@ REFERENCE_SCRIPT = os.path.join(HERE, "make_reference_results.sh")
 def model_facts(n):
     """{model: gradient bytes of each trainable tensor}; registers the models', the data's and the dtypes' numbers."""
     import torch
-    from data import DATASETS
-    from models import build_model, count_parameters  # torch only here: the rest of the build is plain Python
+    from runtime.data import DATASETS
+    from runtime.models import build_model, count_parameters  # torch only here: the rest of the build is plain Python
     layouts = {}
     for model in ("mlp", "cnn"):
         built, where = build_model(model), f"models.py: build_model('{model}'), the default architecture"
@@ -53,7 +53,7 @@ def bucketed_first_bucket_mb(n):
     option = inspect.signature(BucketedSync).parameters.get("first_bucket_mb")
     cap = option.default if option else None
     n.stated("code.bucketed_first_bucket_mb", cap, "MiB", "code", "manual_allreduce.BucketedSync(first_bucket_mb=...)")
-    n.stated("code.ddp_first_bucket_mb", cm.DDP_FIRST_BUCKET_MB, "MiB", "code", "cost_model.DDP_FIRST_BUCKET_MB, "
+    n.stated("code.ddp_first_bucket_mb", cost_model.DDP_FIRST_BUCKET_MB, "MiB", "code", "cost_model.DDP_FIRST_BUCKET_MB, "
              "checked against torch's _compute_bucket_assignment_by_size by tests/test_design_doc.py")
     return cap
 
@@ -71,12 +71,12 @@ def communication_section(n, layouts, worlds, bucket_mbs, first):
     for model, sizes in layouts.items():
         rows, layout_rows = [], []
         for strategy in STRATEGIES + ("ddp",):
-            key, messages = f"comm.{model}.{strategy}", cm.messages_per_step(strategy, sizes, DEFAULT_BUCKET_MB, first)
+            key, messages = f"comm.{model}.{strategy}", cost_model.messages_per_step(strategy, sizes, DEFAULT_BUCKET_MB, first)
             n.add(f"{key}.collectives", 1 if strategy == "ring" else len(messages), "count", kind="model",
                   formula=f"cost_model.messages_per_step('{strategy}', tensor bytes, {DEFAULT_BUCKET_MB:g} MiB)")
             cells = [strategy, n.text(f"{key}.collectives")]
             for world in worlds:
-                a, b = cm.ring_coefficients(world)
+                a, b = cost_model.ring_coefficients(world)
                 n.add(f"{key}.w{world}.message_steps", int(a) * len(messages), "count", kind="model",
                       formula="2(n-1) per all-reduce")
                 n.add(f"{key}.w{world}.bytes_per_rank", float(b) * sum(messages), "bytes", kind="model",
@@ -84,7 +84,7 @@ def communication_section(n, layouts, worlds, bucket_mbs, first):
                 cells += [n.text(f"{key}.w{world}.message_steps"), n.text(f"{key}.w{world}.bytes_per_rank")]
             rows.append(cells + [ISSUED[strategy]])
         for mb in bucket_mbs:
-            for series, layout in (("bucketed", cm.bucket_sizes(sizes, mb, first)), ("ddp", cm.ddp_bucket_sizes(sizes, mb))):
+            for series, layout in (("bucketed", cost_model.bucket_sizes(sizes, mb, first)), ("ddp", cost_model.ddp_bucket_sizes(sizes, mb))):
                 formula = f"cost_model's layout of {series} buckets at {mb:g} MiB (first bucket capped), in launch order"
                 n.add(f"buckets.{model}.{series}.{mb:g}", layout, "bytes-list", kind="model", formula=formula)
                 n.add(f"buckets.{model}.{series}.{mb:g}.count", len(layout), "count", kind="model", formula=formula)
@@ -148,7 +148,7 @@ def reference_commands(n):
             else:
                 commands.append(re.sub(r"\s+#.*$", "", pending))
                 pending = ""
-    duration = re.search(r"^#\s+\./make_reference_results\.sh\s+#\s*(.+)$", script, flags=re.M)
+    duration = re.search(r"^#\s+\./analysis/make_reference_results\.sh\s+#\s*(.+)$", script, flags=re.M)
     n.stated("reference.duration", duration.group(1) if duration else None, "name", "code",
              "make_reference_results.sh: the comment after its first usage line")
     trace = next((c for c in commands if "--trace " in c), None)
@@ -180,7 +180,7 @@ def figures(results_dir, out_dir):
         path = os.path.join(results_dir, "plots", stem + ".png")
         relative = os.path.relpath(path, out_dir).replace(os.sep, "/")
         links[f"figure.{stem}"] = (f"![{stem}]({relative})" if os.path.exists(path) else f"*Figure {stem}.png is "
-                                   f"not in {shown(results_dir)}/plots: run python plots.py, then rebuild.*")
+                                   f"not in {shown(results_dir)}/plots: run python -m analysis.plots, then rebuild.*")
     return links
 
 

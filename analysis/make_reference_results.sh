@@ -1,23 +1,23 @@
 #!/usr/bin/env bash
 # Regenerates every reference figure in results/ and every number of design_doc/, in this order:
 #
-#   ./make_reference_results.sh                               # about 35 minutes on 2 cores
-#   OFFLINE_DATA_DIR=../shared/data ./make_reference_results.sh
+#   ./analysis/make_reference_results.sh                               # about 35 minutes on 2 cores
+#   OFFLINE_DATA_DIR=../shared/data ./analysis/make_reference_results.sh
 #
 # Run it on a quiet machine: the figures are timings. Then commit results/ and design_doc/.
 set -euo pipefail
-cd "$(dirname "$0")"
+cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 
-"$PYTHON" sweep.py                                   # results/sweep-*-r*.json, bucket-*-r*.json (3 repeats)
-"$PYTHON" benchmarks/allreduce_bench.py              # results/allreduce-bench.json
-"$PYTHON" benchmarks/step_bench.py                   # results/step-bench.json
-"$PYTHON" benchmarks/dataloader_bench.py             # results/dataloader-bench.json
+"$PYTHON" -m analysis.sweep  # results/sweep-*-r*.json, bucket-*-r*.json (3 repeats)
+"$PYTHON" -m benchmarks.allreduce_bench  # results/allreduce-bench.json
+"$PYTHON" -m benchmarks.step_bench  # results/step-bench.json
+"$PYTHON" -m benchmarks.dataloader_bench  # results/dataloader-bench.json
 # The README's main job, and timelines of bucketed sync and of DDP; their run files stay out of the sweep's plots.
 "$PYTHON" mlp_ddp.py --mode manual --world-size 4 --results-dir results/main --run-name mlp-manual-bucketed-w4
 "$PYTHON" mlp_ddp.py --mode manual --sync bucketed --world-size 2 --epochs 1 --max-steps 40 --trace-steps 10 \
     --results-dir results/main --run-name trace-bucketed-w2 --trace results/trace-bucketed-w2.json
 "$PYTHON" mlp_ddp.py --mode ddp --world-size 2 --epochs 1 --max-steps 40 --trace-steps 10 \
     --results-dir results/main --run-name trace-ddp-w2 --trace results/trace-ddp-w2.json
-"$PYTHON" plots.py                                   # results/plots/*.png
-"$PYTHON" build_design_doc.py                        # design_doc/*.md, design_doc/numbers.json
+"$PYTHON" -m analysis.plots  # results/plots/*.png
+"$PYTHON" -m analysis.build_design_doc  # design_doc/*.md, design_doc/numbers.json

@@ -6,10 +6,10 @@ the same); a strategy is called faster than another only where results.clearly_l
 """
 import os
 
-import cost_model as cm
-from design_numbers import load, shown, table
-from design_sections import DEFAULT_BUCKET_MB
-from timing import overlap
+from analysis import cost_model
+from analysis.design_numbers import load, shown, table
+from analysis.design_sections import DEFAULT_BUCKET_MB
+from runtime.timing import overlap
 
 SERIES = ("single", "ddp-no-sync", "ddp", "manual per-param", "manual flat", "manual bucketed", "manual ring")
 COMMUNICATING = SERIES[2:]
@@ -200,9 +200,9 @@ def prediction_section(n, layouts, worlds, fits, first):
             for series in COMMUNICATING:
                 strategy = slug(series)
                 name, measured = f"predict.{model}.{strategy}.w{world}", key(model, series, world)
-                messages = cm.messages_per_step(strategy, sizes, DEFAULT_BUCKET_MB, first)
+                messages = cost_model.messages_per_step(strategy, sizes, DEFAULT_BUCKET_MB, first)
                 fit = fits.for_world("ring" if strategy == "ring" else "gloo", world)
-                n.derived(f"{name}.comm_s", lambda a, b, m=messages, w=world: cm.step_comm_time(m, w, a, b),
+                n.derived(f"{name}.comm_s", lambda a, b, m=messages, w=world: cost_model.step_comm_time(m, w, a, b),
                           [f"{fit}.alpha_s", f"{fit}.beta_s_per_byte"], "ms",
                           f"cost_model.step_comm_time of {strategy}'s all-reduces with the fit {fit}")
                 if n.derived(f"{name}.ratio", lambda m, p: m / p, [f"{measured}.comm_busy.median", f"{name}.comm_s"],
@@ -223,7 +223,7 @@ def bucket_sweep_section(n, grouped):
     sizes = sorted({k[3] for k in runs if k[2] == max(worlds)}) if worlds else []
     if len(sizes) < 2:
         n.add("bucket.world", None, "count")
-        return {"table.bucket_sweep": "*No bucket sweep (bucket-*.json) in the results: run python sweep.py.*",
+        return {"table.bucket_sweep": "*No bucket sweep (bucket-*.json) in the results: run python -m analysis.sweep.*",
                 "text.bucket_takeaway": "*No bucket sweep.*"}
     world = max(worlds)
     n.stated("bucket.world", world, "count", "code", "the world size of the bucket runs")
@@ -257,7 +257,7 @@ def step_bench_section(n, results_dir):
     document = load(path) if os.path.exists(path) else {}
     if document.get("schema") != "step-bench/2":
         found = f"{shown(path)} has schema {document.get('schema')!r}" if document else f"no {shown(path)}"
-        return {"table.step_bench": f"*{found}, not step-bench/2: run python benchmarks/step_bench.py.*"}
+        return {"table.step_bench": f"*{found}, not step-bench/2: run python -m benchmarks.step_bench.*"}
     rows = []
     for i, m in enumerate(document.get("measurements", [])):
         name = f"stepbench.{m['model']}.w{m['world_size']}.{m['configuration']}"

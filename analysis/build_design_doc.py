@@ -1,8 +1,8 @@
 """Render the design document, design_doc/*.md, from its templates and the results folder.
 
-    python build_design_doc.py                  # results/ -> design_doc/*.md and design_doc/numbers.json
-    python build_design_doc.py --check          # exit 1 if the committed document is not what a build gives
-    python build_design_doc.py --results-dir /tmp/r --out-dir /tmp/doc
+    python -m analysis.build_design_doc                  # results/ -> design_doc/*.md and design_doc/numbers.json
+    python -m analysis.build_design_doc --check          # exit 1 if the committed document is not what a build gives
+    python -m analysis.build_design_doc --results-dir /tmp/r --out-dir /tmp/doc
 
 Each design_doc/templates/*.md becomes design_doc/*.md with every `{{ name }}` replaced by a number
 (formatted with its unit), a table or a figure. Every number is registered with where it came from:
@@ -24,15 +24,15 @@ import os
 import re
 import sys
 
-import design_numbers
-import results
-from design_numbers import HERE, NOT_MEASURED, BuildError, Numbers, shown  # noqa: F401 (BuildError: for callers)
-from design_performance import bucket_sweep_section, prediction_section, step_bench_section, sweep_section
-from design_scaling import allreduce_section, projection_section
-from design_sections import (DEFAULT_BUCKET_MB, bucketed_first_bucket_mb, communication_section, figures,
+from analysis import design_numbers
+from runtime import results
+from analysis.design_numbers import REPO, NOT_MEASURED, BuildError, Numbers, shown  # noqa: F401 (BuildError: for callers)
+from analysis.design_performance import bucket_sweep_section, prediction_section, step_bench_section, sweep_section
+from analysis.design_scaling import allreduce_section, projection_section
+from analysis.design_sections import (DEFAULT_BUCKET_MB, bucketed_first_bucket_mb, communication_section, figures,
                              main_job_section, model_facts, reference_commands, trace_section)
 
-TEMPLATES = os.path.join(HERE, "design_doc", "templates")
+TEMPLATES = os.path.join(REPO, "design_doc", "templates")
 PLACEHOLDER = re.compile(r"\{\{\s*([\w.\-]+)\s*\}\}")
 
 
@@ -41,16 +41,16 @@ def required_results(results_dir):
     path; or what to run."""
     if not os.path.isdir(results_dir):
         raise BuildError(f"results folder {results_dir} not found: "
-                         "run python sweep.py and python benchmarks/allreduce_bench.py")
+                         "run python -m analysis.sweep and python -m benchmarks.allreduce_bench")
     runs, _ = results.load_folder(results_dir, note=lambda line: None)
     grouped = results.repeats(runs)
     worlds = sorted({world for _, _, world, _ in grouped if world > 1})
     if not worlds:
         raise BuildError(f"no training runs with more than one rank in {results_dir} (schema {results.SCHEMA}): "
-                         "run python sweep.py")
+                         "run python -m analysis.sweep")
     bench = os.path.join(results_dir, "allreduce-bench.json")
     if not os.path.exists(bench):
-        raise BuildError(f"{bench} not found: run python benchmarks/allreduce_bench.py (the cost model is fitted to it)")
+        raise BuildError(f"{bench} not found: run python -m benchmarks.allreduce_bench (the cost model is fitted to it)")
     return grouped, worlds, bench
 
 
@@ -116,9 +116,9 @@ def differences(documents, out_dir):
 
 def missing_optional(results_dir):
     """One line per optional input that is absent: the document says "not measured" or what to run there."""
-    wanted = {"step-bench.json": "python benchmarks/step_bench.py", "bucket-*.json": "python sweep.py",
+    wanted = {"step-bench.json": "python -m benchmarks.step_bench", "bucket-*.json": "python -m analysis.sweep",
               "trace-*.json": "python mlp_ddp.py ... --trace (see design_doc/README.md)",
-              os.path.join("plots", "*.png"): "python plots.py"}
+              os.path.join("plots", "*.png"): "python -m analysis.plots"}
     return [f"note: no {os.path.join(results_dir, pattern)}; the document says so where it would be used ({command})"
             for pattern, command in wanted.items() if not glob.glob(os.path.join(results_dir, pattern))]
 
@@ -126,7 +126,7 @@ def missing_optional(results_dir):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results-dir", default="results")
-    parser.add_argument("--out-dir", default=os.path.join(HERE, "design_doc"))
+    parser.add_argument("--out-dir", default=os.path.join(REPO, "design_doc"))
     parser.add_argument("--check", action="store_true", help="compare with the committed document; exit 1 if it differs")
     args = parser.parse_args(argv)
     try:
@@ -138,7 +138,7 @@ def main(argv=None):
         changed = differences(documents, args.out_dir)
         if changed:
             print(f"design document out of date: {len(changed)} of {len(documents)} files differ from a build from "
-                  f"{args.results_dir}: {', '.join(changed)}; rebuild with python build_design_doc.py", file=sys.stderr)
+                  f"{args.results_dir}: {', '.join(changed)}; rebuild with python -m analysis.build_design_doc", file=sys.stderr)
             return 1
         print(f"design document up to date with {args.results_dir} ({len(documents)} files)")
         return 0
