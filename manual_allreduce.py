@@ -28,6 +28,8 @@ from torch.utils._pytree import tree_leaves
 
 from runtime.timing import CommRecorder
 
+STRATEGIES = ("per-param", "flat", "bucketed", "ring")  # --sync, in the order this file builds them
+DEFAULT_BUCKET_MB = 25.0  # as DDP's bucket_cap_mb
 WIRE_DTYPES = {None: None, "none": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -216,7 +218,7 @@ class BucketedSync(GradientSync):
     so every rank issues the same collectives in the same order even if a hook fires early.
     """
 
-    def __init__(self, params, bucket_mb=25.0, compress=None, comm=None, first_bucket_mb=1.0):
+    def __init__(self, params, bucket_mb=DEFAULT_BUCKET_MB, compress=None, comm=None, first_bucket_mb=1.0):
         super().__init__(params, compress, comm)
         # As DDP: the first bucket is small (1 MiB), so the first all-reduce starts early in backward.
         capacity = min(first_bucket_mb, bucket_mb) * 2**20
@@ -266,7 +268,7 @@ class BucketedSync(GradientSync):
         self.next_to_launch = self.grads_ready = 0
 
 
-def make_sync(strategy, params, bucket_mb=25.0, compress=None, comm=None):
+def make_sync(strategy, params, bucket_mb=DEFAULT_BUCKET_MB, compress=None, comm=None):
     if strategy == "bucketed":
         return BucketedSync(params, bucket_mb, compress, comm)
     classes = {"per-param": PerParameterSync, "flat": FlatSync, "ring": RingSync}
@@ -308,7 +310,7 @@ class ManualDDP(nn.Module):
         held back), and one parameter unused on every rank keeps `.grad is None`.
     """
 
-    def __init__(self, module, strategy="bucketed", bucket_mb=25.0, compress=None, comm=None,
+    def __init__(self, module, strategy="bucketed", bucket_mb=DEFAULT_BUCKET_MB, compress=None, comm=None,
                  broadcast_buffers=True, find_unused_parameters=False):
         super().__init__()
         self.module = module

@@ -26,18 +26,28 @@ import time
 
 import torch
 
-from runtime import checkpoint
-from runtime import data
-from runtime.launch import (LaunchError, Placement, choose_backend, detect_launcher, device_for, first_line, free_port,
-                         host_name, launch_local, placement_from_environment, port_is_free, process_group,
-                         threads_per_rank)
+from manual_allreduce import DEFAULT_BUCKET_MB, STRATEGIES
+from runtime import checkpoint, data
+from runtime.launch import (
+    LaunchError,
+    Placement,
+    choose_backend,
+    detect_launcher,
+    device_for,
+    first_line,
+    free_port,
+    host_name,
+    launch_local,
+    placement_from_environment,
+    port_is_free,
+    process_group,
+    threads_per_rank,
+)
 from runtime.models import build_model, count_parameters
-from runtime.results import SCHEMA, write_json_atomic
 from runtime.modes import wrap_model
+from runtime.results import SCHEMA, write_json_atomic
 from runtime.timing import StepTimer
 from runtime.trainer import Trainer, TrainingDiverged, all_reduce_sum, gather
-
-STRATEGIES = ("per-param", "flat", "bucketed", "ring")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -78,7 +88,7 @@ def parse_args(argv=None):
     add("--mode", choices=("single", "ddp", "manual", "ddp-no-sync"), default="manual",
         help="how gradients are synchronised (ddp-no-sync: not at all, the compute baseline for benchmarks)")
     add("--sync", choices=STRATEGIES, default="bucketed", help="hand-written strategy for --mode manual")
-    add("--bucket-mb", type=bounded(float, 0, low_open=True), default=25.0, help="bucket size (bucketed, and DDP's)")
+    add("--bucket-mb", type=bounded(float, 0, low_open=True), default=DEFAULT_BUCKET_MB, help="bucket size (bucketed, and DDP's)")
     add("--compress", choices=("none", "fp16", "bf16"), default="none", help="gradient dtype on the wire")
     add("--amp", choices=("none", "bf16", "fp16"), default="none", help="mixed precision: autocast (fp16 with loss scaling)")
     add("--accum-steps", type=bounded(int, 1), default=1, help="micro-batches per optimizer step (no_sync on all but the last)")

@@ -25,12 +25,25 @@ import re
 import sys
 
 from analysis import design_numbers
-from runtime import results
-from analysis.design_numbers import REPO, NOT_MEASURED, BuildError, Numbers, shown  # noqa: F401 (BuildError: for callers)
-from analysis.design_performance import bucket_sweep_section, prediction_section, step_bench_section, sweep_section
+from analysis.design_numbers import NOT_MEASURED, REPO, BuildError, Numbers, shown  # noqa: F401 (BuildError: for callers)
+from analysis.design_performance import (
+    bucket_sweep_section,
+    prediction_section,
+    step_bench_section,
+    sweep_section,
+)
 from analysis.design_scaling import allreduce_section, projection_section
-from analysis.design_sections import (DEFAULT_BUCKET_MB, bucketed_first_bucket_mb, communication_section, figures,
-                             main_job_section, model_facts, reference_commands, trace_section)
+from analysis.design_sections import (
+    DEFAULT_BUCKET_MB,
+    bucketed_first_bucket_mb,
+    communication_section,
+    figures,
+    main_job_section,
+    model_facts,
+    reference_commands,
+    trace_section,
+)
+from runtime import results
 
 TEMPLATES = os.path.join(REPO, "design_doc", "templates")
 PLACEHOLDER = re.compile(r"\{\{\s*([\w.\-]+)\s*\}\}")

@@ -8,7 +8,7 @@ import os
 
 from analysis import cost_model
 from analysis.design_numbers import load, shown, table
-from analysis.design_sections import DEFAULT_BUCKET_MB
+from manual_allreduce import DEFAULT_BUCKET_MB
 from runtime.timing import overlap
 
 SERIES = ("single", "ddp-no-sync", "ddp", "manual per-param", "manual flat", "manual bucketed", "manual ring")

@@ -11,9 +11,8 @@ import re
 
 from analysis import cost_model
 from analysis.design_numbers import REPO, load, shown, table
+from manual_allreduce import DEFAULT_BUCKET_MB, STRATEGIES
 
-STRATEGIES = ("per-param", "flat", "bucketed", "ring")
-DEFAULT_BUCKET_MB = 25.0  # mlp_ddp.py's --bucket-mb, DDP's bucket_cap_mb
 FIGURES = ("curves-mlp", "curves-cnn", "time-breakdown-mlp", "time-breakdown-cnn", "scaling-mlp", "scaling-cnn",
            "allreduce", "step-bench", "bucket-sweep", "timeline")
 REFERENCE_SCRIPT = os.path.join(REPO, "analysis", "make_reference_results.sh")
@@ -24,8 +23,12 @@ REFERENCE_SCRIPT = os.path.join(REPO, "analysis", "make_reference_results.sh")
 def model_facts(n):
     """{model: gradient bytes of each trainable tensor}; registers the models', the data's and the dtypes' numbers."""
     import torch
+
     from runtime.data import DATASETS
-    from runtime.models import build_model, count_parameters  # torch only here: the rest of the build is plain Python
+    from runtime.models import (  # torch only here: the rest of the build is plain Python
+        build_model,
+        count_parameters,
+    )
     layouts = {}
     for model in ("mlp", "cnn"):
         built, where = build_model(model), f"models.py: build_model('{model}'), the default architecture"
@@ -49,6 +52,7 @@ def model_facts(n):
 def bucketed_first_bucket_mb(n):
     """BucketedSync's cap on its first bucket in MiB: the layouts and projections here follow the code."""
     import inspect
+
     from manual_allreduce import BucketedSync
     option = inspect.signature(BucketedSync).parameters.get("first_bucket_mb")
     cap = option.default if option else None

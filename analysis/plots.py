@@ -37,9 +37,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from analysis import cost_model  # noqa: E402
-from manual_allreduce import BucketedSync  # noqa: E402
+from manual_allreduce import (
+    DEFAULT_BUCKET_MB,
+    BucketedSync,  # noqa: E402
+)
 from runtime.models import build_model  # noqa: E402
-from runtime.results import DEFAULT_BUCKET_MB, across_repeats, load_folder, repeats, spread  # noqa: E402
+from runtime.results import across_repeats, load_folder, repeats, spread  # noqa: E402
 
 ALLREDUCE_SCHEMA = "allreduce-bench/1"
 STEP_BENCH_SCHEMA = "step-bench/2"

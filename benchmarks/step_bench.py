@@ -32,15 +32,15 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from benchmarks.common import run_world_sizes
+from manual_allreduce import DEFAULT_BUCKET_MB, STRATEGIES
 from runtime.launch import threads_per_rank
 from runtime.models import build_model, count_parameters
-from runtime.results import write_json_atomic
 from runtime.modes import wrap_model
+from runtime.results import write_json_atomic
 from runtime.timing import FIELDS, StepTimer, overlap, summarize_ranks
 from runtime.trainer import CALIBRATION_WINDOW
 
 SCHEMA = "step-bench/2"
-STRATEGIES = ("per-param", "flat", "bucketed", "ring")
 TARGET = "the best hand-written strategy's step time is at most 1.0x DDP's"
 BATCH_POOL = 8  # distinct random batches per rank, cycled
 
@@ -72,7 +72,7 @@ def parse_args(argv=None):
     add("--steps", type=int, default=30, help="measured steps per configuration")
     add("--warmup", type=int, default=5, help="steps per configuration left out of the statistics")
     add("--batch-size", type=int, default=64, help="per rank")
-    add("--bucket-mb", type=float, default=25.0, help="bucket size of DDP and of the bucketed strategy")
+    add("--bucket-mb", type=float, default=DEFAULT_BUCKET_MB, help="bucket size of DDP and of the bucketed strategy")
     add("--threads", type=int, default=0, help="torch threads per rank (0: cores / ranks, at least 1)")
     add("--seed", type=int, default=0)
     add("--timeout", type=float, default=300.0, help="seconds a collective may wait for a peer")

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from manual_allreduce import WIRE_DTYPES, ManualDDP, flag_overflow
+from manual_allreduce import DEFAULT_BUCKET_MB, WIRE_DTYPES, ManualDDP, flag_overflow
 
 
 class SingleProcess(nn.Module):
@@ -37,7 +37,7 @@ class SingleProcess(nn.Module):
 class TorchDDP(DistributedDataParallel):
     """torch's DDP; its hook does what the default hook does (average by all-reduce) and records each bucket's span."""
 
-    def __init__(self, module, comm, bucket_mb=25.0, compress=None, device_ids=None):
+    def __init__(self, module, comm, bucket_mb=DEFAULT_BUCKET_MB, compress=None, device_ids=None):
         super().__init__(module, device_ids=device_ids, bucket_cap_mb=bucket_mb)
         self.wire_dtype = WIRE_DTYPES[compress]
         self.communicate = True
@@ -116,7 +116,7 @@ class TorchDDPNoSync(DistributedDataParallel):
         pass
 
 
-def wrap_model(model, mode, comm, sync="per-param", bucket_mb=25.0, compress=None, device_ids=None):
+def wrap_model(model, mode, comm, sync="bucketed", bucket_mb=DEFAULT_BUCKET_MB, compress=None, device_ids=None):
     if mode == "single":
         return SingleProcess(model)
     if mode == "ddp":

@@ -89,7 +89,6 @@ def validate(document):
 # --- Reading a results folder: the one loader behind every plot and every table -----------------
 
 BENCHMARK_SCHEMAS = ("allreduce-bench/1", "step-bench/2")  # written by benchmarks/*.py
-DEFAULT_BUCKET_MB = 25.0  # mlp_ddp.py's --bucket-mb default, which is also DDP's bucket_cap_mb
 
 
 def series_name(run):

@@ -18,7 +18,6 @@ from runtime.data import eval_range, shard_indices
 from runtime.results import write_json_atomic
 from runtime.timing import COMM_FIELDS, chrome_trace, summarize_ranks
 
-
 CALIBRATION_WINDOW = 5  # DDP's baseline: the median of this many latest no-communication backwards
 
 

@@ -17,10 +17,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from manual_allreduce import STRATEGIES, WIRE_DTYPES, ManualDDP
 from tests.harness import run_in_processes
-from manual_allreduce import WIRE_DTYPES, ManualDDP
 
-STRATEGIES = ("per-param", "flat", "bucketed", "ring")
 VARIANTS = [(strategy, wire) for strategy in STRATEGIES for wire in (None, "fp16", "bf16")]
 STEPS, BATCH, FEATURES = 3, 4, 8
 # Uncompressed, only float32 summation order differs. On a 16-bit wire DDP and ManualDDP round the same values

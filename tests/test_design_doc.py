@@ -13,8 +13,9 @@ import torch.distributed as dist
 
 from analysis import build_design_doc as builder
 from analysis import cost_model
-from runtime.models import build_model
+from manual_allreduce import STRATEGIES
 from runtime import results
+from runtime.models import build_model
 from runtime.results import SCHEMA, validate
 from runtime.timing import FIELDS, chrome_trace, summarize_ranks
 
@@ -23,7 +24,6 @@ SECTIONS = ("README.md", "1-architecture.md", "2-data-flow.md", "3-communication
             "5-scalability.md", "6-appendix.md")
 ALPHAS, BETA = {2: 40e-6, 3: 55e-6, 4: 80e-6}, 0.6e-9  # the synthetic all-reduce benchmark: alpha grows with n
 MISSING_RUN = ("cnn", "ring", 4)  # the synthetic sweep leaves this run out
-STRATEGIES = ("per-param", "flat", "bucketed", "ring")
 
 
 # --- A small, complete results folder, written by the test ------------------------------------------
@@ -502,8 +502,9 @@ def test_halving_doubling_pays_2_log2_n_message_steps_and_the_rings_bandwidth_te
 
 
 def test_projections_lay_out_buckets_as_the_code_does():
-    from manual_allreduce import BucketedSync
     import inspect
+
+    from manual_allreduce import BucketedSync
     # the cost model's default first bucket is BucketedSync's, so every projection uses the layout training uses
     assert inspect.signature(BucketedSync).parameters["first_bucket_mb"].default == cost_model.FIRST_BUCKET_MB
     sizes = [p.numel() * p.element_size() for p in build_model("mlp").parameters()]

@@ -14,13 +14,13 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from tests.harness import run_in_processes
+from manual_allreduce import STRATEGIES
 from runtime.models import CNN, MLP
 from runtime.modes import wrap_model
 from runtime.timing import CommRecorder
+from tests.harness import run_in_processes
 
 STEPS, BATCH_PER_RANK, LR = 3, 8, 0.1
-STRATEGIES = ("per-param", "flat", "bucketed", "ring")
 WIRE_PRECISION_BITS = {"fp16": 11, "bf16": 8}  # significand bits, the implicit one included
 
 

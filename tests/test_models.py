@@ -5,6 +5,7 @@ from torch import nn
 
 from runtime.models import CNN, MLP, build_model, count_parameters
 
+
 def test_the_mlp_is_784_512_256_128_10_with_relu_and_dropout():
     linears = [layer for layer in MLP().layers if isinstance(layer, nn.Linear)]
     assert [(l.in_features, l.out_features) for l in linears] == [(784, 512), (512, 256), (256, 128), (128, 10)]

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from analysis import cost_model
-from analysis import plots
+from analysis import cost_model, plots
+from manual_allreduce import DEFAULT_BUCKET_MB
 from runtime import results
 from runtime.results import SCHEMA, validate
 from runtime.timing import FIELDS, chrome_trace, summarize_ranks
@@ -312,7 +312,7 @@ def test_bucket_sweep_annotates_each_point_with_the_cost_model_bucket_count():
 def test_only_bucketed_and_ddp_runs_at_another_bucket_size_stay_out_of_the_strategy_plots():
     assert plots.bucket_variant(("mlp", "ddp", 4, 1.0))
     assert plots.bucket_variant(("mlp", "manual bucketed", 4, 0.25))
-    assert not plots.bucket_variant(("mlp", "manual bucketed", 4, results.DEFAULT_BUCKET_MB))
+    assert not plots.bucket_variant(("mlp", "manual bucketed", 4, DEFAULT_BUCKET_MB))
     # the bucket size does not change what flat or ddp-no-sync send
     assert not plots.bucket_variant(("mlp", "manual flat", 2, 1.0))
     assert not plots.bucket_variant(("mlp", "ddp-no-sync", 2, 1.0))

@@ -4,9 +4,9 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from tests.harness import run_in_processes
 from manual_allreduce import BucketedSync, ManualDDP, ring_all_reduce
 from runtime.models import MLP
+from tests.harness import run_in_processes
 
 
 def lengths_for(world_size):
