@@ -30,6 +30,7 @@ from runtime.timing import CommRecorder
 
 STRATEGIES = ("per-param", "flat", "bucketed", "ring")  # --sync, in the order this file builds them
 DEFAULT_BUCKET_MB = 25.0  # as DDP's bucket_cap_mb
+FIRST_BUCKET_MB = 1.0  # as DDP: a small first bucket, so the first all-reduce starts early in backward
 WIRE_DTYPES = {None: None, "none": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -218,7 +219,7 @@ class BucketedSync(GradientSync):
     so every rank issues the same collectives in the same order even if a hook fires early.
     """
 
-    def __init__(self, params, bucket_mb=DEFAULT_BUCKET_MB, compress=None, comm=None, first_bucket_mb=1.0):
+    def __init__(self, params, bucket_mb=DEFAULT_BUCKET_MB, compress=None, comm=None, first_bucket_mb=FIRST_BUCKET_MB):
         super().__init__(params, compress, comm)
         # As DDP: the first bucket is small (1 MiB), so the first all-reduce starts early in backward.
         capacity = min(first_bucket_mb, bucket_mb) * 2**20
