@@ -27,7 +27,7 @@ WIRE_DTYPES = {None: None, "none": None, "fp16": torch.float16, "bf16": torch.bf
 
 
 def average_gradients(model):
-    """After backward, replace every gradient by its average over the ranks."""
+    """After backward, replace every parameter's gradient (none may be missing) by its mean."""
     for param in model.parameters():
         dist.all_reduce(param.grad)
         param.grad /= dist.get_world_size()
@@ -96,7 +96,7 @@ class GradientSync:
         from_wire(wire, buffer, self.overflowed)
 
     def all_reduce(self, wire, name):
-        """Sum `wire` over the ranks in place, blocking: the library's collective (see 6.)."""
+        """Sum `wire` over the ranks in place; blocking. Section 6 replaces it by the ring."""
         start_all_reduce(wire, name, self.recorder).wait()
 
 
@@ -148,7 +148,7 @@ class Bucket:
 
 
 class BucketedSync(GradientSync):
-    """DDP's design: buckets of gradients all-reduced asynchronously while backward still runs.
+    """DDP's design: buckets of gradients all-reduced asynchronously while backward runs.
     Gradients become ready roughly in reverse registration order (the last layer's first), so
     buckets are filled in that order, each up to `bucket_mb` MiB (the first up to
     `first_bucket_mb`, as DDP's), and started as soon as full, strictly in index order: every
@@ -172,8 +172,8 @@ class BucketedSync(GradientSync):
         self.next_to_start = 0
         self.grads_ready = 0
         self.launch_log = []  # this step's (bucket, gradients ready at its start): the overlap
-        # Autograd calls a post-accumulate-grad hook once `param.grad` holds this backward's
-        # whole gradient (a shared parameter's uses summed): it can go while backward goes on.
+        # Autograd calls a post-accumulate-grad hook once `param.grad` holds this backward's whole
+        # gradient (a shared parameter's uses summed): it can be sent while backward goes on.
         for param in params:
             param.register_post_accumulate_grad_hook(self.grad_ready)
 

@@ -109,7 +109,7 @@ class Configuration:
         self.timer.backward_baseline = statistics.median(self.calibrations[-CALIBRATION_WINDOW:])
 
     def step(self, images, labels):
-        """One training step, phase by phase as trainer.Trainer takes it. The batch is already
+        """One training step, phase by phase as runtime/trainer.py takes it. The batch is already
         in memory: the data phase is only the indexing done by the caller."""
         timer = self.timer
         if getattr(self.wrapped, "waits_inside_backward", False):
