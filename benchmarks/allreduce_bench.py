@@ -5,10 +5,11 @@ the implementations run interleaved, iteration by iteration and in rotating orde
 noise hits each alike. Each call is timed per rank from a barrier to its return; a call's time
 is the slowest rank's. Before timing, every size checks both results against the exact sum.
 
-    python -m benchmarks.allreduce_bench                                   # 4 KiB..64 MiB, x4, world 2,3,4
+    python -m benchmarks.allreduce_bench                # 4 KiB..64 MiB, x4, world 2,3,4
     python -m benchmarks.allreduce_bench --factor 2 --world-sizes 2,4 --iterations 50
-    python -m benchmarks.allreduce_bench --sizes 4M,16M --candidate /tmp/my_ring.py   # a changed ring, same run
-    python -m benchmarks.allreduce_bench --sizes 4K,64K --iterations 2 --world-sizes 2 --output /tmp/a.json
+    python -m benchmarks.allreduce_bench --sizes 4M,16M --candidate /tmp/my_ring.py  # a new ring
+    python -m benchmarks.allreduce_bench --sizes 4K,64K --iterations 2 --world-sizes 2 \
+        --output /tmp/a.json
 
 `--candidate FILE` adds a third implementation, FILE's `ring_all_reduce(tensor)`, to measure a
 change against the original under the same conditions. Writes results/allreduce-bench.json
@@ -26,13 +27,14 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from benchmarks.common import run_world_sizes
+from benchmarks.common import int_list, run_world_sizes
 from manual_allreduce import ring_all_reduce
 from runtime.results import write_json_atomic
 from runtime.timing import summarize
 
 SCHEMA = "allreduce-bench/1"
-TARGET = {"statement": "the ring reaches at least 0.9x gloo's busbw at 4 MiB and above, for world sizes 2 to 4",
+TARGET = {"statement": "the ring reaches at least 0.9x gloo's busbw at 4 MiB and above, "
+                       "for world sizes 2 to 4",
           "min_bytes": 4 * 2**20, "min_ratio": 0.9}
 UNITS = {"": 1, "K": 2**10, "KIB": 2**10, "M": 2**20, "MIB": 2**20, "G": 2**30, "GIB": 2**30}
 
@@ -43,37 +45,42 @@ def parse_size(text):
     try:
         size = int(digits) * UNITS[text[len(digits):].upper()]
     except (ValueError, KeyError):
-        raise argparse.ArgumentTypeError(f"expected a size such as 4096, 4K or 64MiB, got {text!r}")
+        message = f"expected a size such as 4096, 4K or 64MiB, got {text!r}"
+        raise argparse.ArgumentTypeError(message) from None
     if size <= 0 or size % 4:
-        raise argparse.ArgumentTypeError(f"a size must be a positive multiple of 4 bytes, got {text!r}")
+        message = f"a size must be a positive multiple of 4 bytes, got {text!r}"
+        raise argparse.ArgumentTypeError(message)
     return size
 
 
-def int_list(text):
-    try:
-        return [int(part) for part in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}")
+def size_list(text):
+    """'4K,1M' -> [4096, 1048576]."""
+    return [parse_size(part) for part in text.split(",")]
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    """The options, checked; `sizes` filled in from min/max/factor unless given."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     add = parser.add_argument
     add("--world-sizes", type=int_list, default=[2, 3, 4], help="processes per run, e.g. 2,3,4")
-    add("--min-size", type=parse_size, default=parse_size("4K"), help="smallest message (default 4K)")
-    add("--max-size", type=parse_size, default=parse_size("64M"), help="largest message (default 64M)")
+    add("--min-size", type=parse_size, default=parse_size("4K"),
+        help="smallest message (default 4K)")
+    add("--max-size", type=parse_size, default=parse_size("64M"),
+        help="largest message (default 64M)")
     add("--factor", type=int, choices=(2, 4), default=4, help="each size is this times the last")
-    add("--sizes", type=lambda text: [parse_size(part) for part in text.split(",")], default=None,
+    add("--sizes", type=size_list, default=None,
         help="explicit sizes instead of min/max/factor, e.g. 4K,1M,64M")
     add("--iterations", type=int, default=20, help="timed calls per implementation and size")
     add("--warmup", type=int, default=3, help="untimed calls per implementation and size")
-    add("--candidate", default=None, metavar="FILE", help="a .py file whose ring_all_reduce(tensor) is measured too")
+    add("--candidate", default=None, metavar="FILE",
+        help="a .py file whose ring_all_reduce(tensor) is measured too")
     add("--timeout", type=float, default=300.0, help="seconds a collective may wait for a peer")
     add("--output", default="results/allreduce-bench.json")
     args = parser.parse_args(argv)
     if args.sizes is None:
-        args.sizes, size = [], args.min_size
+        args.sizes = []
+        size = args.min_size
         while size <= args.max_size:
             args.sizes.append(size)
             size *= args.factor
@@ -107,8 +114,10 @@ def verify(functions, base, source, work, world):
 
 
 def measure_size(functions, size, args, world):
-    """Slowest-rank seconds of each timed call, {name: [seconds per iteration]}, and {name: verified}."""
-    base = torch.randn(size // 4, generator=torch.Generator().manual_seed(size))  # the same on every rank
+    """Slowest-rank seconds of each timed call, {name: [seconds per iteration]}, and
+    {name: verified}."""
+    generator = torch.Generator().manual_seed(size)
+    base = torch.randn(size // 4, generator=generator)  # the same on every rank
     source = base * (dist.get_rank() + 1)
     work = torch.empty_like(source)
     verified = verify(functions, base, source, work, world)
@@ -117,7 +126,8 @@ def measure_size(functions, size, args, world):
     times = torch.zeros(len(names), args.iterations, dtype=torch.float64)
     for iteration in range(args.warmup + args.iterations):
         for turn in range(len(names)):
-            index = (iteration + turn) % len(names)  # rotate who goes first: no implementation always follows another
+            # rotate who goes first: no implementation always follows another
+            index = (iteration + turn) % len(names)
             work.copy_(source)  # sums of sums would grow toward inf; refill outside the timed span
             dist.barrier()
             start = time.perf_counter()
@@ -132,8 +142,9 @@ def measure_size(functions, size, args, world):
 def bench_rank(placement, args):
     """One rank of one world size; rank 0 writes its measurements to args.part_path."""
     torch.set_num_threads(1)  # 2 cores shared by up to 4 ranks: more threads would only fight
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{placement.master_port}", rank=placement.rank,
-                            world_size=placement.world_size, timeout=timedelta(seconds=args.timeout))
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{placement.master_port}",
+                            rank=placement.rank, world_size=placement.world_size,
+                            timeout=timedelta(seconds=args.timeout))
     try:
         functions = implementations(args.candidate)
         rows = []
@@ -142,9 +153,11 @@ def bench_rank(placement, args):
             rows += [measurement(placement.world_size, size, name, seconds, verified[name])
                      for name, seconds in times.items()]
             if placement.rank == 0:
-                print(f"  world {placement.world_size} {human(size):>7}: "
-                      + ", ".join(f"{r['implementation']} {r['median_s'] * 1e3:.3f} ms"
-                                  + ("" if r["verified"] else " WRONG SUM") for r in rows[-len(times):]), flush=True)
+                medians = [f"{row['implementation']} {row['median_s'] * 1e3:.3f} ms"
+                           + ("" if row["verified"] else " WRONG SUM")
+                           for row in rows[-len(times):]]
+                print(f"  world {placement.world_size} {human(size):>7}: " + ", ".join(medians),
+                      flush=True)
         if placement.rank == 0:
             write_json_atomic(args.part_path, rows)
     finally:
@@ -152,6 +165,7 @@ def bench_rank(placement, args):
 
 
 def measurement(world, size, name, seconds, verified):
+    """One row: an implementation's median and p95 at one size, and its bandwidths."""
     stats = summarize(seconds)
     algbw = size / stats["median"] / 1e9
     return {"world_size": world, "bytes": size, "implementation": name, "iterations": len(seconds),
@@ -161,24 +175,28 @@ def measurement(world, size, name, seconds, verified):
 
 def comparisons(measurements):
     """Each non-gloo implementation's busbw over gloo's, per world size and size."""
-    gloo = {(m["world_size"], m["bytes"]): m["busbw_gbps"] for m in measurements if m["implementation"] == "gloo"}
-    return [{"world_size": m["world_size"], "bytes": m["bytes"], "implementation": m["implementation"],
-             "busbw_ratio_to_gloo": m["busbw_gbps"] / gloo[m["world_size"], m["bytes"]]}
-            for m in measurements if m["implementation"] != "gloo"]
+    gloo = {(row["world_size"], row["bytes"]): row["busbw_gbps"]
+            for row in measurements if row["implementation"] == "gloo"}
+    return [{"world_size": row["world_size"], "bytes": row["bytes"],
+             "implementation": row["implementation"],
+             "busbw_ratio_to_gloo": row["busbw_gbps"] / gloo[row["world_size"], row["bytes"]]}
+            for row in measurements if row["implementation"] != "gloo"]
 
 
 def target_report(ratios, world_sizes):
     """Per world size: does the ring reach min_ratio x gloo's busbw at every size >= min_bytes?"""
     report = {}
     for world in world_sizes:
-        large = [r["busbw_ratio_to_gloo"] for r in ratios if r["world_size"] == world
-                 and r["implementation"] == "ring" and r["bytes"] >= TARGET["min_bytes"]]
-        report[str(world)] = {"sizes_checked": len(large), "worst_ratio": min(large) if large else None,
+        large = [ratio["busbw_ratio_to_gloo"] for ratio in ratios if ratio["world_size"] == world
+                 and ratio["implementation"] == "ring" and ratio["bytes"] >= TARGET["min_bytes"]]
+        report[str(world)] = {"sizes_checked": len(large),
+                              "worst_ratio": min(large) if large else None,
                               "holds": bool(large) and min(large) >= TARGET["min_ratio"]}
     return report
 
 
 def human(size):
+    """4096 -> '4 KiB'."""
     for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
         if size >= scale and size % scale == 0:
             return f"{size // scale} {unit}"
@@ -186,44 +204,57 @@ def human(size):
 
 
 def environment():
-    return {"torch": torch.__version__, "python": platform.python_version(), "platform": platform.platform(),
-            "cores": os.cpu_count(), "cores_available": len(os.sched_getaffinity(0)), "threads_per_rank": 1,
+    """The machine and software the figures come from."""
+    return {"torch": torch.__version__, "python": platform.python_version(),
+            "platform": platform.platform(), "cores": os.cpu_count(),
+            "cores_available": len(os.sched_getaffinity(0)), "threads_per_rank": 1,
             "backend": "gloo", "load_average_1min_at_start": os.getloadavg()[0]}
 
 
 def print_table(measurements, ratios, target):
-    print(f"\n{'world':>5} {'size':>9} {'impl':>9} {'median ms':>10} {'p95 ms':>9} {'algbw GB/s':>11} "
-          f"{'busbw GB/s':>11} {'x gloo':>7}")
-    ratio_of = {(r["world_size"], r["bytes"], r["implementation"]): r["busbw_ratio_to_gloo"] for r in ratios}
-    for m in measurements:
-        ratio = ratio_of.get((m["world_size"], m["bytes"], m["implementation"]))
-        print(f"{m['world_size']:>5} {human(m['bytes']):>9} {m['implementation']:>9} {m['median_s'] * 1e3:>10.3f} "
-              f"{m['p95_s'] * 1e3:>9.3f} {m['algbw_gbps']:>11.3f} {m['busbw_gbps']:>11.3f} "
-              f"{'' if ratio is None else f'{ratio:.2f}':>7}")
+    """The measurements as a table, then the target's verdicts."""
+    print(f"\n{'world':>5} {'size':>9} {'impl':>9} {'median ms':>10} {'p95 ms':>9} "
+          f"{'algbw GB/s':>11} {'busbw GB/s':>11} {'x gloo':>7}")
+    ratio_of = {(ratio["world_size"], ratio["bytes"], ratio["implementation"]):
+                ratio["busbw_ratio_to_gloo"] for ratio in ratios}
+    for row in measurements:
+        ratio = ratio_of.get((row["world_size"], row["bytes"], row["implementation"]))
+        shown = "" if ratio is None else f"{ratio:.2f}"
+        print(f"{row['world_size']:>5} {human(row['bytes']):>9} {row['implementation']:>9} "
+              f"{row['median_s'] * 1e3:>10.3f} {row['p95_s'] * 1e3:>9.3f} "
+              f"{row['algbw_gbps']:>11.3f} {row['busbw_gbps']:>11.3f} {shown:>7}")
     print(f"\ntarget: {TARGET['statement']}")
     for world, verdict in target.items():
-        worst = "no size >= 4 MiB measured" if verdict["worst_ratio"] is None else f"worst {verdict['worst_ratio']:.2f}x"
-        print(f"  world {world}: {'holds' if verdict['holds'] else 'does not hold'} ({worst})")
+        if verdict["worst_ratio"] is None:
+            worst = "no size >= 4 MiB measured"
+        else:
+            worst = f"worst {verdict['worst_ratio']:.2f}x"
+        holds = "holds" if verdict["holds"] else "does not hold"
+        print(f"  world {world}: {holds} ({worst})")
 
 
 def main(argv=None):
+    """Run every world size, write the results file, print the table; 1 on a failure or a wrong
+    sum."""
     args = parse_args(argv)
     environment_at_start = environment()
     parts = run_world_sizes(bench_rank, args)
     if parts is None:
         return 1
-    measurements = [m for part in parts.values() for m in part]
+    measurements = [row for part in parts.values() for row in part]
     ratios = comparisons(measurements)
     target = target_report(ratios, args.world_sizes)
     config = vars(args)
-    write_json_atomic(args.output, {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    write_json_atomic(args.output, {"schema": SCHEMA, "created": created,
                                     "environment": environment_at_start, "config": config,
                                     "measurements": measurements, "comparisons": ratios,
                                     "target": dict(TARGET, per_world_size=target)})
     print_table(measurements, ratios, target)
     print(f"\nresults: {args.output}")
-    if not all(m["verified"] for m in measurements):
-        print("error: an implementation's sum differs from the exact one (see 'verified')", file=sys.stderr)
+    if not all(row["verified"] for row in measurements):
+        print("error: an implementation's sum differs from the exact one (see 'verified')",
+              file=sys.stderr)
         return 1
     return 0
 

@@ -1,4 +1,6 @@
-"""What the benchmarks share: one set of local processes per world size, rank 0 handing its part back."""
+"""What the benchmarks share: one set of local processes per world size, rank 0 handing its
+part back; and the parsing of a list of integers."""
+import argparse
 import json
 import os
 import sys
@@ -9,7 +11,8 @@ from runtime.launch import free_port, launch_local
 
 def run_world_sizes(bench_rank, args):
     """Run `bench_rank(placement, args)` at each of `args.world_sizes`; rank 0 writes its part to
-    `args.part_path`. Returns {world size: part}, or None (after one error line) if a rank failed."""
+    `args.part_path`. Returns {world size: part}, or None (after one error line) if a rank
+    failed."""
     parts = {}
     with tempfile.TemporaryDirectory() as folder:
         for world in args.world_sizes:
@@ -23,3 +26,12 @@ def run_world_sizes(bench_rank, args):
                 parts[world] = json.load(file)
     del args.part_path
     return parts
+
+
+def int_list(text):
+    """An argparse type: '2,3,4' -> [2, 3, 4]."""
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        message = f"expected integers separated by commas, got {text!r}"
+        raise argparse.ArgumentTypeError(message) from None

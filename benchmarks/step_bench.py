@@ -4,14 +4,16 @@ Inside one set of gloo processes every rank builds one copy of the model per con
 (same seed, own Adam optimizer) and trains them round-robin, one step each in rotating
 order, a barrier before every step: all configurations see the same machine conditions.
 Configurations: ddp, ddp-no-sync (DDP whose every backward runs inside `no_sync()`: the same
-processes without communication), and the strategies per-param, flat, bucketed, ring of manual_allreduce.py.
+processes without communication), and the strategies per-param, flat, bucketed, ring of
+manual_allreduce.py.
 
 Data: random tensors of MNIST's shape (N x 1 x 28 x 28, labels 0-9), a pool of batches made
 once per rank. The step's compute does not depend on the pixel values, and this skips the load.
 
-    python -m benchmarks.step_bench                                   # mlp,cnn x world 2,4, 30 steps
+    python -m benchmarks.step_bench                         # mlp,cnn x world 2,4, 30 steps
     python -m benchmarks.step_bench --models mlp --world-sizes 2 --steps 60 --bucket-mb 1
-    python -m benchmarks.step_bench --models mlp --world-sizes 2 --steps 2 --warmup 1 --output /tmp/s.json
+    python -m benchmarks.step_bench --models mlp --world-sizes 2 --steps 2 --warmup 1 \
+        --output /tmp/s.json
 
 Every field is timing.py's: comm busy is the union of the step's collective spans, hidden the part
 before compute ended, exposed the part after; DDP, which waits inside backward, has its exposed
@@ -31,7 +33,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from benchmarks.common import run_world_sizes
+from benchmarks.common import int_list, run_world_sizes
 from manual_allreduce import DEFAULT_BUCKET_MB, STRATEGIES
 from runtime.launch import threads_per_rank
 from runtime.models import build_model, count_parameters
@@ -45,35 +47,34 @@ TARGET = "the best hand-written strategy's step time is at most 1.0x DDP's"
 BATCH_POOL = 8  # distinct random batches per rank, cycled
 
 
-def int_list(text):
-    try:
-        return [int(part) for part in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}")
-
-
 def name_list(choices):
+    """An argparse type: names separated by commas, each one of `choices`."""
     def parse(text):
         names = text.split(",")
         unknown = [name for name in names if name not in choices]
         if unknown:
-            raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown)}; choose from {', '.join(choices)}")
+            raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown)}; "
+                                             f"choose from {', '.join(choices)}")
         return names
     return parse
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    """The options, checked."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     add = parser.add_argument
     add("--models", type=name_list(("mlp", "cnn")), default=["mlp", "cnn"], help="e.g. mlp,cnn")
     add("--world-sizes", type=int_list, default=[2, 4], help="e.g. 2,4")
-    add("--strategies", type=name_list(STRATEGIES), default=list(STRATEGIES), help="hand-written strategies to run")
+    add("--strategies", type=name_list(STRATEGIES), default=list(STRATEGIES),
+        help="hand-written strategies to run")
     add("--steps", type=int, default=30, help="measured steps per configuration")
     add("--warmup", type=int, default=5, help="steps per configuration left out of the statistics")
     add("--batch-size", type=int, default=64, help="per rank")
-    add("--bucket-mb", type=float, default=DEFAULT_BUCKET_MB, help="bucket size of DDP and of the bucketed strategy")
-    add("--threads", type=int, default=0, help="torch threads per rank (0: cores / ranks, at least 1)")
+    add("--bucket-mb", type=float, default=DEFAULT_BUCKET_MB,
+        help="bucket size of DDP and of the bucketed strategy")
+    add("--threads", type=int, default=0,
+        help="torch threads per rank (0: cores / ranks, at least 1)")
     add("--seed", type=int, default=0)
     add("--timeout", type=float, default=300.0, help="seconds a collective may wait for a peer")
     add("--output", default="results/step-bench.json")
@@ -84,21 +85,23 @@ def parse_args(argv=None):
 
 
 class Configuration:
-    """One wrapped model copy with its optimizer and its own timer (and so its own comm recorder)."""
+    """One wrapped model copy with its optimizer and its own timer (so its own comm recorder)."""
 
     def __init__(self, name, model_name, args):
-        torch.manual_seed(args.seed)  # every copy starts from the same weights (the wrappers broadcast rank 0's anyway)
-        self.name, self.model = name, build_model(model_name)
+        torch.manual_seed(args.seed)  # every copy starts from the same weights (as rank 0's)
+        self.name = name
+        self.model = build_model(model_name)
         self.timer = StepTimer(warmup_steps=args.warmup)
-        mode, strategy = (name, "per-param") if name.startswith("ddp") else ("manual", name)
-        self.wrapped = wrap_model(self.model, mode, self.timer.comm, strategy, args.bucket_mb)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3, fused=True)  # as mlp_ddp.py
+        mode = name if name.startswith("ddp") else "manual"  # any other name is a strategy
+        self.wrapped = wrap_model(self.model, mode, self.timer.comm, name, args.bucket_mb)
+        # mlp_ddp.py's optimizer
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3, fused=True)
         self.calibrations = []
 
-    def calibrate(self, x, y):
-        """DDP: this batch's backward without the all-reduce, as trainer.Trainer.calibrate_backward."""
+    def calibrate(self, images, labels):
+        """DDP: this batch's backward without the all-reduce, as the trainer calibrates it."""
         with self.wrapped.without_communication():
-            loss = F.cross_entropy(self.wrapped(x), y)
+            loss = F.cross_entropy(self.wrapped(images), labels)
             begin = time.perf_counter()
             loss.backward()
             self.calibrations.append(time.perf_counter() - begin)
@@ -106,14 +109,14 @@ class Configuration:
         self.timer.backward_baseline = statistics.median(self.calibrations[-CALIBRATION_WINDOW:])
 
     def step(self, images, labels):
-        """One training step, phase by phase as trainer.Trainer takes it."""
+        """One training step, phase by phase as runtime/trainer.py takes it. The batch is already
+        in memory: the data phase is only the indexing done by the caller."""
         timer = self.timer
-        x, y = images, labels  # already in memory: the data phase is only the indexing done by the caller
         if getattr(self.wrapped, "waits_inside_backward", False):
-            self.calibrate(x, y)
+            self.calibrate(images, labels)
         timer.start_step()
         timer.mark("data")
-        loss = F.cross_entropy(self.wrapped(x), y)
+        loss = F.cross_entropy(self.wrapped(images), labels)
         timer.mark("forward")
         loss.backward()
         timer.mark("backward")
@@ -126,14 +129,17 @@ class Configuration:
 
 
 def bench_model(model_name, args, rank):
-    """Round-robin over every configuration; returns {name: statistics pooled over ranks} on every rank."""
-    configurations = [Configuration(name, model_name, args) for name in ["ddp", "ddp-no-sync"] + args.strategies]
-    generator = torch.Generator().manual_seed(args.seed + rank)  # each rank its own slice of the "global batch"
+    """Round-robin over every configuration; returns {name: statistics pooled over ranks} and
+    the model's parameter count, on every rank."""
+    names = ["ddp", "ddp-no-sync"] + args.strategies
+    configurations = [Configuration(name, model_name, args) for name in names]
+    generator = torch.Generator().manual_seed(args.seed + rank)  # each rank its own slice
     images = torch.randn(BATCH_POOL, args.batch_size, 1, 28, 28, generator=generator)
     labels = torch.randint(0, 10, (BATCH_POOL, args.batch_size), generator=generator)
     for step in range(args.warmup + args.steps):
         for turn in range(len(configurations)):
-            configuration = configurations[(step + turn) % len(configurations)]  # rotate who goes first
+            # rotate who goes first
+            configuration = configurations[(step + turn) % len(configurations)]
             dist.barrier()  # every configuration's step starts with the ranks aligned
             configuration.step(images[step % BATCH_POOL], labels[step % BATCH_POOL])
     statistics = {}
@@ -148,69 +154,81 @@ def bench_model(model_name, args, rank):
 def bench_rank(placement, args):
     """One rank of one world size; rank 0 writes its rows to args.part_path."""
     torch.set_num_threads(threads_per_rank(args.threads, placement.world_size))
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{placement.master_port}", rank=placement.rank,
-                            world_size=placement.world_size, timeout=timedelta(seconds=args.timeout))
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{placement.master_port}",
+                            rank=placement.rank, world_size=placement.world_size,
+                            timeout=timedelta(seconds=args.timeout))
     try:
         rows = []
         for model_name in args.models:
             statistics, parameters = bench_model(model_name, args, placement.rank)
             rows += measurements(statistics, model_name, parameters, placement.world_size)
             if placement.rank == 0:
-                print(f"  world {placement.world_size} {model_name}: "
-                      + ", ".join(f"{name} {stats['step']['median'] * 1e3:.1f} ms" for name, stats in statistics.items()),
+                medians = [f"{name} {stats['step']['median'] * 1e3:.1f} ms"
+                           for name, stats in statistics.items()]
+                print(f"  world {placement.world_size} {model_name}: " + ", ".join(medians),
                       flush=True)
         if placement.rank == 0:
-            write_json_atomic(args.part_path, {"rows": rows, "threads_per_rank": torch.get_num_threads()})
+            write_json_atomic(args.part_path,
+                              {"rows": rows, "threads_per_rank": torch.get_num_threads()})
     finally:
         dist.destroy_process_group()
 
 
 def measurements(statistics, model_name, parameters, world):
-    mean = lambda name, field: statistics[name][field]["mean"]
+    """One row per configuration: its means, p95 step, overlap and step time over DDP's."""
     rows = []
-    for name in statistics:
-        rows.append({"world_size": world, "model": model_name, "parameters": parameters, "configuration": name,
-                     "steps": statistics[name]["count"],
-                     **{f"mean_{field}_s": mean(name, field) for field in FIELDS},
-                     "p95_step_s": statistics[name]["step"]["p95"],
-                     "overlap": overlap(mean(name, "comm_hidden"), mean(name, "comm_busy")),
-                     "step_ratio_to_ddp": mean(name, "step") / mean("ddp", "step")})
+    for name, stats in statistics.items():
+        means = {field: stats[field]["mean"] for field in FIELDS}
+        rows.append({"world_size": world, "model": model_name, "parameters": parameters,
+                     "configuration": name, "steps": stats["count"],
+                     **{f"mean_{field}_s": means[field] for field in FIELDS},
+                     "p95_step_s": stats["step"]["p95"],
+                     "overlap": overlap(means["comm_hidden"], means["comm_busy"]),
+                     "step_ratio_to_ddp": means["step"] / statistics["ddp"]["step"]["mean"]})
     return rows
 
 
 def target_report(rows):
-    """Per (world size, model): the fastest hand-written strategy and whether it is within 1.0x DDP."""
+    """Per (world size, model): the fastest hand-written strategy, and whether it is within 1.0x
+    DDP."""
     report = []
     for world, model in sorted({(row["world_size"], row["model"]) for row in rows}):
         manual = [row for row in rows if (row["world_size"], row["model"]) == (world, model)
                   and row["configuration"] in STRATEGIES]
         best = min(manual, key=lambda row: row["step_ratio_to_ddp"])
         report.append({"world_size": world, "model": model, "best_strategy": best["configuration"],
-                       "step_ratio_to_ddp": best["step_ratio_to_ddp"], "holds": best["step_ratio_to_ddp"] <= 1.0})
+                       "step_ratio_to_ddp": best["step_ratio_to_ddp"],
+                       "holds": best["step_ratio_to_ddp"] <= 1.0})
     return report
 
 
 def print_table(rows, target):
+    """The rows as a table of mean milliseconds, then the target's verdicts."""
     columns = ("step", "compute", "comm_busy", "comm_hidden", "comm_exposed")
-    print(f"\n{'world':>5} {'model':>5} {'configuration':>13} " + " ".join(f"{c:>12}" for c in columns)
-          + f" {'overlap':>8} {'x ddp':>6}")
+    print(f"\n{'world':>5} {'model':>5} {'configuration':>13} "
+          + " ".join(f"{column:>12}" for column in columns) + f" {'overlap':>8} {'x ddp':>6}")
     for row in rows:
         overlap = "" if row["overlap"] is None else f"{row['overlap']:.2f}"
         print(f"{row['world_size']:>5} {row['model']:>5} {row['configuration']:>13} "
-              + " ".join(f"{row[f'mean_{c}_s'] * 1e3:>12.2f}" for c in columns)
+              + " ".join(f"{row[f'mean_{column}_s'] * 1e3:>12.2f}" for column in columns)
               + f" {overlap:>8} {row['step_ratio_to_ddp']:>6.2f}")
-    print("(mean ms per step; overlap = hidden / busy; ddp's exposed is estimated from a no-communication backward)")
+    print("(mean ms per step; overlap = hidden / busy; "
+          "ddp's exposed is estimated from a no-communication backward)")
     print(f"\ntarget: {TARGET}")
     for verdict in target:
-        print(f"  world {verdict['world_size']} {verdict['model']}: {'holds' if verdict['holds'] else 'does not hold'} "
+        holds = "holds" if verdict["holds"] else "does not hold"
+        print(f"  world {verdict['world_size']} {verdict['model']}: {holds} "
               f"(best {verdict['best_strategy']}, {verdict['step_ratio_to_ddp']:.2f}x ddp)")
 
 
 def main(argv=None):
+    """Run every world size, write the results file, print the table; 1 if a rank failed."""
     args = parse_args(argv)
-    environment = {"torch": torch.__version__, "python": platform.python_version(), "platform": platform.platform(),
-                   "cores": os.cpu_count(), "cores_available": len(os.sched_getaffinity(0)), "backend": "gloo",
-                   "data": "random tensors of MNIST shape", "load_average_1min_at_start": os.getloadavg()[0]}
+    environment = {"torch": torch.__version__, "python": platform.python_version(),
+                   "platform": platform.platform(), "cores": os.cpu_count(),
+                   "cores_available": len(os.sched_getaffinity(0)), "backend": "gloo",
+                   "data": "random tensors of MNIST shape",
+                   "load_average_1min_at_start": os.getloadavg()[0]}
     parts = run_world_sizes(bench_rank, args)
     if parts is None:
         return 1
@@ -219,9 +237,12 @@ def main(argv=None):
     target = target_report(rows)
     environment["threads_per_rank"] = threads
     config = vars(args)
-    write_json_atomic(args.output, {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                                    "environment": environment, "config": config, "measurements": rows,
-                                    "target": {"statement": TARGET, "per_world_size_and_model": target}})
+    created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    write_json_atomic(args.output, {"schema": SCHEMA, "created": created,
+                                    "environment": environment, "config": config,
+                                    "measurements": rows,
+                                    "target": {"statement": TARGET,
+                                               "per_world_size_and_model": target}})
     print_table(rows, target)
     print(f"\nresults: {args.output}")
     return 0

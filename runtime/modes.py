@@ -5,9 +5,10 @@ Each wraps the model in a module with `forward`, `no_sync()` and
   single       one process, nothing to synchronise: the baseline
   ddp          torch's DistributedDataParallel, timed through a communication hook
   ddp-no-sync  DDP with every backward inside no_sync(): each rank keeps its own gradients, so the
-               ranks drift apart. A benchmark, not training: the same processes with no communication,
-               the compute baseline that tells contention for the cores from communication
-  manual       `manual_allreduce.ManualDDP`, the hand-written strategies
+               ranks drift apart. A benchmark, not training: the same processes with no
+               communication, the compute baseline that tells contention for the cores from
+               communication
+  manual       `runtime.manual_ddp.ManualDDP`, the hand-written strategies of manual_allreduce.py
 """
 from contextlib import contextmanager, nullcontext
 
@@ -16,10 +17,15 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from manual_allreduce import DEFAULT_BUCKET_MB, WIRE_DTYPES, ManualDDP, flag_overflow
+from manual_allreduce import DEFAULT_BUCKET_MB, WIRE_DTYPES, from_wire, start_all_reduce, to_wire
+from runtime.manual_ddp import ManualDDP
+
+REDUCER_TIMES = ("compute", "comm", "compute_comm_overlap")  # DDP's backward_<name>_time fields
 
 
 class SingleProcess(nn.Module):
+    """The model alone, with the wrappers' interface: one process has nothing to synchronise."""
+
     def __init__(self, module):
         super().__init__()
         self.module = module
@@ -28,44 +34,50 @@ class SingleProcess(nn.Module):
         return self.module(*args, **kwargs)
 
     def no_sync(self):
+        """Nothing to skip: a context that does nothing."""
         return nullcontext()
 
     def finish_gradient_synchronization(self):
-        pass
+        """Nothing to wait for."""
 
 
-class TorchDDP(DistributedDataParallel):
-    """torch's DDP; its hook does what the default hook does (average by all-reduce) and records each bucket's span."""
+class TimedDDP(DistributedDataParallel):
+    """torch's DDP; its hook does what the default hook does (average by all-reduce) and records
+    each bucket's span."""
 
-    def __init__(self, module, comm, bucket_mb=DEFAULT_BUCKET_MB, compress=None, device_ids=None):
+    waits_inside_backward = True  # so the trainer calibrates backward without communication
+
+    def __init__(self, module, recorder, bucket_mb=DEFAULT_BUCKET_MB, compress=None,
+                 device_ids=None):
         super().__init__(module, device_ids=device_ids, bucket_cap_mb=bucket_mb)
         self.wire_dtype = WIRE_DTYPES[compress]
         self.communicate = True
         self.overflowed = torch.zeros((), dtype=torch.bool, device=next(module.parameters()).device)
-        self.register_comm_hook(comm, self.timed_average_hook)
-        # The reducer's own timings every step (runtime_statistics). On CUDA this makes the reducer read its CUDA
-        # events once per step (a host sync after backward): not yet measured on a GPU.
+        self.register_comm_hook(recorder, self.timed_average_hook)
+        # The reducer's own timings every step (runtime_statistics). On CUDA this makes the
+        # reducer read its CUDA events once per step (a host sync after backward): not yet
+        # measured on a GPU.
         self._set_ddp_runtime_logging_sample_rate(1)
         self.reducer_steps = []
 
-    def timed_average_hook(self, comm, bucket):
-        # As torch's allreduce_hook, or fp16/bf16_compress_hook with a wire dtype: divide, (cast,) sum, (cast back).
+    def timed_average_hook(self, recorder, bucket):
+        """As torch's allreduce_hook, or fp16/bf16_compress_hook with a wire dtype: divide,
+        (cast,) sum, (cast back); the all-reduce's span goes to `recorder`."""
         buffer = bucket.buffer().div_(dist.get_world_size())
-        if not self.communicate:  # calibration: DDP's whole backward, copies into and out of buckets, no all-reduce
-            done = torch.futures.Future()
-            done.set_result(buffer)
-            return done
-        wire = buffer if self.wire_dtype is None else buffer.to(self.wire_dtype)
-        future = comm.track(f"bucket {bucket.index()}", lambda: dist.all_reduce(wire, async_op=True))
-        return future.then(lambda done: self.write_back(done.value()[0], buffer))
+        if not self.communicate:  # calibration: DDP's whole backward, but no all-reduce
+            skipped = torch.futures.Future()
+            skipped.set_result(buffer)
+            return skipped
+        wire = to_wire(buffer, self.wire_dtype)
+        summed = start_all_reduce(wire, f"bucket {bucket.index()}", recorder)
+        return summed.then(lambda done: self.write_back(done, wire, buffer))
 
-    def write_back(self, wire, buffer):
-        """The averaged bucket, in the bucket's own dtype; a float16 overflow is flagged on the device."""
-        if wire is buffer:
-            return buffer
-        if wire.dtype == torch.float16:
-            flag_overflow(self.overflowed, buffer, wire)
-        return buffer.copy_(wire)
+    def write_back(self, done, wire, buffer):
+        """The averaged bucket, in the bucket's own dtype; a float16 overflow is flagged on the
+        device."""
+        done.value()  # raises the all-reduce's error again, if it failed
+        from_wire(wire, buffer, self.overflowed)
+        return buffer
 
     def wire_overflowed(self):
         """Whether a gradient overflowed float16 on the wire since the last call (a host sync)."""
@@ -74,13 +86,12 @@ class TorchDDP(DistributedDataParallel):
         return overflowed
 
     def finish_gradient_synchronization(self):
-        pass  # DDP's backward already waited for every bucket before returning
-
-    waits_inside_backward = True  # so the trainer calibrates backward without communication (timing.py)
+        """Nothing to do: DDP's backward already waited for every bucket before returning."""
 
     @contextmanager
     def without_communication(self):
-        """Backward passes inside run every step of DDP's but the all-reduce (their gradients are not averaged)."""
+        """Backward passes inside run every step of DDP's but the all-reduce (their gradients
+        are not averaged)."""
         self.communicate = False
         try:
             yield
@@ -88,39 +99,46 @@ class TorchDDP(DistributedDataParallel):
             self.communicate = True
 
     def record_runtime_statistics(self):
-        """After a training step's backward: the reducer's own timings of it (backward compute, communication,
-        their overlap), kept per step so the run's means cover the same steps as the timer's (no warm-up, no
-        calibration)."""
-        self.logger.set_runtime_stats_and_log()  # DDP calls it at the next forward; here it is this step's
+        """After a training step's backward: the reducer's own timings of it (backward compute,
+        communication, their overlap), kept per step so the run's means cover the same steps as
+        the timer's (no warm-up, no calibration)."""
+        self.logger.set_runtime_stats_and_log()  # DDP calls it at the next forward; here, now
         logged = self._get_ddp_logging_data()
-        self.reducer_steps.append([logged.get(f"backward_{key}_time", 0) / 1e9
-                                   for key in ("compute", "comm", "compute_comm_overlap")])
+        times = {name: logged.get(f"backward_{name}_time", 0) / 1e9 for name in REDUCER_TIMES}
+        self.reducer_steps.append(times)
 
     def runtime_statistics(self):
-        """The means over the recorded steps, in seconds; exposed = communication - overlap, i.e. communication
-        still running after the reducer's last gradient was ready."""
+        """The means over the recorded steps, in seconds; exposed = communication - overlap,
+        i.e. communication still running after the reducer's last gradient was ready."""
         count = max(1, len(self.reducer_steps))
-        compute, comm, overlap = (sum(column) / count for column in zip(*self.reducer_steps or [[0, 0, 0]]))
-        return {"steps": len(self.reducer_steps), "backward_compute_s": compute, "backward_comm_s": comm,
-                "backward_overlap_s": overlap, "exposed_s": comm - overlap}
+        mean = {name: sum(step[name] for step in self.reducer_steps) / count
+                for name in REDUCER_TIMES}
+        return {"steps": len(self.reducer_steps), "backward_compute_s": mean["compute"],
+                "backward_comm_s": mean["comm"],
+                "backward_overlap_s": mean["compute_comm_overlap"],
+                "exposed_s": mean["comm"] - mean["compute_comm_overlap"]}
 
 
-class TorchDDPNoSync(DistributedDataParallel):
-    """DDP whose forward runs inside no_sync(), so no backward communicates: the compute baseline."""
+class NoSyncDDP(DistributedDataParallel):
+    """DDP whose every forward runs inside no_sync(), so no backward communicates: the same
+    processes and the same backward without communication, the compute baseline."""
 
     def forward(self, *args, **kwargs):
         with self.no_sync():
             return super().forward(*args, **kwargs)
 
     def finish_gradient_synchronization(self):
-        pass
+        """Nothing to do: no gradient is averaged."""
 
 
-def wrap_model(model, mode, comm, sync="bucketed", bucket_mb=DEFAULT_BUCKET_MB, compress=None, device_ids=None):
+def wrap_model(model, mode, comm, sync="bucketed", bucket_mb=DEFAULT_BUCKET_MB, compress=None,
+               device_ids=None):
+    """`model` wrapped for `mode` (see above); `comm` records the collectives' spans (a
+    timing.CommRecorder), `sync` is the hand-written strategy of mode manual."""
     if mode == "single":
         return SingleProcess(model)
     if mode == "ddp":
-        return TorchDDP(model, comm, bucket_mb, compress, device_ids)
+        return TimedDDP(model, comm, bucket_mb, compress, device_ids)
     if mode == "ddp-no-sync":
-        return TorchDDPNoSync(model, device_ids=device_ids, bucket_cap_mb=bucket_mb)
+        return NoSyncDDP(model, device_ids=device_ids, bucket_cap_mb=bucket_mb)
     return ManualDDP(model, sync, bucket_mb, compress, comm)

@@ -1,4 +1,4 @@
-"""Per-step timing: where each step's wall-clock time went, and how long communication was in flight.
+"""Per-step timing: where each step's wall-clock time went, and how long communication ran.
 
 Phases, one `mark` at the end of each:
   data       indexing the batch out of memory and moving it to the device
@@ -35,9 +35,11 @@ class HostClock:
     """Stamps are perf_counter() readings."""
 
     def stamp(self):
+        """Now, in seconds."""
         return time.perf_counter()
 
     def seconds(self, stamps):
+        """The stamps in seconds: they already are."""
         return stamps
 
 
@@ -45,6 +47,7 @@ class CudaClock:
     """Stamps are CUDA events on the current stream; turned into seconds once the epoch is done."""
 
     def stamp(self):
+        """An event recorded on the current stream, with the host's time beside it."""
         event = torch.cuda.Event(enable_timing=True)
         event.record()
         return (time.perf_counter(), event)
@@ -57,33 +60,24 @@ class CudaClock:
 
 
 class CommRecorder:
-    """Launch and completion stamps of the collectives of the current step."""
+    """Start and end stamps of the collectives of the current step: the recorder that
+    manual_allreduce.py's strategies and the DDP hook report to."""
 
     def __init__(self, clock=None):
         self.clock = clock or HostClock()
-        self.spans = []  # [name, launch, done]; done is written from the backend's thread
+        self.spans = []  # [name, start, end]; end is written from the backend's thread
         self._lock = threading.Lock()
 
-    def launched(self, name):
+    def started(self, name):
+        """Called just before a collective starts; returns its span, for `finished`."""
         span = [name, self.clock.stamp(), None]
         with self._lock:
             self.spans.append(span)
         return span
 
-    def completed(self, span):
+    def finished(self, span):
+        """Called once the collective is complete (on CUDA, ordered after it on the stream)."""
         span[2] = self.clock.stamp()
-
-    def track(self, name, launch):
-        """Run `launch()`, which starts an async collective and returns its work object, and record it from
-        before the call to its completion; returns a future to wait on."""
-        span = self.launched(name)
-        work = launch()
-
-        def done(future):
-            self.completed(span)  # on CUDA, ordered after the collective on the current stream
-            return future.value()
-
-        return work.get_future().then(done)
 
     def take(self):
         """This step's finished spans, and a fresh list for the next step."""
@@ -94,7 +88,8 @@ class CommRecorder:
 
 def union_length(intervals, low, high):
     """The length of the union of `intervals` ((start, end) pairs) inside [low, high]."""
-    total, reach = 0.0, low
+    total = 0.0
+    reach = low  # the union so far ends here
     for start, end in sorted(intervals):
         start, end = max(start, reach), min(end, high)
         if end > start:
@@ -106,7 +101,7 @@ def union_length(intervals, low, high):
 def step_record(marks, spans, backward_baseline=None):
     """One step's fields (see the module docstring) from its marks and its collectives' spans.
 
-    `marks` are (phase, time) with a ("start", time) first; `spans` are (name, launch, done).
+    `marks` are (phase, time) with a ("start", time) first; `spans` are (name, start, end).
     `backward_baseline`: DDP's backward without communication, or None where waiting is measured.
     """
     record = dict.fromkeys(PHASES, 0.0)
@@ -117,7 +112,7 @@ def step_record(marks, spans, backward_baseline=None):
             last_backward = (before, after)
     start, end = marks[0][1], marks[-1][1]
     compute_end = last_backward[1] if last_backward else start
-    intervals = [(launch, done) for _, launch, done in spans]
+    intervals = [(begin, finish) for _, begin, finish in spans]
     exposed = union_length(intervals, compute_end, end)
     if backward_baseline is not None and last_backward:
         estimated_end = last_backward[0] + backward_baseline
@@ -133,26 +128,30 @@ def step_record(marks, spans, backward_baseline=None):
 
 
 class StepTimer:
-    """Stamps each step's phases and collectives; turns them into step records when an epoch is taken."""
+    """Stamps each step's phases and collectives; turns them into step records per epoch."""
 
-    def __init__(self, device=torch.device("cpu"), warmup_steps=0, trace_window=0):
-        self.clock = CudaClock() if device.type == "cuda" else HostClock()
+    def __init__(self, device=None, warmup_steps=0, trace_window=0):
+        on_cuda = device is not None and device.type == "cuda"
+        self.clock = CudaClock() if on_cuda else HostClock()
         self.warmup_steps = warmup_steps
         self.trace_window = trace_window  # steps after warm-up whose spans are kept for a timeline
         self.comm = CommRecorder(self.clock)
         self.steps_seen = 0
         self.measured = 0
-        self.pending = []  # (step, marks, spans, baseline) of the epoch's measured steps, not yet in seconds
-        self.trace = []    # (step, name, start, end) for the first trace_window measured steps
-        self.backward_baseline = None  # DDP: backward without communication (trainer.py calibrates it)
+        self.pending = []  # (step, marks, spans, baseline) of the epoch's measured steps, as stamps
+        self.trace = []  # (step, name, start, end) for the first trace_window measured steps
+        self.backward_baseline = None  # DDP: backward without communication (the trainer's)
 
     def start_step(self):
+        """Stamp the start of a step."""
         self.marks = [("start", self.clock.stamp())]
 
     def mark(self, phase):
+        """Stamp the end of `phase` (one of PHASES)."""
         self.marks.append((phase, self.clock.stamp()))
 
     def end_step(self):
+        """Close the step: keep its marks and collectives unless it is a warm-up step."""
         spans = self.comm.take()
         self.steps_seen += 1
         if self.steps_seen > self.warmup_steps:
@@ -162,21 +161,24 @@ class StepTimer:
         """The step records of the epoch's measured steps, and an empty list for the next epoch."""
         records = []
         for step, marks, spans, baseline in self.pending:
-            stamps = self.clock.seconds([stamp for _, stamp in marks] + [s for span in spans for s in span[1:]])
-            marks = [(phase, stamp) for (phase, _), stamp in zip(marks, stamps)]
-            done = iter(stamps[len(marks):])
-            spans = [(name, launch, end) for (name, _, _), launch, end in zip(spans, done, done)]
+            mark_stamps = [stamp for _, stamp in marks]
+            span_stamps = [stamp for _, start, end in spans for stamp in (start, end)]
+            seconds = iter(self.clock.seconds(mark_stamps + span_stamps))  # in the same order
+            marks = [(phase, next(seconds)) for phase, _ in marks]
+            spans = [(name, next(seconds), next(seconds)) for name, _, _ in spans]
             records.append(step_record(marks, spans, baseline))
             self.measured += 1
             if self.measured <= self.trace_window:
-                self.trace += [(step, phase, before, after) for (_, before), (phase, after) in zip(marks, marks[1:])]
-                self.trace += [(step, "all-reduce " + name, launch, end) for name, launch, end in spans]
+                self.trace += [(step, phase, before, after)
+                               for (_, before), (phase, after) in zip(marks, marks[1:])]
+                self.trace += [(step, "all-reduce " + name, start, end)
+                               for name, start, end in spans]
         self.pending = []
         return records
 
 
 def overlap(hidden, busy):
-    """The share of communication hidden behind computation, in [0, 1]; None without communication."""
+    """The share of communication hidden behind computation, in [0, 1]; None without any."""
     return hidden / busy if busy > 0 else None
 
 
@@ -185,8 +187,11 @@ def summarize(values):
     if not values:
         return {"mean": 0.0, "median": 0.0, "p95": 0.0}
     ordered = sorted(values)
-    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-    return {"mean": sum(ordered) / len(ordered), "median": pick(0.5), "p95": pick(0.95)}
+
+    def quantile(share):
+        return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+    return {"mean": sum(ordered) / len(ordered), "median": quantile(0.5), "p95": quantile(0.95)}
 
 
 def summarize_ranks(steps_per_rank):
@@ -197,8 +202,10 @@ def summarize_ranks(steps_per_rank):
     blocking collectives make equal to the slowest rank's step): the slowest rank's mean over the
     median rank's. 1.0 means balanced.
     """
-    per_rank = [{field: summarize([s[field] for s in steps]) for field in FIELDS} for steps in steps_per_rank]
-    pooled = {field: summarize([s[field] for steps in steps_per_rank for s in steps]) for field in FIELDS}
+    per_rank = [{field: summarize([step[field] for step in steps]) for field in FIELDS}
+                for steps in steps_per_rank]
+    pooled = {field: summarize([step[field] for steps in steps_per_rank for step in steps])
+              for field in FIELDS}
     for field in FIELDS:
         pooled[field]["slowest_rank_mean"] = max(rank[field]["mean"] for rank in per_rank)
     own_work = sorted(rank["own_work"]["mean"] for rank in per_rank)
@@ -212,17 +219,21 @@ def summarize_ranks(steps_per_rank):
 
 def chrome_trace(traces_per_rank):
     """A Chrome-trace document (chrome://tracing, ui.perfetto.dev): one process per rank, with a
-    compute track (the phases) and a communication track (each collective from launch to completion).
+    compute track (the phases) and a communication track (each collective, start to end).
 
     `traces_per_rank[r]` is (origin, spans): rank r's clock reading at a barrier all ranks
     passed together, and its (step, name, start, end) spans; times are shown from that barrier.
     """
     events = []
     for rank, (origin, spans) in enumerate(traces_per_rank):
-        events.append({"ph": "M", "name": "process_name", "pid": rank, "args": {"name": f"rank {rank}"}})
+        events.append({"ph": "M", "name": "process_name", "pid": rank,
+                       "args": {"name": f"rank {rank}"}})
         for track, label in ((0, "compute"), (1, "communication")):
-            events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": track, "args": {"name": label}})
+            events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": track,
+                           "args": {"name": label}})
         for step, name, start, end in spans:
-            events.append({"ph": "X", "name": name, "pid": rank, "tid": 1 if name.startswith("all-reduce") else 0,
-                           "ts": (start - origin) * 1e6, "dur": (end - start) * 1e6, "args": {"step": step}})
+            track = 1 if name.startswith("all-reduce") else 0
+            events.append({"ph": "X", "name": name, "pid": rank, "tid": track,
+                           "ts": (start - origin) * 1e6, "dur": (end - start) * 1e6,
+                           "args": {"step": step}})
     return {"traceEvents": events, "displayTimeUnit": "ms"}

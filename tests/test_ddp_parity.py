@@ -1,8 +1,8 @@
-"""ManualDDP does what torch's DistributedDataParallel does on the hard cases, with the same arguments.
+"""ManualDDP does what torch's DistributedDataParallel does on the hard cases, same arguments.
 
-Every case runs in real gloo processes (2, 3 and 4 ranks, one launch per world size): each rank trains
-torch's DDP and ManualDDP with every strategy, with and without fp16/bf16 on the wire, from the same
-parameters on the same per-rank data, and every rank returns what it saw; the tests compare.
+Every case runs in real gloo processes (2, 3 and 4 ranks, one launch per world size): each rank
+trains torch's DDP and ManualDDP with every strategy, with and without fp16/bf16 on the wire, from
+the same parameters on the same per-rank data; every rank returns what it saw; the tests compare.
   batchnorm  buffers re-broadcast before each forward (broadcast_buffers=True)
   branch     a layer used only on some ranks, one used on none (find_unused_parameters=True)
   order      ranks whose gradients become ready in different orders
@@ -17,60 +17,72 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from manual_allreduce import STRATEGIES, WIRE_DTYPES, ManualDDP
+from manual_allreduce import STRATEGIES, WIRE_DTYPES
+from runtime.manual_ddp import ManualDDP
 from tests.harness import run_in_processes
 
 VARIANTS = [(strategy, wire) for strategy in STRATEGIES for wire in (None, "fp16", "bf16")]
-STEPS, BATCH, FEATURES = 3, 4, 8
-# Uncompressed, only float32 summation order differs. On a 16-bit wire DDP and ManualDDP round the same values
-# but sum them in different orders (gloo's chunks follow the bucket layout), and BatchNorm over 4 samples
-# amplifies that: 8 unit roundoffs of the wire dtype (fp16 4e-3, bf16 3e-2). The exact semantics (the second
-# backward averaged, an unused parameter untouched) are pinned down uncompressed and by the tests below.
+STEPS = 3  # training steps per case
+BATCH = 4  # samples per rank and step
+FEATURES = 8
+# Uncompressed, only float32 summation order differs. On a 16-bit wire DDP and ManualDDP round the
+# same values but sum them in different orders (gloo's chunks follow the bucket layout), and
+# BatchNorm over 4 samples amplifies that: 8 unit roundoffs of the wire dtype (fp16 4e-3, bf16
+# 3e-2). The exact semantics (the second backward averaged, an unused parameter untouched) are
+# pinned down uncompressed and by the tests below.
+ROUNDOFFS = {wire: 8 * torch.finfo(WIRE_DTYPES[wire]).eps / 2 for wire in ("fp16", "bf16")}
 TOLERANCE = {None: dict(rtol=1e-5, atol=1e-6),
-             **{wire: dict(rtol=8 * torch.finfo(WIRE_DTYPES[wire]).eps / 2, atol=8 * torch.finfo(WIRE_DTYPES[wire]).eps / 2)
-                for wire in ("fp16", "bf16")}}
+             **{wire: dict(rtol=bound, atol=bound) for wire, bound in ROUNDOFFS.items()}}
 
 
 class WithBatchNorm(nn.Module):
+    """Buffers (BatchNorm's running statistics) that DDP re-broadcasts before each forward."""
+
     def __init__(self):
         super().__init__()
         # no bias before BatchNorm: its gradient would be rounding noise around zero
-        self.layers = nn.Sequential(nn.Linear(FEATURES, 16, bias=False), nn.BatchNorm1d(16), nn.ReLU(),
-                                    nn.Linear(16, 4))
+        self.layers = nn.Sequential(nn.Linear(FEATURES, 16, bias=False), nn.BatchNorm1d(16),
+                                    nn.ReLU(), nn.Linear(16, 4))
 
-    def forward(self, x):
-        return self.layers(x)
+    def forward(self, inputs):
+        return self.layers(inputs)
 
 
 class Branch(nn.Module):
-    """`rare` is used only where the batch's mean is positive (on some ranks); `never` on no rank."""
+    """`rare` is used only where the batch's mean is positive (some ranks); `never` on no rank."""
 
     def __init__(self):
         super().__init__()
-        self.first, self.rare, self.never, self.head = (nn.Linear(FEATURES, FEATURES), nn.Linear(FEATURES, FEATURES),
-                                                        nn.Linear(FEATURES, FEATURES), nn.Linear(FEATURES, 4))
+        self.first = nn.Linear(FEATURES, FEATURES)
+        self.rare = nn.Linear(FEATURES, FEATURES)
+        self.never = nn.Linear(FEATURES, FEATURES)
+        self.head = nn.Linear(FEATURES, 4)
 
-    def forward(self, x):
-        hidden = torch.relu(self.first(x))
-        if x.mean() > 0:  # data-dependent: which ranks use `rare` depends on their batch
+    def forward(self, inputs):
+        hidden = torch.relu(self.first(inputs))
+        if inputs.mean() > 0:  # data-dependent: which ranks use `rare` depends on their batch
             hidden = hidden + self.rare(hidden)
         return self.head(hidden)
 
 
 class RankOrder(nn.Module):
-    """Two equal branches computed in a rank-dependent order: autograd runs the later-built one first, so
-    even ranks get `left`'s gradients first and odd ranks `right`'s; equal sizes make a mismatched pairing
-    of buckets silent, not an error."""
+    """Two equal branches computed in a rank-dependent order: autograd runs the later-built one
+    first, so even ranks get `left`'s gradients first and odd ranks `right`'s; equal sizes make
+    a mismatched pairing of buckets silent, not an error."""
 
     def __init__(self):
         super().__init__()
-        self.left, self.right, self.head = nn.Linear(FEATURES, 64), nn.Linear(FEATURES, 64), nn.Linear(64, 4)
+        self.left = nn.Linear(FEATURES, 64)
+        self.right = nn.Linear(FEATURES, 64)
+        self.head = nn.Linear(64, 4)
 
-    def forward(self, x):
+    def forward(self, inputs):
         if dist.get_rank() % 2:
-            left, right = self.left(x), self.right(x)
+            left = self.left(inputs)
+            right = self.right(inputs)
         else:
-            right, left = self.right(x), self.left(x)
+            right = self.right(inputs)
+            left = self.left(inputs)
         return self.head(torch.relu(left) + torch.relu(right))
 
 
@@ -79,30 +91,34 @@ MODELS = {"batchnorm": WithBatchNorm, "branch": Branch, "order": RankOrder, "twi
 
 def batch(rank, step, model_name):
     generator = torch.Generator().manual_seed(100 * step + rank)
-    x = torch.randn(BATCH, FEATURES, generator=generator)
+    inputs = torch.randn(BATCH, FEATURES, generator=generator)
     if model_name == "branch":
-        x += 1.0 if rank % 2 == 0 else -1.0  # even ranks use `rare`, odd ranks do not
-    return x, torch.randint(0, 4, (BATCH,), generator=generator)
+        inputs += 1.0 if rank % 2 == 0 else -1.0  # even ranks use `rare`, odd ranks do not
+    return inputs, torch.randint(0, 4, (BATCH,), generator=generator)
 
 
 def compress_hook(wire_dtype, bucket):
-    """torch's fp16_compress_hook for any dtype (its bf16 hook needs NCCL): divide, cast, sum, cast back."""
+    """torch's fp16_compress_hook for any dtype (its bf16 one needs NCCL): divide, cast, sum."""
     buffer = bucket.buffer().div_(dist.get_world_size())
     wire = buffer.to(wire_dtype)
-    return dist.all_reduce(wire, async_op=True).get_future().then(lambda done: buffer.copy_(done.value()[0]))
+    summed = dist.all_reduce(wire, async_op=True).get_future()
+    return summed.then(lambda done: buffer.copy_(done.value()[0]))
 
 
 def wrap(model, variant, find_unused):
-    """torch's DDP (variant None) with the matching compression hook, or ManualDDP with a strategy."""
+    """torch's DDP (variant None, or ("ddp", wire)) with the matching compression hook, or
+    ManualDDP with a strategy."""
     if variant is None or variant[0] == "ddp":
-        ddp = DistributedDataParallel(model, find_unused_parameters=find_unused, bucket_cap_mb=0.001)
+        ddp = DistributedDataParallel(model, find_unused_parameters=find_unused,
+                                      bucket_cap_mb=0.001)
         wire = None if variant is None else variant[1]
         if wire:
             ddp.register_comm_hook(WIRE_DTYPES[wire], compress_hook)
         ddp.finish_gradient_synchronization = lambda: None
         return ddp
     strategy, wire = variant
-    return ManualDDP(model, strategy, bucket_mb=0.001, compress=wire, find_unused_parameters=find_unused)
+    return ManualDDP(model, strategy, bucket_mb=0.001, compress=wire,
+                     find_unused_parameters=find_unused)
 
 
 def snapshot(model):
@@ -110,26 +126,28 @@ def snapshot(model):
 
 
 def train(rank, model_name, variant):
-    """STEPS steps; the state after each, and (for `twice`) the gradients before each optimizer step."""
+    """STEPS steps; the state after each, and the gradients before each optimizer step."""
     torch.manual_seed(0)
     model = MODELS[model_name]()
     wrapped = wrap(model, variant, find_unused=model_name == "branch")
-    if model_name == "branch":  # Adam's moments and weight decay would move a parameter given a zero gradient
+    if model_name == "branch":  # Adam's moments and weight decay would move one given zeros
         optimizer = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)
     else:  # SGD keeps rounding differences as small as they are (Adam would normalise them up)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    states, gradients = [], []
+    states = []
+    gradients = []
     for step in range(STEPS):
-        x, y = batch(rank, step, model_name)
+        inputs, labels = batch(rank, step, model_name)
         if model_name == "twice":
             with wrapped.no_sync():
-                F.cross_entropy(wrapped(x), y).backward()
-            F.cross_entropy(wrapped(x * 2), y).backward()
-            F.cross_entropy(wrapped(-x), y).backward()  # a second synced backward before finishing
+                F.cross_entropy(wrapped(inputs), labels).backward()
+            F.cross_entropy(wrapped(inputs * 2), labels).backward()
+            F.cross_entropy(wrapped(-inputs), labels).backward()  # a second one, unfinished
         else:
-            F.cross_entropy(wrapped(x), y).backward()
+            F.cross_entropy(wrapped(inputs), labels).backward()
         wrapped.finish_gradient_synchronization()
-        gradients.append({n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()})
+        gradients.append({name: None if param.grad is None else param.grad.clone()
+                          for name, param in model.named_parameters()})
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         states.append(snapshot(model))
@@ -157,6 +175,10 @@ def reference(variant):
     return None if variant[1] is None else ("ddp", variant[1])
 
 
+def variant_id(variant):
+    return "ddp" if variant is None else "-".join(part for part in variant if part)
+
+
 def assert_states_equal(left, right, tolerance, where):
     assert left.keys() == right.keys()
     for name in left:
@@ -166,7 +188,7 @@ def assert_states_equal(left, right, tolerance, where):
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 @pytest.mark.parametrize("model_name", ["batchnorm", "branch", "order", "twice"])
-@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(part for part in v if part))
+@pytest.mark.parametrize("variant", VARIANTS, ids=variant_id)
 def test_every_strategy_equals_ddp_after_every_step(world_size, model_name, variant):
     per_rank = outcomes(world_size)
     for rank, outcome in enumerate(per_rank):
@@ -176,36 +198,40 @@ def test_every_strategy_equals_ddp_after_every_step(world_size, model_name, vari
             # parameters and buffers (BatchNorm's running statistics) as DDP's, on every rank
             assert_states_equal(actual, expected, TOLERANCE[variant[1]], f"rank {rank} step {step}")
     for step in range(STEPS):  # and the parameters agree across ranks
-        first = {n: t for n, t in per_rank[0][(model_name, variant)][0][step].items() if "running" not in n}
+        states = [outcome[(model_name, variant)][0][step] for outcome in per_rank]
+        first = {name: tensor for name, tensor in states[0].items() if "running" not in name}
         for rank in range(1, world_size):
-            other = {n: per_rank[rank][(model_name, variant)][0][step][n] for n in first}
-            assert_states_equal(other, first, dict(rtol=0, atol=0), f"rank {rank} against rank 0, step {step}")
+            other = {name: states[rank][name] for name in first}
+            assert_states_equal(other, first, dict(rtol=0, atol=0),
+                                f"rank {rank} against rank 0, step {step}")
 
 
-@pytest.mark.parametrize("variant", [None] + VARIANTS, ids=lambda v: "ddp" if v is None else "-".join(p for p in v if p))
+@pytest.mark.parametrize("variant", [None] + VARIANTS, ids=variant_id)
 def test_a_parameter_unused_on_every_rank_keeps_no_gradient_and_does_not_move(variant):
     for outcome in outcomes(2):
         states, gradients = outcome[("branch", variant)]
-        assert all(step["never.weight"] is None and step["never.bias"] is None for step in gradients)
-        assert all(step["rare.weight"] is not None for step in gradients)  # used on even ranks: averaged everywhere
-        torch.testing.assert_close(states[-1]["never.weight"], states[0]["never.weight"], rtol=0, atol=0)
+        assert all(step["never.weight"] is None and step["never.bias"] is None
+                   for step in gradients)
+        assert all(step["rare.weight"] is not None for step in gradients)  # used on even ranks
+        assert torch.equal(states[-1]["never.weight"], states[0]["never.weight"])
 
 
 def without_find_unused(rank, world_size, variant):
     torch.manual_seed(0)
     model = Branch()
     wrapped = wrap(model, variant, find_unused=False)
-    x, y = batch(0, 0, "branch")  # every rank uses `rare`; `never` is unused everywhere, so no rank waits
+    inputs, labels = batch(0, 0, "branch")  # all use `rare`, none `never`: no rank waits
     try:
         for _ in range(2):  # DDP notices at the next forward, ManualDDP when finishing
-            F.cross_entropy(wrapped(x), y).backward()
+            F.cross_entropy(wrapped(inputs), labels).backward()
             wrapped.finish_gradient_synchronization()
     except RuntimeError as error:
         return str(error)
     return None
 
 
-@pytest.mark.parametrize("variant", [None] + [(s, None) for s in STRATEGIES], ids=lambda v: "ddp" if v is None else v[0])
+@pytest.mark.parametrize("variant", [None] + [(strategy, None) for strategy in STRATEGIES],
+                         ids=variant_id)
 def test_an_unused_parameter_without_find_unused_parameters_is_an_error_naming_it(variant):
     for message in run_in_processes(2, without_find_unused, variant):
         assert message is not None and "find_unused_parameters" in message
@@ -216,8 +242,8 @@ def test_an_unused_parameter_without_find_unused_parameters_is_an_error_naming_i
 def launch_orders(rank, world_size):
     torch.manual_seed(0)
     wrapped = ManualDDP(RankOrder(), "bucketed", bucket_mb=0.001)
-    x, y = batch(rank, 0, "order")
-    F.cross_entropy(wrapped(x), y).backward()
+    inputs, labels = batch(rank, 0, "order")
+    F.cross_entropy(wrapped(inputs), labels).backward()
     wrapped.finish_gradient_synchronization()
     return [bucket for bucket, _ in wrapped.sync.launch_log], len(wrapped.sync.buckets)
 
@@ -242,7 +268,7 @@ def ready_twice(rank, world_size):
 def test_a_gradient_reported_twice_without_a_forward_is_an_error_naming_the_parameter():
     for message in run_in_processes(2, ready_twice):
         assert message is not None and "only once" in message
-        assert "'weight'" in message or "'bias'" in message  # whichever gradient autograd reported first
+        assert "'weight'" in message or "'bias'" in message  # whichever autograd reported first
 
 
 def overflow(rank, world_size, strategy, scaled):
@@ -252,7 +278,8 @@ def overflow(rank, world_size, strategy, scaled):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler("cpu", init_scale=1.0, enabled=scaled)
     before = model.weight.detach().clone()
-    scaler.scale(wrapped(torch.full((2, FEATURES), 1e6)).sum()).backward()  # gradients of 2e6 > 65504 x world
+    # gradients of 2e6 > 65504 x world
+    scaler.scale(wrapped(torch.full((2, FEATURES), 1e6)).sum()).backward()
     wrapped.finish_gradient_synchronization()
     overflowed = wrapped.wire_overflowed()
     scaler.step(optimizer)
@@ -263,9 +290,10 @@ def overflow(rank, world_size, strategy, scaled):
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_an_fp16_overflow_on_the_wire_is_flagged_and_the_loss_scaler_skips_the_step(strategy):
     for overflowed, unchanged, flag_after_reading in run_in_processes(2, overflow, strategy, True):
-        assert overflowed and unchanged and not flag_after_reading  # the scaler saw the inf: no step
+        assert overflowed and unchanged and not flag_after_reading  # the scaler saw inf: no step
     for overflowed, unchanged, _ in run_in_processes(2, overflow, strategy, False):
-        assert overflowed and not unchanged  # without a scaler the trainer must stop (tests/test_reliability.py)
+        # without a scaler the trainer must stop (tests/test_reliability.py)
+        assert overflowed and not unchanged
 
 
 def test_wire_dtypes_cover_the_compression_options():

@@ -1,4 +1,5 @@
-"""Every hand-written strategy trains exactly the model that torch's DDP and one process on the global batch train.
+"""Every hand-written strategy trains exactly the model that torch's DDP, and one process on the
+global batch, train.
 
 Each world size runs once in real gloo processes. Every rank trains every configuration
 on its slice of the same global batches; after every step rank 0 compares its parameters
@@ -6,6 +7,7 @@ with DDP's and with a one-process model trained on the whole global batch, and e
 compares its parameters with rank 0's. SGD without momentum keeps a gradient summed instead
 of averaged visible (Adam would hide any constant factor).
 """
+import copy
 import functools
 
 import pytest
@@ -14,13 +16,16 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from manual_allreduce import STRATEGIES
+from manual_allreduce import STRATEGIES, average_gradients
+from runtime.manual_ddp import make_sync
 from runtime.models import CNN, MLP
 from runtime.modes import wrap_model
 from runtime.timing import CommRecorder
 from tests.harness import run_in_processes
 
-STEPS, BATCH_PER_RANK, LR = 3, 8, 0.1
+STEPS = 3
+BATCH_PER_RANK = 8
+LR = 0.1
 WIRE_PRECISION_BITS = {"fp16": 11, "bf16": 8}  # significand bits, the implicit one included
 
 
@@ -42,7 +47,9 @@ class SharedWeight(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.inp, self.first, self.second = nn.Linear(784, 32), nn.Linear(32, 32), nn.Linear(32, 32)
+        self.inp = nn.Linear(784, 32)
+        self.first = nn.Linear(32, 32)
+        self.second = nn.Linear(32, 32)
         self.second.weight = self.first.weight
         self.out = nn.Linear(32, 10)
 
@@ -58,26 +65,32 @@ MODELS = {"mlp": lambda: MLP(dropout=0.0), "cnn": lambda: CNN(dropout=(0.0, 0.0)
 def global_batches(world_size):
     generator = torch.Generator().manual_seed(1234)
     size = STEPS * BATCH_PER_RANK * world_size
-    return torch.randn(size, 1, 28, 28, generator=generator), torch.randint(0, 10, (size,), generator=generator)
+    images = torch.randn(size, 1, 28, 28, generator=generator)
+    return images, torch.randint(0, 10, (size,), generator=generator)
 
 
 def flat_parameters(model):
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
+    return torch.cat([param.detach().reshape(-1) for param in model.parameters()]).clone()
+
+
+def trainable(model):
+    return [param for param in model.parameters() if param.requires_grad]
 
 
 def train_one_process(model_name, world_size):
     """The reference: one process, the whole global batch each step; parameters after each step."""
     torch.manual_seed(0)  # rank 0's seed: the distributed runs broadcast rank 0's parameters
     model = MODELS[model_name]()
-    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=LR)
+    optimizer = torch.optim.SGD(trainable(model), lr=LR)
     images, labels = global_batches(world_size)
-    history, largest_gradient = [], 0.0
+    history = []
+    largest_gradient = 0.0
     global_batch = BATCH_PER_RANK * world_size
     for step in range(STEPS):
         batch = slice(step * global_batch, (step + 1) * global_batch)
         F.cross_entropy(model(images[batch]), labels[batch]).backward()
-        largest_gradient = max([largest_gradient] + [p.grad.abs().max().item() for p in model.parameters()
-                                                     if p.grad is not None])
+        gradients = [param.grad for param in model.parameters() if param.grad is not None]
+        largest_gradient = max([largest_gradient] + [grad.abs().max().item() for grad in gradients])
         optimizer.step()
         optimizer.zero_grad()
         history.append(flat_parameters(model))
@@ -85,14 +98,15 @@ def train_one_process(model_name, world_size):
 
 
 def train_distributed(rank, world_size, model_name, mode, strategy, compress):
-    torch.manual_seed(rank)  # ranks start from different parameters: the wrapper must broadcast rank 0's
+    torch.manual_seed(rank)  # different parameters per rank: the wrapper must broadcast rank 0's
     model = MODELS[model_name]()
     wrapped = wrap_model(model, mode, CommRecorder(), strategy, bucket_mb=0.5, compress=compress)
-    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=LR)
+    optimizer = torch.optim.SGD(trainable(model), lr=LR)
     images, labels = global_batches(world_size)
     history = [flat_parameters(model)]  # after construction, before any step
     for step in range(STEPS):
-        mine = slice((step * world_size + rank) * BATCH_PER_RANK, (step * world_size + rank + 1) * BATCH_PER_RANK)
+        first = (step * world_size + rank) * BATCH_PER_RANK
+        mine = slice(first, first + BATCH_PER_RANK)
         F.cross_entropy(wrapped(images[mine]), labels[mine]).backward()
         wrapped.finish_gradient_synchronization()
         optimizer.step()
@@ -102,7 +116,8 @@ def train_distributed(rank, world_size, model_name, mode, strategy, compress):
 
 
 def run_all(rank, world_size, configurations):
-    """Every configuration on this rank; rank 0 returns its parameter histories, others their distance to rank 0's."""
+    """Every configuration on this rank; rank 0 returns its parameter histories, every rank its
+    distances to rank 0's."""
     outcome = {}
     for configuration in configurations:
         history = train_distributed(rank, world_size, *configuration)
@@ -118,7 +133,8 @@ def run_all(rank, world_size, configurations):
 def configurations():
     exact = [(model, "manual", strategy, None) for model in MODELS for strategy in STRATEGIES]
     exact += [(model, "ddp", None, None) for model in MODELS]
-    compressed = [("mlp", "manual", strategy, wire) for strategy in STRATEGIES for wire in WIRE_PRECISION_BITS]
+    compressed = [("mlp", "manual", strategy, wire)
+                  for strategy in STRATEGIES for wire in WIRE_PRECISION_BITS]
     compressed += [("mlp", "ddp", None, wire) for wire in WIRE_PRECISION_BITS]
     return exact + compressed
 
@@ -134,9 +150,12 @@ def reference(model_name, world_size):
 
 
 WORLD_SIZES = (1, 2, 3, 4)
-EXACT = [c for c in configurations() if c[3] is None]
-COMPRESSED = [c for c in configurations() if c[3] is not None]
-name = lambda c: "-".join(str(part) for part in c if part)
+EXACT = [configuration for configuration in configurations() if configuration[3] is None]
+COMPRESSED = [configuration for configuration in configurations() if configuration[3] is not None]
+
+
+def name(configuration):
+    return "-".join(str(part) for part in configuration if part)
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
@@ -145,7 +164,8 @@ def test_every_step_equals_one_process_on_the_global_batch(world_size, configura
     history, _ = outcomes(world_size)[0][configuration]
     expected, _ = reference(configuration[0], world_size)
     for step, (got, want) in enumerate(zip(history[1:], expected), start=1):
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=lambda m: f"after step {step}: {m}")
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6,
+                                   msg=lambda detail, step=step: f"after step {step}: {detail}")
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
@@ -154,12 +174,14 @@ def test_every_step_equals_torch_ddp(world_size, configuration):
     history, _ = outcomes(world_size)[0][configuration]
     ddp_history, _ = outcomes(world_size)[0][(configuration[0], "ddp", None, None)]
     for step, (got, want) in enumerate(zip(history, ddp_history)):
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=lambda m: f"after step {step}: {m}")
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6,
+                                   msg=lambda detail, step=step: f"after step {step}: {detail}")
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 @pytest.mark.parametrize("configuration", configurations(), ids=name)
-def test_ranks_seeded_differently_hold_identical_parameters_from_the_start(world_size, configuration):
+def test_ranks_seeded_differently_hold_identical_parameters_from_the_start(world_size,
+                                                                           configuration):
     for rank, result in enumerate(outcomes(world_size)):
         _, distances = result[configuration]
         assert distances == [0.0] * (STEPS + 1), f"rank {rank} differs from rank 0 by {distances}"
@@ -180,3 +202,33 @@ def test_compressed_gradients_stay_within_the_wire_precision(world_size, configu
         assert error <= bound, f"after step {step}: error {error:.3g} above the bound {bound:.3g}"
         if world_size > 1 and step == 1:
             assert error > 0, "compressed and exact runs agree to the bit: was anything compressed?"
+
+
+def average_by_hand_and_by_each_strategy(rank, world_size):
+    """One backward's gradients averaged by `average_gradients`, and by each strategy used alone
+    (no wrapper: the bucketed one through its own hooks); the largest difference per strategy."""
+    torch.manual_seed(0)
+    reference = MLP(dropout=0.0)
+    generator = torch.Generator().manual_seed(rank)
+    images = torch.randn(BATCH_PER_RANK, 1, 28, 28, generator=generator)
+    labels = torch.randint(0, 10, (BATCH_PER_RANK,), generator=generator)
+    untrained = copy.deepcopy(reference)
+    F.cross_entropy(reference(images), labels).backward()
+    average_gradients(reference)
+    expected = [param.grad for param in reference.parameters()]
+    differences = {}
+    for strategy in STRATEGIES:
+        model = copy.deepcopy(untrained)
+        sync = make_sync(strategy, list(model.parameters()), bucket_mb=0.5)
+        F.cross_entropy(model(images), labels).backward()
+        sync.finish()
+        got = [param.grad for param in model.parameters()]
+        differences[strategy] = max((mine - theirs).abs().max().item()
+                                    for mine, theirs in zip(got, expected))
+    return differences
+
+
+def test_average_gradients_the_plain_version_equals_every_strategy():
+    for rank, differences in enumerate(run_in_processes(3, average_by_hand_and_by_each_strategy)):
+        assert all(difference <= 1e-6 for difference in differences.values()), \
+            f"rank {rank}: largest difference per strategy {differences}"

@@ -4,7 +4,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from manual_allreduce import BucketedSync, ManualDDP, ring_all_reduce
+from manual_allreduce import BucketedSync, ring_all_reduce
+from runtime.manual_ddp import ManualDDP
 from runtime.models import MLP
 from tests.harness import run_in_processes
 
@@ -22,10 +23,15 @@ def compare_ring_with_library(rank, world_size):
             library = mine.clone()
             ring_all_reduce(mine)
             dist.all_reduce(library)
-            # Both add the same n numbers in different orders: each sum may differ by a few ulps of the largest term.
-            tolerance = world_size * torch.finfo(dtype).eps * max(library.abs().max().item() if length else 0, 1) * 4
-            if length and (mine - library).abs().max().item() > tolerance:
-                mismatches.append((str(dtype), length, (mine - library).abs().max().item()))
+            if not length:
+                continue
+            # Both add the same n numbers in different orders: each sum may differ by a few ulps
+            # of the largest term.
+            largest = max(library.abs().max().item(), 1)
+            tolerance = world_size * torch.finfo(dtype).eps * largest * 4
+            difference = (mine - library).abs().max().item()
+            if difference > tolerance:
+                mismatches.append((str(dtype), length, difference))
     return mismatches
 
 
@@ -36,16 +42,18 @@ def test_ring_all_reduce_equals_dist_all_reduce_for_awkward_lengths_and_dtypes(w
 
 
 def record_bucket_launches(rank, world_size):
-    """Train two steps with small buckets; return the launch log of each step and whether any launch came before backward returned."""
+    """Train two steps with small buckets; return each step's launch log, as it was when
+    backward returned and after finishing."""
     torch.manual_seed(0)
     model = ManualDDP(MLP(dropout=0.0), "bucketed", bucket_mb=0.25)
     sync = model.sync
     assert isinstance(sync, BucketedSync)
     steps = []
     for step in range(2):
-        images = torch.randn(16, 1, 28, 28, generator=torch.Generator().manual_seed(step * 10 + rank))
+        generator = torch.Generator().manual_seed(step * 10 + rank)
+        images = torch.randn(16, 1, 28, 28, generator=generator)
         F.cross_entropy(model(images), torch.zeros(16, dtype=torch.long)).backward()
-        launched_during_backward = list(sync.launch_log)  # finish() has not run yet: these came from hooks
+        launched_during_backward = list(sync.launch_log)  # before finish(): from the hooks
         model.finish_gradient_synchronization()
         steps.append({"during_backward": launched_during_backward, "all": list(sync.launch_log),
                       "buckets": len(sync.buckets), "gradients": len(sync.params)})
@@ -59,19 +67,19 @@ def test_bucketed_launches_the_first_all_reduce_before_backward_has_finished():
             first_bucket, grads_ready_at_launch = step["during_backward"][0]
             assert first_bucket == 0
             assert grads_ready_at_launch < step["gradients"], \
-                f"rank {rank}: bucket 0 launched only after all {step['gradients']} gradients were ready"
+                f"rank {rank}: bucket 0 started only once all {step['gradients']} were ready"
 
 
 def bucket_layout(rank, world_size):
     params = list(MLP().parameters())
     sync = BucketedSync(params, bucket_mb=0.5)
-    index = {id(p): i for i, p in enumerate(params)}
-    return [[index[id(p)] for p in bucket.params] for bucket in sync.buckets], \
-        [bucket.buffer.numel() * 4 for bucket in sync.buckets]
+    position = {id(param): index for index, param in enumerate(params)}
+    layout = [[position[id(param)] for param in bucket.params] for bucket in sync.buckets]
+    return layout, [bucket.buffer.numel() * 4 for bucket in sync.buckets]
 
 
 def test_buckets_fill_in_reverse_registration_order_and_respect_the_cap():
     layout, sizes = run_in_processes(1, bucket_layout)[0]
-    assert [i for bucket in layout for i in bucket] == list(range(8))[::-1]
+    assert [index for bucket in layout for index in bucket] == list(range(8))[::-1]
     for bucket, size in zip(layout, sizes):
         assert len(bucket) == 1 or size <= 0.5 * 2**20, f"bucket {bucket} holds {size} bytes"

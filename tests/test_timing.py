@@ -1,9 +1,10 @@
-"""Timing semantics on a fake clock: compute, exposed and busy communication, overlap, and the trace."""
+"""Timing semantics on a fake clock: compute, exposed and busy communication, overlap, the trace."""
 import json
 
 import pytest
 import torch
 
+import manual_allreduce
 from runtime import timing
 from tests.harness import run_cli
 
@@ -36,21 +37,20 @@ def clock(monkeypatch):
     return fake
 
 
-def one_step(timer, clock, forward, backward, comm_busy_during_backward, exposed, optimizer=0.01, data=0.002):
-    """A step whose bucket all-reduce starts in backward, runs `comm_busy...` seconds and is waited for `exposed`."""
+def one_step(timer, clock, forward, backward, comm_busy, exposed, optimizer=0.01, data=0.002):
+    """A step whose bucket all-reduce starts in backward, runs `comm_busy` seconds and is
+    waited for `exposed` seconds after backward."""
     timer.start_step()
     clock.advance(data)
     timer.mark("data")
     clock.advance(forward)
     timer.mark("forward")
-    clock.advance(backward - comm_busy_during_backward + exposed)  # launched this long before backward ends
-    work = FakeWork()
-    waited = timer.comm.track("bucket 0", lambda: work)
-    clock.advance(comm_busy_during_backward - exposed)
+    clock.advance(backward - comm_busy + exposed)  # started this long before backward ends
+    span = timer.comm.started("bucket 0")
+    clock.advance(comm_busy - exposed)
     timer.mark("backward")
     clock.advance(exposed)
-    work.future.set_result([torch.zeros(1)])  # completes now: the rest of the step no longer waits
-    waited.wait()
+    timer.comm.finished(span)  # completes now: the rest of the step no longer waits
     timer.mark("sync")
     clock.advance(optimizer)
     timer.mark("optimizer")
@@ -66,7 +66,7 @@ def assert_invariants(step):
 
 def test_phases_busy_hidden_and_exposed_communication_follow_their_definitions(clock):
     timer = timing.StepTimer()
-    one_step(timer, clock, forward=0.010, backward=0.030, comm_busy_during_backward=0.020, exposed=0.005)
+    one_step(timer, clock, forward=0.010, backward=0.030, comm_busy=0.020, exposed=0.005)
     (step,) = timer.take_epoch()
     assert step["forward"] == pytest.approx(0.010) and step["backward"] == pytest.approx(0.030)
     assert step["sync"] == pytest.approx(0.005)
@@ -87,23 +87,21 @@ def test_two_collectives_in_flight_together_count_once(clock):
     timer.start_step()
     timer.mark("data")
     clock.advance(0.005)
-    first, second = FakeWork(), FakeWork()
-    waits = [timer.comm.track("bucket 0", lambda: first)]
+    first = timer.comm.started("bucket 0")
     clock.advance(0.005)
-    waits.append(timer.comm.track("bucket 1", lambda: second))
+    second = timer.comm.started("bucket 1")
     clock.advance(0.010)
-    first.future.set_result(None)
+    timer.comm.finished(first)
     timer.mark("backward")
     clock.advance(0.010)
-    second.future.set_result(None)
-    for waited in waits:
-        waited.wait()
+    timer.comm.finished(second)
     timer.mark("sync")
     timer.end_step()
     (step,) = timer.take_epoch()
     assert step["step"] == pytest.approx(0.030)
     assert step["comm_busy"] == pytest.approx(0.025)  # not 0.015 + 0.025 = 0.040
-    assert step["comm_hidden"] == pytest.approx(0.015) and step["comm_exposed"] == pytest.approx(0.010)
+    assert step["comm_hidden"] == pytest.approx(0.015)
+    assert step["comm_exposed"] == pytest.approx(0.010)
     assert_invariants(step)
 
 
@@ -124,18 +122,46 @@ def test_a_collective_finished_inside_its_launch_call_still_counts_as_busy_and_e
     timer = timing.StepTimer()
     timer.start_step()
     timer.mark("backward")
-
-    def launch_that_blocks():
-        clock.advance(0.004)  # the whole all-reduce runs inside the call
-        work = FakeWork()
-        work.future.set_result(None)
-        return work
-
-    timer.comm.track("flat", launch_that_blocks).wait()
+    span = timer.comm.started("ring")
+    clock.advance(0.004)  # the whole all-reduce runs inside the call, as the ring's does
+    timer.comm.finished(span)
     timer.mark("sync")
     timer.end_step()
     (step,) = timer.take_epoch()
-    assert step["comm_busy"] == pytest.approx(0.004) and step["comm_exposed"] == pytest.approx(0.004)
+    assert step["comm_busy"] == pytest.approx(0.004)
+    assert step["comm_exposed"] == pytest.approx(0.004)
+
+
+@pytest.fixture
+def pending_all_reduce(monkeypatch):
+    """dist.all_reduce(async_op=True) as seen by start_all_reduce, completing when the test says."""
+    work = FakeWork()
+    monkeypatch.setattr(manual_allreduce.dist, "all_reduce", lambda tensor, async_op: work)
+    return work
+
+
+def test_an_asynchronous_all_reduce_is_recorded_until_its_future_completes(clock,
+                                                                           pending_all_reduce):
+    timer = timing.StepTimer()
+    timer.start_step()
+    timer.mark("backward")
+    done = manual_allreduce.start_all_reduce(torch.zeros(1), "bucket 0", timer.comm)
+    clock.advance(0.004)
+    pending_all_reduce.future.set_result([torch.zeros(1)])  # on the backend's thread, really
+    done.wait()
+    clock.advance(0.001)
+    timer.mark("sync")
+    timer.end_step()
+    (step,) = timer.take_epoch()
+    assert step["comm_busy"] == pytest.approx(0.004)
+    assert step["comm_exposed"] == pytest.approx(0.004)
+
+
+def test_a_failed_asynchronous_all_reduce_raises_where_it_is_waited_for(pending_all_reduce):
+    done = manual_allreduce.start_all_reduce(torch.zeros(1), "bucket 0", timing.CommRecorder())
+    pending_all_reduce.future.set_exception(RuntimeError("a peer went away"))
+    with pytest.raises(RuntimeError, match="a peer went away"):
+        done.wait()
 
 
 def test_without_communication_busy_hidden_and_exposed_are_exactly_zero(clock):
@@ -154,21 +180,23 @@ def test_ddp_backward_beyond_the_calibrated_baseline_counts_as_exposed(clock):
     # DDP's backward (40 ms) waits for its bucket inside; without communication it takes 25 ms.
     timer = timing.StepTimer()
     timer.backward_baseline = 0.025
-    one_step(timer, clock, forward=0.010, backward=0.040, comm_busy_during_backward=0.030, exposed=0.0)
+    one_step(timer, clock, forward=0.010, backward=0.040, comm_busy=0.030, exposed=0.0)
     (step,) = timer.take_epoch()
     assert step["comm_exposed"] == pytest.approx(0.015)
-    # the bucket ran from 10 ms into backward to its end; 15 ms of that lie before the estimated compute end
+    # the bucket ran from 10 ms into backward to its end; 15 ms of that lie before the estimated
+    # end of compute
     assert step["comm_hidden"] == pytest.approx(0.015) and step["comm_busy"] == pytest.approx(0.030)
     assert step["compute"] == pytest.approx(0.010 + 0.025 + 0.010)
     assert_invariants(step)
 
 
 def test_ddp_estimate_is_not_clamped_so_its_mean_stays_unbiased(clock):
-    # A backward that happens to run faster than the baseline gives a negative estimate for that step,
+    # A backward that happens to run faster than the baseline gives a negative estimate for that
+    # step,
     # which cancels the positive noise of others instead of biasing the mean upwards.
     timer = timing.StepTimer()
     timer.backward_baseline = 0.025
-    one_step(timer, clock, forward=0.010, backward=0.024, comm_busy_during_backward=0.0, exposed=0.0)
+    one_step(timer, clock, forward=0.010, backward=0.024, comm_busy=0.0, exposed=0.0)
     (step,) = timer.take_epoch()
     assert step["comm_exposed"] == pytest.approx(-0.001)
     assert_invariants(step)
@@ -177,7 +205,7 @@ def test_ddp_estimate_is_not_clamped_so_its_mean_stays_unbiased(clock):
 def test_warm_up_steps_are_left_out(clock):
     timer = timing.StepTimer(warmup_steps=2)
     for _ in range(5):
-        one_step(timer, clock, forward=0.01, backward=0.02, comm_busy_during_backward=0.01, exposed=0.0)
+        one_step(timer, clock, forward=0.01, backward=0.02, comm_busy=0.01, exposed=0.0)
     assert len(timer.take_epoch()) == 3
 
 
@@ -194,8 +222,11 @@ def test_the_straggler_compares_own_work_not_steps_that_waiting_made_equal():
 
 
 def test_ranks_are_summarised_per_rank_and_across():
-    steps = lambda seconds: [dict.fromkeys(timing.FIELDS, s) for s in seconds]
-    summary = timing.summarize_ranks([steps([1.0, 1.0, 1.0]), steps([1.0, 2.0, 3.0]), steps([4.0, 4.0, 4.0])])
+    def steps(seconds):
+        return [dict.fromkeys(timing.FIELDS, value) for value in seconds]
+
+    summary = timing.summarize_ranks([steps([1.0, 1.0, 1.0]), steps([1.0, 2.0, 3.0]),
+                                      steps([4.0, 4.0, 4.0])])
     assert [rank["step"]["mean"] for rank in summary["per_rank"]] == [1.0, 2.0, 4.0]
     assert summary["across_ranks"]["step"]["median"] == 2.0
     assert summary["across_ranks"]["step"]["slowest_rank_mean"] == 4.0
@@ -203,20 +234,23 @@ def test_ranks_are_summarised_per_rank_and_across():
 
 def test_the_trace_has_one_track_per_rank_and_every_phase(tiny_data, tmp_path):
     trace = tmp_path / "trace.json"
-    done = run_cli("--data-dir", tiny_data, "--mode", "manual", "--sync", "bucketed", "--bucket-mb", 0.25,
-                   "--world-size", 2, "--val-samples", 100, "--epochs", 1, "--batch-size", 16, "--warmup-steps", 2,
-                   "--trace", trace, "--trace-steps", 3, "--results-dir", tmp_path)
+    done = run_cli("--data-dir", tiny_data, "--mode", "manual", "--sync", "bucketed",
+                   "--bucket-mb", 0.25, "--world-size", 2, "--val-samples", 100, "--epochs", 1,
+                   "--batch-size", 16, "--warmup-steps", 2, "--trace", trace, "--trace-steps", 3,
+                   "--results-dir", tmp_path)
     assert done.returncode == 0, done.stderr
     events = json.loads(trace.read_text())["traceEvents"]
-    spans = [e for e in events if e["ph"] == "X"]
-    assert {e["pid"] for e in spans} == {0, 1}
+    spans = [event for event in events if event["ph"] == "X"]
+    assert {span["pid"] for span in spans} == {0, 1}
     for rank in (0, 1):
-        names = {e["name"] for e in spans if e["pid"] == rank}
+        names = {span["name"] for span in spans if span["pid"] == rank}
         assert {"data", "forward", "backward", "sync", "optimizer"} <= names
         assert any(name.startswith("all-reduce bucket") for name in names)
-    assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in spans)
-    assert {e["args"]["step"] for e in spans} == {2, 3, 4}  # the first three steps after the warm-up
-    assert {e["args"]["name"] for e in events if e["name"] == "process_name"} == {"rank 0", "rank 1"}
+    assert all(span["dur"] >= 0 and span["ts"] >= 0 for span in spans)
+    steps = {span["args"]["step"] for span in spans}
+    assert steps == {2, 3, 4}  # the first three steps after the warm-up
+    processes = {event["args"]["name"] for event in events if event["name"] == "process_name"}
+    assert processes == {"rank 0", "rank 1"}
 
 
 def test_tensorboard_without_its_package_is_one_clear_line():
@@ -231,7 +265,8 @@ def test_tensorboard_without_its_package_is_one_clear_line():
 
 
 class FakeCudaEvent:
-    """A CUDA event on a fake device clock: `record()` reads the test's clock, `elapsed_time` is in ms."""
+    """A CUDA event on a fake device clock: `record()` reads the test's clock; `elapsed_time` is
+    in ms."""
 
     clock = None
 
@@ -246,15 +281,17 @@ class FakeCudaEvent:
         return (later.time - self.time) * 1e3
 
 
-def test_on_cuda_marks_are_events_read_once_per_epoch_not_a_synchronize_per_mark(clock, monkeypatch):
+def test_on_cuda_marks_are_events_read_once_per_epoch_not_a_synchronize_per_mark(clock,
+                                                                                 monkeypatch):
     synchronized = []
     FakeCudaEvent.clock = clock
     monkeypatch.setattr(timing.torch.cuda, "Event", FakeCudaEvent)
     monkeypatch.setattr(timing.torch.cuda, "synchronize", lambda: synchronized.append(clock()))
     timer = timing.StepTimer(torch.device("cuda", 0))
-    one_step(timer, clock, forward=0.010, backward=0.030, comm_busy_during_backward=0.020, exposed=0.005)
+    one_step(timer, clock, forward=0.010, backward=0.030, comm_busy=0.020, exposed=0.005)
     assert synchronized == []  # nothing waits for the device while the step runs
     (step,) = timer.take_epoch()
     assert synchronized  # the events are read after the epoch
     assert step["step"] == pytest.approx(0.057) and step["comm_busy"] == pytest.approx(0.020)
-    assert step["comm_hidden"] == pytest.approx(0.015) and step["comm_exposed"] == pytest.approx(0.005)
+    assert step["comm_hidden"] == pytest.approx(0.015)
+    assert step["comm_exposed"] == pytest.approx(0.005)
