@@ -110,7 +110,7 @@ TESTS = [
     ("tests/test_timing.py::", "core.timing"),
     ("tests/test_timing_runs.py::", "core.timing"),
     ("tests/test_benchmarks.py::", "core.timing"),
-    ("tests/test_plots.py::", "core.timing"),
+    ("tests/test_plot", "core.timing"),  # test_plots.py and test_plot_*.py
     ("tests/test_sweep.py::", "core.timing"),
     # Design document (tests/test_design_doc.py). A test of one section's content counts for that section...
     (DOC + "test_bucket_layouts_", "design.communication"),         # 3.2: the bytes of each bucket
