@@ -149,7 +149,8 @@ def build(results_dir, out_dir):
 def changed_lines(old, new):
     """How many lines a unified diff of the two texts adds or removes."""
     diff = difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=0)
-    return sum(1 for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---"))
+    return sum(1 for line in diff
+               if line.startswith(("+", "-")) and not line.startswith(("+++", "---")))
 
 
 def differences(documents, out_dir):

@@ -126,7 +126,8 @@ def fit_per_world(world_sizes, sizes, times):
     points = list(zip(world_sizes, sizes, times))
     fits = {}
     for world in sorted({point_world for point_world, _, _ in points}):
-        mine = [point for point in points if point[0] == world]
+        mine = [(point_world, size, time) for point_world, size, time in points
+                if point_world == world]
         if len(mine) >= 2:
             fits[world] = fit_alpha_beta(*zip(*mine))
     return fits
@@ -148,11 +149,13 @@ def bucket_sizes(param_bytes, bucket_mb, first_bucket_mb=FIRST_BUCKET_MB):
     first bucket's cap is the smaller of the two (DDP's small first bucket).
     """
     capacity = min(first_bucket_mb or bucket_mb, bucket_mb) * 2**20
-    buckets, size = [], 0
+    buckets = []
+    size = 0  # bytes in the bucket being filled
     for nbytes in reversed(param_bytes):
         if size and size + nbytes > capacity:
             buckets.append(size)
-            size, capacity = 0, bucket_mb * 2**20
+            size = 0
+            capacity = bucket_mb * 2**20
         size += nbytes
     return buckets + [size]
 
@@ -164,10 +167,13 @@ def ddp_bucket_sizes(param_bytes, bucket_mb, first_bucket_mb=DDP_FIRST_BUCKET_MB
     in registration order a bucket closes once it reaches its limit; DDP then reverses the list,
     so the bucket holding the last layers is launched first.
     """
-    limits, buckets, size = [first_bucket_mb * 2**20, bucket_mb * 2**20], [], 0
+    first_limit = first_bucket_mb * 2**20
+    limit = bucket_mb * 2**20
+    buckets = []
+    size = 0  # bytes in the bucket being filled
     for nbytes in param_bytes:
         size += nbytes
-        if size >= limits[min(len(buckets), 1)]:
+        if size >= (limit if buckets else first_limit):
             buckets.append(size)
             size = 0
     if size:

@@ -16,7 +16,7 @@ class BuildError(Exception):
     """A problem with the inputs that the user can fix; reported as one line."""
 
 
-# --- Results files, and the registry of every number taken from them -------------------------
+# --- Results files, read once per build, and how their numbers are shown --------------------
 
 loaded = {}  # path -> parsed JSON, read once per build
 
@@ -109,10 +109,34 @@ UNITS = {  # unit -> how a value in that unit is shown
 }
 
 
+# --- Formulas that derived numbers apply to their inputs ---------------------------------------
+
 def unchanged(value):
-    """The value itself: over_repeats' default `combine`."""
+    """The value itself: an alias of another number, and over_repeats' default `combine`."""
     return value
 
+
+def ratio(numerator, denominator):
+    """numerator / denominator."""
+    return numerator / denominator
+
+
+def smallest(*values):
+    """The smallest of the values."""
+    return min(values)
+
+
+def largest(*values):
+    """The largest of the values."""
+    return max(values)
+
+
+def mean(*values):
+    """The arithmetic mean of the values."""
+    return sum(values) / len(values)
+
+
+# --- The registry -------------------------------------------------------------------------------
 
 class Numbers:
     """Every number the document quotes: value, unit, the text a reader sees, and where it came
@@ -178,11 +202,6 @@ class Numbers:
         return self.derived_fields(key, over_runs, inputs, units,
                                    f"results.spread over the repeats of {formula}")
 
-    def spread(self, key):
-        """{median, min, max, n} of a key registered by `over_repeats`, or None."""
-        values = {stat: self.value(f"{key}.{stat}") for stat in SPREAD_STATS + ("n",)}
-        return None if None in values.values() else values
-
     def spread_text(self, key):
         """'median (min–max)' as a reader sees it; just the median for one run."""
         if self.value(f"{key}.median") is None:
@@ -231,24 +250,3 @@ def repo_relative(path):
     relative = os.path.relpath(os.path.abspath(path), REPO)
     return os.path.abspath(path) if relative.startswith("..") else relative
 
-
-# --- Formulas of derived numbers, named so that numbers.json's formula strings read as the code --
-
-def ratio(numerator, denominator):
-    """numerator / denominator."""
-    return numerator / denominator
-
-
-def smallest(*values):
-    """The smallest of the values."""
-    return min(values)
-
-
-def largest(*values):
-    """The largest of the values."""
-    return max(values)
-
-
-def mean(*values):
-    """The arithmetic mean of the values."""
-    return sum(values) / len(values)

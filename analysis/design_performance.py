@@ -91,8 +91,8 @@ def register_machine(numbers, grouped, top):
     anyone = first_run(grouped, "mlp", "single", 1) or next(runs[0] for runs in grouped.values())
     numbers.measured("machine.cores", anyone["path"], "environment.cores", "count")
     numbers.measured("machine.torch", anyone["path"], "environment.torch", "name")
-    largest_run = first_run(grouped, "mlp", "ddp", top)
-    numbers.measured("machine.threads_largest", path_of(largest_run),
+    largest_ddp = first_run(grouped, "mlp", "ddp", top)
+    numbers.measured("machine.threads_largest", path_of(largest_ddp),
                      "environment.threads_per_rank", "count")
     for field in ("batch_size", "accum_steps", "val_samples", "warmup_steps", "epochs"):
         numbers.measured(f"config.{field}", anyone["path"], f"config.{field}", "count")
@@ -101,7 +101,7 @@ def register_machine(numbers, grouped, top):
     numbers.derived("config.global_batch_largest", global_batch,
                     ["config.batch_size", "config.accum_steps", "config.largest_world"], "count",
                     "per-rank batch x accumulation steps x ranks")
-    return largest_run
+    return largest_ddp
 
 
 def register_aliases(numbers, model, top):
@@ -122,7 +122,7 @@ def sweep_section(numbers, grouped, worlds):
     tables = {}
     pairs = []
     top = worlds[-1]
-    largest_run = register_machine(numbers, grouped, top)
+    largest_ddp = register_machine(numbers, grouped, top)
     for model in ("mlp", "cnn"):
         single = first_run(grouped, model, "single", 1)
         numbers.measured(f"config.{model}.max_steps", path_of(single), "config.max_steps",
@@ -149,7 +149,7 @@ def sweep_section(numbers, grouped, worlds):
         reducer_check(numbers, model, top,
                       grouped.get((model, "ddp", top, DEFAULT_BUCKET_MB), []))
         register_aliases(numbers, model, top)
-    numbers.measured("config.calibrate_every", path_of(largest_run), "config.calibrate_every",
+    numbers.measured("config.calibrate_every", path_of(largest_ddp), "config.calibrate_every",
                      "count")
     tables["table.pairs"] = table(["model", "ranks", "step of the first", "step of the second",
                                    "verdict"], pairs)

@@ -185,6 +185,7 @@ def trace_section(numbers, results_dir):
     first_index, _ = mine[0]
 
     def field_of(index, field):
+        """'file#field' of one of the trace's events."""
         return f"{path}#traceEvents[{index}].{field}"
     numbers.measured("trace.step", path, f"traceEvents[{first_index}].args.step", "count")
     rows = []
@@ -224,7 +225,7 @@ def reference_commands(numbers):
         else:
             continue
         if pending.endswith("\\"):
-            pending = pending[:-1].rstrip()
+            pending = pending.removesuffix("\\").rstrip()
         else:
             commands.append(re.sub(r"\s+#.*$", "", pending))
             pending = ""

@@ -109,7 +109,8 @@ def main(argv=None):
         if done.returncode != 0:
             print(f"error: sbatch refused {name}: {done.stderr.strip()}", file=sys.stderr)
             return 1
-        submitted[name] = done.stdout.strip().split(";")[0]
+        job_id, _, _ = done.stdout.strip().partition(";")  # --parsable: id;cluster
+        submitted[name] = job_id
         print(f"submitted {name} as job {submitted[name]}", flush=True)
     states = wait_for(submitted, args.limit)
     if states is None:

@@ -22,6 +22,12 @@ PAIR_ROW = re.compile(r"^\| (MLP|CNN) \| (\d+) \| [^|]+ \| [^|]+ \| (.+) \|$")
 INDISTINGUISHABLE = " are indistinguishable on this machine"
 
 
+def steps_at(spreads, model, world):
+    """{series: step spread} of one model at one world size."""
+    return {series: spread["step"] for (run_model, series, run_world), spread in spreads.items()
+            if (run_model, run_world) == (model, world)}
+
+
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):
     """(results folder, {file name: text}) of a build from the synthetic results."""
@@ -60,8 +66,7 @@ def test_a_strategy_is_called_faster_only_where_clearly_less_holds_and_indisting
     assert len(claims) == 2 * 2 * 4 - 1  # models x world sizes x pairs, less the CNN's ring
     said = {"faster": 0, "indistinguishable": 0}
     for model, world, claim in claims:
-        steps = {series: spread["step"] for (run_model, series, run_world), spread in spreads.items()
-                 if (run_model, run_world) == (model.lower(), int(world))}
+        steps = steps_at(spreads, model.lower(), int(world))
         if " is faster than " in claim:
             faster, slower = claim.split(" is faster than ")
             # the claim is made only where the gap of medians exceeds both spreads
@@ -83,9 +88,8 @@ def test_the_verdicts_against_the_smallest_median_and_the_summary_follow_the_spr
     numbers = numbers_of(documents)
     for model in ("mlp", "cnn"):
         for world in (2, 4):
-            steps = {series: spread["step"] for (run_model, series, run_world), spread
-                     in spreads.items()
-                     if (run_model, run_world) == (model, world) and series != "ddp-no-sync"}
+            steps = steps_at(spreads, model, world)
+            del steps["ddp-no-sync"]  # the compute baseline has no verdict
             fastest = min(steps, key=lambda series: steps[series]["median"])
             assert numbers[f"sweep.{model}.w{world}.fastest"]["value"] == fastest
             for series, step in steps.items():

@@ -51,7 +51,8 @@ class Rubric:
         self.path = path
         self.items = {item.id: item for item in items}
         ids = [item.id for item in items]
-        problems = [f"item {i!r} is listed twice" for i in dict.fromkeys(ids) if ids.count(i) > 1]
+        problems = [f"item {item_id!r} is listed twice" for item_id in dict.fromkeys(ids)
+                    if ids.count(item_id) > 1]
         problems += [f"item {item.id!r} has no marks" for item in items if not item.marks > 0]
         self.rules = []
         for pattern, targets in rules:

@@ -55,7 +55,8 @@ def describe(item):
     counts = ", ".join(f"{len(tests[outcome])} {outcome.replace('_', ' ')}"
                        for outcome in OUTCOMES if tests[outcome] and outcome != "failed")
     if item["status"] == "lost":
-        failed = [n if "::" in n else f"{n} (not collected)" for n in tests["failed"]]
+        failed = [nodeid if "::" in nodeid else f"{nodeid} (not collected)"
+                  for nodeid in tests["failed"]]
         return f"lost: {len(failed)} failed: {first_few(failed)}"
     return f"{item['status']}: {counts or 'no test collected'}"
 
