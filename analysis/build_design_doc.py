@@ -1,20 +1,23 @@
 """Render the design document, design_doc/*.md, from its templates and the results folder.
 
-    python -m analysis.build_design_doc                  # results/ -> design_doc/*.md and design_doc/numbers.json
-    python -m analysis.build_design_doc --check          # exit 1 if the committed document is not what a build gives
+    python -m analysis.build_design_doc           # results/ -> design_doc/*.md and numbers.json
+    python -m analysis.build_design_doc --check   # exit 1 if the committed document is stale
     python -m analysis.build_design_doc --results-dir /tmp/r --out-dir /tmp/doc
 
 Each design_doc/templates/*.md becomes design_doc/*.md with every `{{ name }}` replaced by a number
-(formatted with its unit), a table or a figure. Every number is registered with where it came from:
-a field of a results file (measured), a formula over numbers or fields (derived), the alpha-beta fit
-of a results file, the models or the code, a stated assumption or a publication (cost_model.py);
-numbers.json lists them all. A placeholder the build does not define fails the build; a run that is
-missing renders as "not measured". Needs the sweep's training runs and results/allreduce-bench.json;
-step-bench.json, bucket-*.json, trace-*.json and plots/*.png are used when present. Training runs
-are read by results.load_folder and grouped by results.repeats, as the plots read them.
-What §1-§3 say is in design_sections.py, §4's measurements in design_performance.py, the α-β
-fits and projections in design_scaling.py (over cost_model.py); the registry of numbers and their
-formatting in design_numbers.py.
+(formatted with its unit), a table or a figure. Every number is registered with where it came
+from: a field of a results file (measured), a formula over numbers or fields (derived), the
+alpha-beta fit of a results file, the models or the code, a stated assumption or a publication
+(cost_model.py); numbers.json lists them all. A placeholder the build does not define fails the
+build; a run that is missing renders as "not measured". Needs the sweep's training runs and
+results/allreduce-bench.json; step-bench.json, bucket-*.json, trace-*.json and plots/*.png are
+used when present. Training runs are read by results.load_folder and grouped by results.repeats,
+as the plots read them.
+
+What §1-§3 say is in design_sections.py; §4's measurements in design_performance.py (the sweep)
+and design_benchmarks.py (bucket sweep, step benchmark); the α-β fits and their predictions in
+design_fits.py; the projections of §5 in design_scaling.py (all over cost_model.py); the registry
+of numbers and their formatting in design_numbers.py.
 """
 import argparse
 import difflib
@@ -25,16 +28,12 @@ import re
 import sys
 
 from analysis import design_numbers
-from analysis.design_numbers import NOT_MEASURED, REPO, BuildError, Numbers, shown  # noqa: F401 (BuildError: for callers)
-from analysis.design_performance import (
-    bucket_sweep_section,
-    prediction_section,
-    step_bench_section,
-    sweep_section,
-)
-from analysis.design_scaling import allreduce_section, projection_section
+from analysis.design_benchmarks import bucket_sweep_section, step_bench_section
+from analysis.design_fits import allreduce_section, prediction_section
+from analysis.design_numbers import NOT_MEASURED, REPO, BuildError, Numbers, repo_relative
+from analysis.design_performance import sweep_section
+from analysis.design_scaling import projection_section
 from analysis.design_sections import (
-    DEFAULT_BUCKET_MB,
     bucketed_first_bucket_mb,
     communication_section,
     figures,
@@ -43,27 +42,42 @@ from analysis.design_sections import (
     reference_commands,
     trace_section,
 )
+from manual_allreduce import DEFAULT_BUCKET_MB
 from runtime import results
 
 TEMPLATES = os.path.join(REPO, "design_doc", "templates")
 PLACEHOLDER = re.compile(r"\{\{\s*([\w.\-]+)\s*\}\}")
+ABOUT = ("every number in the design document: its value, the text shown, and where it came from "
+         "(measured: file + JSON field; derived: formula + inputs, each a number's name or "
+         "file#field; fit: the file the alpha-beta model was fitted to; model/code: how it was "
+         "computed; assumption: a constant of cost_model.py; publication: the paper; file: a "
+         "results file's name)")
+OPTIONAL_INPUTS = {"step-bench.json": "python -m benchmarks.step_bench",
+                   "bucket-*.json": "python -m analysis.sweep",
+                   "trace-*.json": "python mlp_ddp.py ... --trace (see design_doc/README.md)",
+                   os.path.join("plots", "*.png"): "python -m analysis.plots"}
+
+
+def ignore(note):
+    """results.load_folder's notes of skipped files: the build reports only what it needs."""
 
 
 def required_results(results_dir):
-    """The training runs grouped by configuration, their world sizes above one, and the all-reduce benchmark's
-    path; or what to run."""
+    """The training runs grouped by configuration, their world sizes above one, and the
+    all-reduce benchmark's path; or what to run."""
     if not os.path.isdir(results_dir):
-        raise BuildError(f"results folder {results_dir} not found: "
-                         "run python -m analysis.sweep and python -m benchmarks.allreduce_bench")
-    runs, _ = results.load_folder(results_dir, note=lambda line: None)
+        raise BuildError(f"results folder {results_dir} not found: run python -m analysis.sweep "
+                         "and python -m benchmarks.allreduce_bench")
+    runs, _ = results.load_folder(results_dir, note=ignore)
     grouped = results.repeats(runs)
     worlds = sorted({world for _, _, world, _ in grouped if world > 1})
     if not worlds:
-        raise BuildError(f"no training runs with more than one rank in {results_dir} (schema {results.SCHEMA}): "
-                         "run python -m analysis.sweep")
+        raise BuildError(f"no training runs with more than one rank in {results_dir} "
+                         f"(schema {results.SCHEMA}): run python -m analysis.sweep")
     bench = os.path.join(results_dir, "allreduce-bench.json")
     if not os.path.exists(bench):
-        raise BuildError(f"{bench} not found: run python -m benchmarks.allreduce_bench (the cost model is fitted to it)")
+        raise BuildError(f"{bench} not found: run python -m benchmarks.allreduce_bench "
+                         "(the cost model is fitted to it)")
     return grouped, worlds, bench
 
 
@@ -75,72 +89,102 @@ def render(context):
             text = file.read()
         unknown = sorted({name for name in PLACEHOLDER.findall(text) if name not in context})
         if unknown:
-            raise BuildError(f"{os.path.basename(path)} uses {', '.join(unknown)}, which the build does not define")
-        documents[os.path.basename(path)] = PLACEHOLDER.sub(lambda match: context[match.group(1)], text)
+            raise BuildError(f"{os.path.basename(path)} uses {', '.join(unknown)}, "
+                             "which the build does not define")
+        documents[os.path.basename(path)] = PLACEHOLDER.sub(
+            lambda match: context[match.group(1)], text)
     return documents
+
+
+def recorded_input(source):
+    """A derived number's input as numbers.json records it: a name, or file#field with the file
+    relative to the repository."""
+    if "#" not in source:
+        return source
+    path, field = source.split("#")
+    return f"{repo_relative(path)}#{field}"
 
 
 def build(results_dir, out_dir):
     """{file name: text} of the whole document: the rendered sections and numbers.json."""
     design_numbers.loaded.clear()
     grouped, worlds, bench = required_results(results_dir)
-    n = Numbers()
-    layouts, first = model_facts(n), bucketed_first_bucket_mb(n)
-    bucket_mbs = sorted({mb for model, _, _, mb in grouped if model == "mlp"} | {DEFAULT_BUCKET_MB})
-    context = sweep_section(n, grouped, worlds)
-    fits, tables = allreduce_section(n, bench)
-    for part in (tables, communication_section(n, layouts, worlds, bucket_mbs, first),
-                 prediction_section(n, layouts, worlds, fits, first), trace_section(n, results_dir),
-                 step_bench_section(n, results_dir), bucket_sweep_section(n, grouped),
-                 projection_section(n, layouts, first), main_job_section(n, results_dir), reference_commands(n),
-                 figures(results_dir, out_dir)):
+    numbers = Numbers()
+    layouts = model_facts(numbers)
+    first_bucket_mb = bucketed_first_bucket_mb(numbers)
+    mlp_bucket_mbs = {bucket_mb for model, _, _, bucket_mb in grouped if model == "mlp"}
+    bucket_mbs = sorted(mlp_bucket_mbs | {DEFAULT_BUCKET_MB})
+    context = sweep_section(numbers, grouped, worlds)
+    fits, tables = allreduce_section(numbers, bench)
+    # in the order the numbers are registered, which numbers.json keeps
+    parts = (tables,
+             communication_section(numbers, layouts, worlds, bucket_mbs, first_bucket_mb),
+             prediction_section(numbers, layouts, worlds, fits, first_bucket_mb),
+             trace_section(numbers, results_dir),
+             step_bench_section(numbers, results_dir),
+             bucket_sweep_section(numbers, grouped),
+             projection_section(numbers, layouts, first_bucket_mb),
+             main_job_section(numbers, results_dir),
+             reference_commands(numbers),
+             figures(results_dir, out_dir))
+    for part in parts:
         context.update(part)
     context["syntax.placeholder"] = "`{{ name }}`"
-    context.update({name: NOT_MEASURED for name in n.absent})
-    context.update({name: entry["text"] for name, entry in n.entries.items()})
+    context.update({name: NOT_MEASURED for name in numbers.absent})
+    context.update({name: entry["text"] for name, entry in numbers.entries.items()})
     documents = render(context)
-    for entry in n.entries.values():  # provenance as a reader at the repository's root follows it
+    for entry in numbers.entries.values():  # provenance as a reader at the repository's root
         if entry.get("file"):
-            entry["file"] = shown(entry["file"])
+            entry["file"] = repo_relative(entry["file"])
         if "inputs" in entry:
-            entry["inputs"] = [shown(i.split("#")[0]) + "#" + i.split("#")[1] if "#" in i else i for i in entry["inputs"]]
+            entry["inputs"] = [recorded_input(source) for source in entry["inputs"]]
     documents["numbers.json"] = json.dumps({
-        "about": "every number in the design document: its value, the text shown, and where it came from "
-                 "(measured: file + JSON field; derived: formula + inputs, each a number's name or file#field; "
-                 "fit: the file the alpha-beta model was fitted to; model/code: how it was computed; "
-                 "assumption: a constant of cost_model.py; publication: the paper; file: a results file's name)",
-        "results_dir": shown(results_dir), "numbers": n.entries, "not_measured": sorted(set(n.absent))},
-        indent=1, ensure_ascii=False) + "\n"
+        "about": ABOUT,
+        "results_dir": repo_relative(results_dir),
+        "numbers": numbers.entries,
+        "not_measured": sorted(set(numbers.absent))}, indent=1, ensure_ascii=False) + "\n"
     return documents
 
 
+def changed_lines(old, new):
+    """How many lines a unified diff of the two texts adds or removes."""
+    diff = difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=0)
+    return sum(1 for line in diff
+               if line.startswith(("+", "-")) and not line.startswith(("+++", "---")))
+
+
 def differences(documents, out_dir):
-    """'name (k lines)' for each file whose committed text differs from `documents` ('missing' if absent)."""
+    """'name (k lines)' for each file whose committed text differs from `documents` ('missing' if
+    absent)."""
     changed = []
     for name, text in documents.items():
         path = os.path.join(out_dir, name)
-        old = open(path).read() if os.path.exists(path) else None
+        if not os.path.exists(path):
+            changed.append(f"{name} (missing)")
+            continue
+        with open(path) as file:
+            old = file.read()
         if old != text:
-            diff = difflib.unified_diff((old or "").splitlines(), text.splitlines(), lineterm="", n=0)
-            lines = sum(1 for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---"))
-            changed.append(f"{name} ({'missing' if old is None else f'{lines} lines'})")
+            changed.append(f"{name} ({changed_lines(old, text)} lines)")
     return changed
 
 
 def missing_optional(results_dir):
-    """One line per optional input that is absent: the document says "not measured" or what to run there."""
-    wanted = {"step-bench.json": "python -m benchmarks.step_bench", "bucket-*.json": "python -m analysis.sweep",
-              "trace-*.json": "python mlp_ddp.py ... --trace (see design_doc/README.md)",
-              os.path.join("plots", "*.png"): "python -m analysis.plots"}
-    return [f"note: no {os.path.join(results_dir, pattern)}; the document says so where it would be used ({command})"
-            for pattern, command in wanted.items() if not glob.glob(os.path.join(results_dir, pattern))]
+    """One line per optional input that is absent: the document says "not measured" or what to
+    run there."""
+    return [f"note: no {os.path.join(results_dir, pattern)}; the document says so where it would "
+            f"be used ({command})"
+            for pattern, command in OPTIONAL_INPUTS.items()
+            if not glob.glob(os.path.join(results_dir, pattern))]
 
 
 def main(argv=None):
+    """Build the document; write it, or with --check compare it with the committed one."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results-dir", default="results")
     parser.add_argument("--out-dir", default=os.path.join(REPO, "design_doc"))
-    parser.add_argument("--check", action="store_true", help="compare with the committed document; exit 1 if it differs")
+    parser.add_argument("--check", action="store_true",
+                        help="compare with the committed document; exit 1 if it differs")
     args = parser.parse_args(argv)
     try:
         documents = build(args.results_dir, args.out_dir)
@@ -150,8 +194,9 @@ def main(argv=None):
     if args.check:
         changed = differences(documents, args.out_dir)
         if changed:
-            print(f"design document out of date: {len(changed)} of {len(documents)} files differ from a build from "
-                  f"{args.results_dir}: {', '.join(changed)}; rebuild with python -m analysis.build_design_doc", file=sys.stderr)
+            print(f"design document out of date: {len(changed)} of {len(documents)} files differ "
+                  f"from a build from {args.results_dir}: {', '.join(changed)}; "
+                  "rebuild with python -m analysis.build_design_doc", file=sys.stderr)
             return 1
         print(f"design document up to date with {args.results_dir} ({len(documents)} files)")
         return 0

@@ -1,5 +1,5 @@
-"""An alpha-beta cost model of the gradient all-reduce: fitted to the all-reduce benchmark, then used
-to predict this machine's communication per step and to project a cluster's.
+"""An alpha-beta cost model of the gradient all-reduce: fitted to the all-reduce benchmark, then
+used to predict this machine's communication per step and to project a cluster's.
 
 One all-reduce of N bytes over n ranks costs
 
@@ -22,57 +22,31 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# --- Assumptions of the projections (each is quoted, and listed in numbers.json as an assumption) ---
-CLUSTER_LINKS_GBIT = (10, 25, 100)       # Ethernet-class links between nodes, Gbit/s
-CLUSTER_ALPHA_S = 25e-6                  # per message step over TCP between nodes (kernel stack + switch)
+# --- Assumptions of the projections (each is quoted, and listed in numbers.json as one) ---
+CLUSTER_LINKS_GBIT = (10, 25, 100)  # Ethernet-class links between nodes, Gbit/s
+CLUSTER_ALPHA_S = 25e-6  # per message step over TCP between nodes (kernel stack + switch)
 PROJECTED_WORLD_SIZES = (8, 16, 32, 64, 128, 256)
-BUCKET_CANDIDATES_MB = (0.25, 0.5, 1, 2, 4, 8, 25)   # as --bucket-mb (MiB); 25 is DDP's default
-REFERENCE_WORLD_SIZE = 64                # the scenario of the "what each technique buys" table
+BUCKET_CANDIDATES_MB = (0.25, 0.5, 1, 2, 4, 8, 25)  # as --bucket-mb (MiB); 25 is DDP's default
+REFERENCE_WORLD_SIZE = 64  # the scenario of the "what each technique buys" table
 REFERENCE_LINK_GBIT = 25
-LARGER_BATCH_FACTOR = 4                  # "larger batches": the per-rank batch times this
-DDP_FIRST_BUCKET_MB = 1                  # torch DDP caps its first bucket at 1 MiB
-FIRST_BUCKET_MB = 1                      # so does manual_allreduce.BucketedSync (the build checks its default)
-
-# --- Published figures the projections are compared with ---
-PUBLISHED = {
-    "ddp_gpus": (256, "Li et al., PyTorch Distributed, VLDB 2020: near-linear scaling up to this many GPUs"),
-    "ddp_bucket_speed_factor": (2, "Li et al. 2020: the bucket size alone can change the speed by more than this factor"),
-    "horovod_efficiency_low": (0.88, "Sergeev & Del Balso 2018, Horovod: scaling efficiency, lower end"),
-    "horovod_efficiency_high": (0.90, "Sergeev & Del Balso 2018, Horovod: scaling efficiency, upper end"),
-    "horovod_gpus_low": (128, "Sergeev & Del Balso 2018, Horovod: smallest GPU count of that efficiency"),
-    "horovod_gpus_high": (512, "Sergeev & Del Balso 2018, Horovod: largest GPU count of that efficiency"),
-    "horovod_link_gbit": (25, "Horovod docs/benchmarks.rst: 128 servers of 4 Pascal GPUs, RoCE-capable 25 Gbit/s"),
-    "horovod_batch": (64, "Horovod docs/benchmarks.rst: tf_cnn_benchmarks --batch_size 64 per GPU"),
-    "horovod_inception_v3_efficiency": (0.90, "Horovod docs/benchmarks.rst: Inception V3 at 512 GPUs"),
-    "horovod_resnet101_efficiency": (0.90, "Horovod docs/benchmarks.rst: ResNet-101 at 512 GPUs"),
-    "horovod_vgg16_efficiency": (0.68, "Horovod docs/benchmarks.rst: VGG-16 at 512 GPUs"),
-    "inception_v3_parameters": (23_851_784, "Keras Applications table: InceptionV3 parameters"),
-    "vgg16_parameters": (138_357_544, "Keras Applications table: VGG16 parameters"),
-    "p100_inception_v3_images_per_s": (142, "TensorFlow r1 performance benchmarks, DGX-1, one P100, synthetic "
-                                            "data, batch 64: InceptionV3"),
-    "p100_vgg16_images_per_s": (154, "TensorFlow r1 performance benchmarks, DGX-1, one P100, synthetic data, "
-                                     "batch 64: VGG16"),
-}
-# The published models whose compute per gradient byte is compared with ours: (parameters, images/s) keys.
-PUBLISHED_MODELS = {"Inception V3": ("inception_v3", "horovod_inception_v3_efficiency"),
-                    "VGG-16": ("vgg16", "horovod_vgg16_efficiency")}
-
-
-def published_compute_per_byte(parameters, images_per_s, batch):
-    """Seconds of one GPU's step (batch / images per second) per byte of fp32 gradient."""
-    return batch / images_per_s / (4 * parameters)
-
+LARGER_BATCH_FACTOR = 4  # "larger batches": the per-rank batch times this
+DDP_FIRST_BUCKET_MB = 1  # torch DDP caps its first bucket at 1 MiB
+# so does manual_allreduce.BucketedSync: its FIRST_BUCKET_MB, kept equal by tests/test_cost_model.py
+# (this module stays free of torch)
+FIRST_BUCKET_MB = 1
 
 def ring_coefficients(world_size):
-    """(a, b) of T = a*alpha + b*N*beta for the ring: 2(n-1) steps, 2(n-1)/n of the buffer sent per rank."""
-    n = np.asarray(world_size, dtype=float)
-    return 2 * (n - 1), 2 * (n - 1) / n
+    """(a, b) of T = a*alpha + b*N*beta for the ring: 2(n-1) steps, 2(n-1)/n of the buffer sent
+    per rank."""
+    ranks = np.asarray(world_size, dtype=float)
+    return 2 * (ranks - 1), 2 * (ranks - 1) / ranks
 
 
 def halving_doubling_coefficients(world_size):
-    """(a, b) for halving-doubling: 2 ceil(log2 n) steps, the ring's 2(n-1)/n of the buffer per rank."""
-    n = np.asarray(world_size, dtype=float)
-    return 2 * np.ceil(np.log2(np.maximum(n, 1))), 2 * (n - 1) / n
+    """(a, b) for halving-doubling: 2 ceil(log2 n) steps, the ring's 2(n-1)/n of the buffer per
+    rank."""
+    ranks = np.asarray(world_size, dtype=float)
+    return 2 * np.ceil(np.log2(np.maximum(ranks, 1))), 2 * (ranks - 1) / ranks
 
 
 ALGORITHMS = {"ring": ring_coefficients, "halving-doubling": halving_doubling_coefficients}
@@ -80,18 +54,19 @@ ALGORITHMS = {"ring": ring_coefficients, "halving-doubling": halving_doubling_co
 
 def allreduce_time(nbytes, world_size, alpha, beta, algorithm="ring"):
     """Predicted seconds of one all-reduce of `nbytes` over `world_size` ranks (0 for one rank)."""
-    a, b = ALGORITHMS[algorithm](world_size)
-    return float(a * alpha + b * nbytes * beta)
+    message_steps, sent_fraction = ALGORITHMS[algorithm](world_size)
+    return float(message_steps * alpha + sent_fraction * nbytes * beta)
 
 
 def latency_share(nbytes, world_size, alpha, beta, algorithm="ring"):
     """The latency term's share of one all-reduce's predicted time."""
-    a, _ = ALGORITHMS[algorithm](world_size)
-    return float(a * alpha) / allreduce_time(nbytes, world_size, alpha, beta, algorithm)
+    message_steps, _ = ALGORITHMS[algorithm](world_size)
+    return float(message_steps * alpha) / allreduce_time(nbytes, world_size, alpha, beta, algorithm)
 
 
 @dataclass(frozen=True)
 class Fit:
+    """The α-β model fitted to measured all-reduce times, with how well it fits them."""
     alpha: float                   # seconds per message step
     beta: float                    # seconds per byte sent by one rank
     r2: float                      # 1 - residual / total sum of squares, of the times themselves
@@ -115,13 +90,16 @@ def fit_alpha_beta(world_sizes, sizes, times, relative=True):
     bandwidth has no meaning): if the free solution has one below zero, the better fit with
     that one at zero is taken.
     """
-    world_sizes, sizes, times = (np.asarray(v, dtype=float) for v in (world_sizes, sizes, times))
+    world_sizes = np.asarray(world_sizes, dtype=float)
+    sizes = np.asarray(sizes, dtype=float)
+    times = np.asarray(times, dtype=float)
     if len(times) < 2:
         raise ValueError("fitting alpha and beta needs at least two measurements")
-    a, b = ring_coefficients(world_sizes)
-    design = np.column_stack([a, b * sizes])
+    message_steps, sent_fraction = ring_coefficients(world_sizes)
+    design = np.column_stack([message_steps, sent_fraction * sizes])
     weights = 1 / times if relative else np.ones_like(times)
-    weighted, target = design * weights[:, None], times * weights
+    weighted = design * weights[:, None]
+    target = times * weights
 
     def solve(columns):
         coefficients = np.zeros(2)
@@ -130,22 +108,29 @@ def fit_alpha_beta(world_sizes, sizes, times, relative=True):
 
     coefficients = solve([0, 1])
     if (coefficients < 0).any():
-        candidates = [c for c in (solve([0]), solve([1])) if (c >= 0).all()]
-        coefficients = min(candidates, key=lambda c: np.sum((weighted @ c - target) ** 2))
+        candidates = [candidate for candidate in (solve([0]), solve([1]))
+                      if (candidate >= 0).all()]
+        coefficients = min(candidates,
+                           key=lambda candidate: np.sum((weighted @ candidate - target) ** 2))
     predicted = design @ coefficients
     relative_errors = np.abs(predicted - times) / times
     total = np.sum((times - times.mean()) ** 2)
     r2 = 1 - np.sum((times - predicted) ** 2) / total if total > 0 else 1.0
-    return Fit(float(coefficients[0]), float(coefficients[1]), float(r2), float(np.median(relative_errors)),
+    alpha, beta = coefficients
+    return Fit(float(alpha), float(beta), float(r2), float(np.median(relative_errors)),
                float(relative_errors.max()), len(times))
 
 
 def fit_per_world(world_sizes, sizes, times):
     """{world size: Fit} of each world size's points alone (two or more points each)."""
     points = list(zip(world_sizes, sizes, times))
-    worlds = sorted({w for w, _, _ in points})
-    return {w: fit_alpha_beta(*zip(*[p for p in points if p[0] == w])) for w in worlds
-            if sum(1 for p in points if p[0] == w) >= 2}
+    fits = {}
+    for world in sorted({point_world for point_world, _, _ in points}):
+        mine = [(point_world, size, time) for point_world, size, time in points
+                if point_world == world]
+        if len(mine) >= 2:
+            fits[world] = fit_alpha_beta(*zip(*mine))
+    return fits
 
 
 def relative_error(predicted, measured):
@@ -164,11 +149,13 @@ def bucket_sizes(param_bytes, bucket_mb, first_bucket_mb=FIRST_BUCKET_MB):
     first bucket's cap is the smaller of the two (DDP's small first bucket).
     """
     capacity = min(first_bucket_mb or bucket_mb, bucket_mb) * 2**20
-    buckets, size = [], 0
+    buckets = []
+    size = 0  # bytes in the bucket being filled
     for nbytes in reversed(param_bytes):
         if size and size + nbytes > capacity:
             buckets.append(size)
-            size, capacity = 0, bucket_mb * 2**20
+            size = 0
+            capacity = bucket_mb * 2**20
         size += nbytes
     return buckets + [size]
 
@@ -180,10 +167,13 @@ def ddp_bucket_sizes(param_bytes, bucket_mb, first_bucket_mb=DDP_FIRST_BUCKET_MB
     in registration order a bucket closes once it reaches its limit; DDP then reverses the list,
     so the bucket holding the last layers is launched first.
     """
-    limits, buckets, size = [first_bucket_mb * 2**20, bucket_mb * 2**20], [], 0
+    first_limit = first_bucket_mb * 2**20
+    limit = bucket_mb * 2**20
+    buckets = []
+    size = 0  # bytes in the bucket being filled
     for nbytes in param_bytes:
         size += nbytes
-        if size >= limits[min(len(buckets), 1)]:
+        if size >= (limit if buckets else first_limit):
             buckets.append(size)
             size = 0
     if size:
@@ -219,46 +209,63 @@ def exposed_after_backward(backward_s, bucket_bytes, comm_times):
     bytes of it and of every bucket before it are produced; the all-reduces run one at a time
     (one communication thread), each starting when its bucket is ready and the previous is done.
     """
-    total, produced, finish = sum(bucket_bytes), 0, 0.0
+    total = sum(bucket_bytes)
+    produced = 0
+    finish = 0.0
     for nbytes, seconds in zip(bucket_bytes, comm_times):
         produced += nbytes
         finish = max(finish, backward_s * produced / total) + seconds
     return max(0.0, finish - backward_s)
 
 
-def project_step(compute_s, backward_s, param_bytes, world_size, alpha, beta, bucket_mb=None, wire_fraction=1.0,
-                 first_bucket_mb=FIRST_BUCKET_MB, algorithm="ring"):
+def project_step(compute_s, backward_s, param_bytes, world_size, alpha, beta, bucket_mb=None,
+                 wire_fraction=1.0, first_bucket_mb=FIRST_BUCKET_MB, algorithm="ring"):
     """Projected step: {step_s, comm_s, exposed_s, efficiency}, all-reducing with `algorithm`.
 
     `bucket_mb=None`: one flat all-reduce after backward (nothing overlaps). With a bucket size,
     buckets overlap the rest of backward as in `exposed_after_backward`. `wire_fraction` scales
     the bytes on the wire (0.5 for fp16/bf16 compression); `first_bucket_mb` as in `bucket_sizes`.
-    Efficiency is weak scaling, as this
-    project runs (per-rank batch fixed): compute / (compute + exposed communication).
+    Efficiency is weak scaling, as this project runs (per-rank batch fixed):
+    compute / (compute + exposed communication).
     """
-    sizes = [sum(param_bytes)] if bucket_mb is None else bucket_sizes(param_bytes, bucket_mb, first_bucket_mb)
+    if bucket_mb is None:
+        sizes = [sum(param_bytes)]
+    else:
+        sizes = bucket_sizes(param_bytes, bucket_mb, first_bucket_mb)
     wire = [nbytes * wire_fraction for nbytes in sizes]
     times = [allreduce_time(nbytes, world_size, alpha, beta, algorithm) for nbytes in wire]
     exposed = sum(times) if bucket_mb is None else exposed_after_backward(backward_s, wire, times)
     step = compute_s + exposed
-    return {"step_s": step, "comm_s": sum(times), "exposed_s": exposed, "efficiency": compute_s / step}
+    return {"step_s": step, "comm_s": sum(times), "exposed_s": exposed,
+            "efficiency": compute_s / step}
 
 
-def best_bucket(compute_s, backward_s, param_bytes, world_size, alpha, beta, candidates=BUCKET_CANDIDATES_MB,
-                wire_fraction=1.0, first_bucket_mb=FIRST_BUCKET_MB, algorithm="ring"):
-    """(bucket_mb, projection) with the shortest projected step among `candidates` (the smaller on ties)."""
-    projections = [(mb, project_step(compute_s, backward_s, param_bytes, world_size, alpha, beta, mb, wire_fraction,
-                                     first_bucket_mb, algorithm)) for mb in sorted(candidates)]
-    return min(projections, key=lambda item: item[1]["step_s"])
+def best_bucket(compute_s, backward_s, param_bytes, world_size, alpha, beta,
+                candidates=BUCKET_CANDIDATES_MB, wire_fraction=1.0, first_bucket_mb=FIRST_BUCKET_MB,
+                algorithm="ring"):
+    """(bucket_mb, projection) with the shortest projected step among `candidates` (the smaller
+    on ties)."""
+    projections = [(bucket_mb, project_step(compute_s, backward_s, param_bytes, world_size, alpha,
+                                            beta, bucket_mb, wire_fraction, first_bucket_mb,
+                                            algorithm))
+                   for bucket_mb in sorted(candidates)]
+    return min(projections, key=projected_step)
+
+
+def projected_step(candidate):
+    """Sort key of a (bucket_mb, projection) pair: its projected step."""
+    _bucket_mb, projection = candidate
+    return projection["step_s"]
 
 
 def crossover_world_size(compute_s, total_bytes, alpha, beta, largest=2**20, algorithm="ring"):
     """The smallest world size whose flat all-reduce takes at least as long as the compute of a
     step (communication dominates from there on), or None if none up to `largest` does."""
-    n = np.arange(2, largest + 1, dtype=float)
-    a, b = ALGORITHMS[algorithm](n)
-    over = np.nonzero(a * alpha + b * total_bytes * beta >= compute_s)[0]
-    return int(n[over[0]]) if len(over) else None
+    world_sizes = np.arange(2, largest + 1, dtype=float)
+    message_steps, sent_fraction = ALGORITHMS[algorithm](world_sizes)
+    comm = message_steps * alpha + sent_fraction * total_bytes * beta
+    (over,) = np.nonzero(comm >= compute_s)
+    return int(world_sizes[over[0]]) if len(over) else None
 
 
 def link_beta(gbit_per_s):

@@ -1,4 +1,5 @@
-"""The registry of every number the design document quotes: its value, how it is shown, and where it came from."""
+"""The registry of every number the design document quotes: its value, how it is shown, and where
+it came from."""
 import json
 import math
 import os
@@ -8,29 +9,33 @@ from runtime.results import clearly_less, spread
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOT_MEASURED = "not measured"
+SPREAD_STATS = ("median", "min", "max")
 
 
 class BuildError(Exception):
     """A problem with the inputs that the user can fix; reported as one line."""
 
 
-# --- Results files, and the registry of every number taken from them -------------------------------
+# --- Results files, read once per build, and how their numbers are shown --------------------
 
 loaded = {}  # path -> parsed JSON, read once per build
 
 
 def load(path):
+    """The parsed JSON of a results file, read once per build."""
     if path not in loaded:
         try:
             with open(path) as file:
                 loaded[path] = json.load(file)
         except ValueError as error:
-            raise BuildError(f"{path} is not valid JSON ({error}); re-run the command that wrote it") from None
+            raise BuildError(f"{path} is not valid JSON ({error}); "
+                             "re-run the command that wrote it") from None
     return loaded[path]
 
 
 def lookup(data, field):
-    """`data` at a path such as 'timing.across_ranks.step.median' or 'measurements[3].median_s'; None if absent."""
+    """`data` at a path such as 'timing.across_ranks.step.median' or 'measurements[3].median_s';
+    None if absent."""
     for key, index in re.findall(r"([^.\[\]]+)|\[(\d+)\]", field):
         try:
             data = data[int(index)] if index else data[key]
@@ -39,82 +44,163 @@ def lookup(data, field):
     return data
 
 
-def sig(value, digits=3):
-    """`value` to `digits` significant figures: fixed-point with thousands separators, or e-notation if tiny."""
+def significant(value, digits=3):
+    """`value` to `digits` significant figures: fixed-point with thousands separators, or
+    e-notation if tiny."""
     if value == 0 or not math.isfinite(value):
         return f"{value:g}"
     if abs(value) < 1e-4:
         return f"{value:.{digits - 1}e}"
-    return f"{value:,.{max(0, digits - 1 - math.floor(math.log10(abs(value))))}f}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    return f"{value:,.{decimals}f}"
 
 
-def show_bytes(v):
-    return f"{v:,.0f} B" if v < 1e3 else sig(v / 1e3) + " kB" if v < 1e6 else sig(v / 1e6) + " MB"
+def show_bytes(value):
+    """'512 B', '2.27 MB': bytes in B, kB or MB (powers of 1000)."""
+    if value < 1e3:
+        return f"{value:,.0f} B"
+    if value < 1e6:
+        return significant(value / 1e3) + " kB"
+    return significant(value / 1e6) + " MB"
+
+
+def show_seconds(value):
+    """Seconds in s, ms or µs, whichever keeps the number readable."""
+    if value >= 1:
+        return significant(value) + " s"
+    if value >= 1e-4:
+        return significant(value * 1e3) + " ms"
+    return significant(value * 1e6) + " µs"
+
+
+def show_percent(value):
+    """A fraction as a percentage: two significant figures below 10%, three above."""
+    return significant(100 * value, 2 if abs(value) < 0.1 else 3) + "%"
+
+
+def show_ranks(value):
+    """A world size, or that none up to 2^20 reaches it (cost_model.crossover_world_size's 0)."""
+    return f"{value:,} ranks" if value else "beyond 2^20 ranks"
 
 
 UNITS = {  # unit -> how a value in that unit is shown
-    "s": lambda v: sig(v) + " s" if v >= 1 else sig(v * 1e3) + " ms" if v >= 1e-4 else sig(v * 1e6) + " µs",
-    "ms": lambda v: sig(v * 1e3) + " ms", "us": lambda v: sig(v * 1e6) + " µs", "trace_us": lambda v: sig(v / 1e3) + " ms",
-    "bytes": show_bytes, "bytes-list": lambda v: " + ".join(map(show_bytes, v)), "MiB": lambda v: f"{v:g} MiB",
-    "MiB-list": lambda v: ", ".join(f"{x:g}" for x in v) + " MiB", "GB/s": lambda v: sig(v) + " GB/s",
-    "Gbit/s": lambda v: f"{v:g} Gbit/s", "ns/byte": lambda v: sig(v * 1e9) + " ns/byte",
-    "percent": lambda v: sig(100 * v, 2 if abs(v) < 0.1 else 3) + "%", "round-percent": lambda v: f"{100 * v:g}%",
-    "ratio": lambda v: sig(v) + "×", "round-ratio": lambda v: f"{v:g}×", "count": lambda v: f"{v:,}",
-    "number": sig, "exact": lambda v: f"{v:g}", "samples/s": lambda v: sig(v) + " samples/s", "name": str,
-    "exponent": lambda v: f"2^{round(math.log2(v))}", "ranks": lambda v: f"{v:,} ranks" if v else "beyond 2^20 ranks",
+    "s": show_seconds,
+    "ms": lambda value: significant(value * 1e3) + " ms",
+    "us": lambda value: significant(value * 1e6) + " µs",
+    "trace_us": lambda value: significant(value / 1e3) + " ms",
+    "bytes": show_bytes,
+    "bytes-list": lambda values: " + ".join(map(show_bytes, values)),
+    "MiB": lambda value: f"{value:g} MiB",
+    "MiB-list": lambda values: ", ".join(f"{value:g}" for value in values) + " MiB",
+    "GB/s": lambda value: significant(value) + " GB/s",
+    "Gbit/s": lambda value: f"{value:g} Gbit/s",
+    "ns/byte": lambda value: significant(value * 1e9) + " ns/byte",
+    "percent": show_percent,
+    "round-percent": lambda value: f"{100 * value:g}%",
+    "ratio": lambda value: significant(value) + "×",
+    "round-ratio": lambda value: f"{value:g}×",
+    "count": lambda value: f"{value:,}",
+    "number": significant,
+    "exact": lambda value: f"{value:g}",
+    "samples/s": lambda value: significant(value) + " samples/s",
+    "name": str,
+    "exponent": lambda value: f"2^{round(math.log2(value))}",
+    "ranks": show_ranks,
 }
 
 
+# --- Formulas that derived numbers apply to their inputs ---------------------------------------
+
+def unchanged(value):
+    """The value itself: an alias of another number, and over_repeats' default `combine`."""
+    return value
+
+
+def ratio(numerator, denominator):
+    """numerator / denominator."""
+    return numerator / denominator
+
+
+def smallest(*values):
+    """The smallest of the values."""
+    return min(values)
+
+
+def largest(*values):
+    """The largest of the values."""
+    return max(values)
+
+
+def mean(*values):
+    """The arithmetic mean of the values."""
+    return sum(values) / len(values)
+
+
+# --- The registry -------------------------------------------------------------------------------
+
 class Numbers:
-    """Every number the document quotes: value, unit, the text a reader sees, and where it came from."""
+    """Every number the document quotes: value, unit, the text a reader sees, and where it came
+    from."""
 
     def __init__(self):
-        self.entries, self.absent = {}, []
+        self.entries = {}  # name -> {value, unit, text, provenance...}
+        self.absent = []  # names of numbers whose inputs are missing: "not measured"
 
     def add(self, name, value, unit, **provenance):
+        """Register `name`; a None value is absent (not measured)."""
         if value is None:
             self.absent.append(name)
         else:
-            self.entries[name] = {"value": value, "unit": unit, "text": UNITS[unit](value), **provenance}
+            self.entries[name] = {"value": value, "unit": unit, "text": UNITS[unit](value),
+                                  **provenance}
         return value
 
     def measured(self, name, path, field, unit):
-        """The value of `field` in the results file `path` (absent when the file or the field is)."""
+        """The value of `field` in the results file `path` (absent without the file or field)."""
         value = lookup(load(path), field) if path else None
         return self.add(name, value, unit, kind="measured", file=path, field=field)
 
     def derived(self, name, function, inputs, unit, formula):
-        """`function(*values)` of `inputs`, each a registered name or 'file#field'; absent if any input is."""
-        return self.derived_fields(name, lambda *values: {"": function(*values)}, inputs, {"": unit}, formula)[""]
+        """`function(*values)` of `inputs`, each a registered name or 'file#field'; absent if any
+        input is."""
+        def as_fields(*values):
+            return {"": function(*values)}
+        return self.derived_fields(name, as_fields, inputs, {"": unit}, formula)[""]
+
+    def input_value(self, source):
+        """The value of a registered name, or of 'file#field' in a results file."""
+        if "#" not in source:
+            return self.value(source)
+        path, field = source.split("#")
+        return lookup(load(path), field)
 
     def derived_fields(self, key, function, inputs, units, formula):
-        """`key.<field>` for each field of the dict that `function(*values)` returns (just `key` for field "")."""
-        values = [lookup(load(i.split("#")[0]), i.split("#")[1]) if "#" in i else self.value(i) for i in inputs]
+        """`key.<field>` for each field of the dict that `function(*values)` returns (just `key`
+        for field "")."""
+        values = [self.input_value(source) for source in inputs]
         result = {} if None in values or not inputs else function(*values)
-        return {field: self.add(f"{key}.{field}".rstrip("."), result.get(field), unit, kind="derived",
-                                formula=formula, inputs=inputs) for field, unit in units.items()}
+        return {field: self.add(f"{key}.{field}".rstrip("."), result.get(field), unit,
+                                kind="derived", formula=formula, inputs=inputs)
+                for field, unit in units.items()}
 
     def stated(self, name, value, unit, kind, source):
         """A number from the models, the code, an assumption or a publication."""
         return self.add(name, value, unit, kind=kind, source=source)
 
-    def over_repeats(self, key, runs, fields, unit, combine=lambda value: value, formula="the field"):
-        """`key.median`, `.min`, `.max`, `.n`: results.spread over the repeated `runs` of `combine(*fields)`,
-        each field a JSON path of one run's file (absent without runs)."""
+    def over_repeats(self, key, runs, fields, unit, combine=unchanged, formula="the field"):
+        """`key.median`, `.min`, `.max`, `.n`: results.spread over the repeated `runs` of
+        `combine(*fields)`, each field a JSON path of one run's file (absent without runs)."""
         fields = (fields,) if isinstance(fields, str) else tuple(fields)
         inputs = [f"{run['path']}#{field}" for run in runs for field in fields]
         width = len(fields)
 
         def over_runs(*values):
-            per_run = [combine(*values[i:i + width]) for i in range(0, len(values), width)]
+            per_run = [combine(*values[start:start + width])
+                       for start in range(0, len(values), width)]
             return spread([value for value in per_run if value is not None]) or {}
         units = {"median": unit, "min": unit, "max": unit, "n": "count"}
-        return self.derived_fields(key, over_runs, inputs, units, f"results.spread over the repeats of {formula}")
-
-    def spread(self, key):
-        """{median, min, max, n} of a key registered by `over_repeats`, or None."""
-        values = {stat: self.value(f"{key}.{stat}") for stat in ("median", "min", "max", "n")}
-        return None if None in values.values() else values
+        return self.derived_fields(key, over_runs, inputs, units,
+                                   f"results.spread over the repeats of {formula}")
 
     def spread_text(self, key):
         """'median (min–max)' as a reader sees it; just the median for one run."""
@@ -124,31 +210,43 @@ class Numbers:
             return self.text(f"{key}.median") + " (one run)"
         return f"{self.text(key + '.median')} ({self.text(key + '.min')}–{self.text(key + '.max')})"
 
-    def verdict(self, name, a, b):
-        """'faster', 'slower' or 'indistinguishable': `a` against `b`, two keys registered by `over_repeats`,
-        by results.clearly_less (a gap of medians larger than both spreads)."""
-        def compare(*values):
-            first, second = dict(zip(("median", "min", "max"), values[:3])), dict(zip(("median", "min", "max"), values[3:]))
-            return "faster" if clearly_less(first, second) else "slower" if clearly_less(second, first) \
-                else "indistinguishable"
-        inputs = [f"{key}.{stat}" for key in (a, b) for stat in ("median", "min", "max")]
+    def verdict(self, name, first, second):
+        """'faster', 'slower' or 'indistinguishable': `first` against `second`, two keys
+        registered by `over_repeats`, by results.clearly_less (a gap of medians larger than both
+        spreads)."""
+        def compare(first_median, first_min, first_max, second_median, second_min, second_max):
+            first_spread = {"median": first_median, "min": first_min, "max": first_max}
+            second_spread = {"median": second_median, "min": second_min, "max": second_max}
+            if clearly_less(first_spread, second_spread):
+                return "faster"
+            if clearly_less(second_spread, first_spread):
+                return "slower"
+            return "indistinguishable"
+        inputs = [f"{key}.{stat}" for key in (first, second) for stat in SPREAD_STATS]
         return self.derived(name, compare, inputs, "name",
-                            "results.clearly_less of the two spreads: faster only where the gap of medians exceeds both")
+                            "results.clearly_less of the two spreads: "
+                            "faster only where the gap of medians exceeds both")
 
     def value(self, name):
+        """The value registered as `name`, or None."""
         return self.entries.get(name, {}).get("value")
 
     def text(self, name):
+        """How `name` reads in the document: its text, or 'not measured'."""
         return self.entries[name]["text"] if name in self.entries else NOT_MEASURED
 
 
 def table(header, rows):
-    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-                     + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
+    """A Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
+    return "\n".join(lines)
 
 
-def shown(path):
-    """`path` as the document records it: relative to the repository when inside it, so that a build from
-    any working directory, or with an absolute --results-dir, writes the same document."""
+def repo_relative(path):
+    """`path` as the document records it: relative to the repository when inside it, so that a
+    build from any working directory, or with an absolute --results-dir, writes the same
+    document."""
     relative = os.path.relpath(os.path.abspath(path), REPO)
     return os.path.abspath(path) if relative.startswith("..") else relative
+

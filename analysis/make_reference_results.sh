@@ -2,7 +2,7 @@
 # Regenerates every reference figure in results/ and every number of design_doc/, in this order:
 #
 #   ./analysis/make_reference_results.sh                               # about 35 minutes on 2 cores
-#   OFFLINE_DATA_DIR=../shared/data ./analysis/make_reference_results.sh
+#   OFFLINE_DATA_DIR=DIR ./analysis/make_reference_results.sh          # MNIST from DIR/MNIST/raw
 #
 # Run it on a quiet machine: the figures are timings. Then commit results/ and design_doc/.
 set -euo pipefail
@@ -13,9 +13,12 @@ PYTHON=${PYTHON:-python3}
 "$PYTHON" -m benchmarks.allreduce_bench  # results/allreduce-bench.json
 "$PYTHON" -m benchmarks.step_bench  # results/step-bench.json
 "$PYTHON" -m benchmarks.dataloader_bench  # results/dataloader-bench.json
-# The README's main job, and timelines of bucketed sync and of DDP; their run files stay out of the sweep's plots.
-"$PYTHON" mlp_ddp.py --mode manual --world-size 4 --results-dir results/main --run-name mlp-manual-bucketed-w4
-"$PYTHON" mlp_ddp.py --mode manual --sync bucketed --world-size 2 --epochs 1 --max-steps 40 --trace-steps 10 \
+# The README's main job, and timelines of bucketed sync and of DDP; their run files stay out of
+# the sweep's plots.
+"$PYTHON" mlp_ddp.py --mode manual --world-size 4 \
+    --results-dir results/main --run-name mlp-manual-bucketed-w4
+"$PYTHON" mlp_ddp.py --mode manual --sync bucketed --world-size 2 --epochs 1 --max-steps 40 \
+    --trace-steps 10 \
     --results-dir results/main --run-name trace-bucketed-w2 --trace results/trace-bucketed-w2.json
 "$PYTHON" mlp_ddp.py --mode ddp --world-size 2 --epochs 1 --max-steps 40 --trace-steps 10 \
     --results-dir results/main --run-name trace-ddp-w2 --trace results/trace-ddp-w2.json

@@ -1,8 +1,9 @@
-"""The scaling sweep in one command: every mode and strategy at every world size, repeated, then the plots.
+"""The scaling sweep in one command: every mode and strategy at every world size, repeated, then
+the plots.
 
-    python -m analysis.sweep                                   # the full default sweep (see DEFAULT_* for its size)
-    python -m analysis.sweep --dry-run                         # print the commands only
-    python -m analysis.sweep --models mlp --world-sizes 1,2 --strategies flat --max-steps 20 --repeats 1
+    python -m analysis.sweep             # the full default sweep (see DEFAULT_* for its size)
+    python -m analysis.sweep --dry-run   # print the commands only
+    python -m analysis.sweep --models mlp --world-sizes 1,2 --strategies flat --repeats 1
 
 Runs mlp_ddp.py one job at a time (the processes of a job already share the cores):
   per model   single (world size 1), then at each world size above 1: ddp, ddp-no-sync (the same
@@ -16,11 +17,12 @@ Each run has a stable --run-name (sweep-mlp-manual-flat-w4-r2, bucket-mlp-ddp-1m
 re-run replaces its results file. A failed run is reported and the sweep goes on; the exit code is
 1 if any failed. Then plots.py draws every figure from the results folder.
 
-The default sweep is 34 configurations x 3 repeats, about 40 minutes on the 2-core machine. Most of a short run is
-start-up (every process imports torch and loads MNIST: 10-20 s at 4 processes), so the MLP gets
-150 steps per epoch, where its 2 epochs take 1-15 s; a CNN step costs ~10x an MLP step, so the
-CNN gets 30. Evaluation is cut to 2,000 validation and 2,000 test samples, which is enough to
-compare strategies and keeps the CNN's evaluation from outlasting its training.
+The default sweep is 34 configurations x 3 repeats, about 40 minutes on the 2-core machine. Most
+of a short run is start-up (every process imports torch and loads MNIST: 10-20 s at 4 processes),
+so the MLP gets DEFAULT_MLP_STEPS steps per epoch, a few seconds of training; a CNN step costs ~10x
+an MLP step, so the CNN gets DEFAULT_CNN_STEPS. Evaluation is cut to 2,000 validation and 2,000
+test samples, which is enough to compare strategies and keeps the CNN's evaluation from outlasting
+its training.
 """
 import argparse
 import os
@@ -30,50 +32,64 @@ import sys
 import time
 
 from analysis import plots
+from manual_allreduce import STRATEGIES
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STRATEGIES = ("per-param", "flat", "bucketed", "ring")
 # Sized by timing short runs on the 2-core machine (see the docstring).
-DEFAULT_MLP_STEPS = 100   # per epoch; the first 5 steps of a run are warm-up, left out of the timing
+DEFAULT_MLP_STEPS = 100  # per epoch; the first 5 steps of a run are warm-up, left out of the timing
 DEFAULT_CNN_STEPS = 20
-DEFAULT_EPOCHS = 2        # two points per learning curve
-DEFAULT_REPEATS = 3       # the fewest that give a median and a spread
+DEFAULT_EPOCHS = 2  # two points per learning curve
+DEFAULT_REPEATS = 3  # the fewest that give a median and a spread
 DEFAULT_EVAL_SAMPLES = ("--val-samples", "2000", "--test-samples", "2000")
 
 
 def comma_list(kind):
-    return lambda text: [kind(item) for item in text.split(",") if item.strip()]
+    """An argparse type: 'a,b,c' as a list of `kind`, empty items left out."""
+    def parse(text):
+        return [kind(item) for item in text.split(",") if item.strip()]
+    return parse
 
 
 def parse_args(argv=None):
+    """The sweep's options; a usage error for an unknown strategy or fewer than one repeat."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add = parser.add_argument
-    add("--models", type=comma_list(str), default=["mlp", "cnn"])
-    add("--world-sizes", type=comma_list(int), default=[1, 2, 4])
-    add("--strategies", type=comma_list(str), default=list(STRATEGIES), help="manual strategies")
-    add("--bucket-mbs", type=comma_list(float), default=[0.25, 1, 4, 25], help="bucket sweep sizes ('' for none)")
-    add("--max-steps", type=int, default=DEFAULT_MLP_STEPS, help="MLP steps per epoch")
-    add("--cnn-max-steps", type=int, default=DEFAULT_CNN_STEPS, help="CNN steps per epoch")
-    add("--epochs", type=int, default=DEFAULT_EPOCHS)
-    add("--repeats", type=int, default=DEFAULT_REPEATS, help="runs of every configuration, interleaved")
-    add("--train-samples", type=int, default=0, help="training subset (0: all)")
-    add("--results-dir", default="results")
-    add("--extra", default="", help="more mlp_ddp.py arguments for every run, e.g. \"--val-samples 256\"")
-    add("--dry-run", action="store_true", help="print the commands, run nothing")
+    parser.add_argument("--models", type=comma_list(str), default=["mlp", "cnn"])
+    parser.add_argument("--world-sizes", type=comma_list(int), default=[1, 2, 4])
+    parser.add_argument("--strategies", type=comma_list(str), default=list(STRATEGIES),
+                        help="manual strategies")
+    parser.add_argument("--bucket-mbs", type=comma_list(float), default=[0.25, 1, 4, 25],
+                        help="bucket sweep sizes ('' for none)")
+    parser.add_argument("--max-steps", type=int, default=DEFAULT_MLP_STEPS,
+                        help="MLP steps per epoch")
+    parser.add_argument("--cnn-max-steps", type=int, default=DEFAULT_CNN_STEPS,
+                        help="CNN steps per epoch")
+    parser.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS)
+    parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
+                        help="runs of every configuration, interleaved")
+    parser.add_argument("--train-samples", type=int, default=0, help="training subset (0: all)")
+    parser.add_argument("--results-dir", default="results")
+    parser.add_argument("--extra", default="",
+                        help="more mlp_ddp.py arguments for every run, "
+                             "e.g. \"--val-samples 256\"")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = parser.parse_args(argv)
     unknown = set(args.strategies) - set(STRATEGIES)
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
     if unknown:
-        parser.error(f"unknown strategies {sorted(unknown)}; choose from {', '.join(STRATEGIES)}")
+        parser.error(f"unknown strategies {sorted(unknown)}; "
+                     f"choose from {', '.join(STRATEGIES)}")
     return args
 
 
 def planned_runs(args):
     """(run name, mlp_ddp.py arguments) for every run of the sweep, in the order they run."""
     runs = configurations(args)
-    rounds = [runs if r % 2 == 0 else runs[::-1] for r in range(args.repeats)]
-    return [(f"{name}-r{r + 1}", arguments) for r, round_runs in enumerate(rounds) for name, arguments in round_runs]
+    planned = []
+    for repeat in range(args.repeats):
+        round_runs = runs if repeat % 2 == 0 else runs[::-1]
+        planned += [(f"{name}-r{repeat + 1}", arguments) for name, arguments in round_runs]
+    return planned
 
 
 def configurations(args):
@@ -86,36 +102,45 @@ def configurations(args):
             launch = ["--model", model, "--world-size", str(world)]
             runs.append((f"sweep-{model}-ddp-w{world}", launch + ["--mode", "ddp"]))
             runs.append((f"sweep-{model}-ddp-no-sync-w{world}", launch + ["--mode", "ddp-no-sync"]))
-            runs += [(f"sweep-{model}-manual-{strategy}-w{world}", launch + ["--mode", "manual", "--sync", strategy])
+            runs += [(f"sweep-{model}-manual-{strategy}-w{world}",
+                      launch + ["--mode", "manual", "--sync", strategy])
                      for strategy in args.strategies]
     largest = max(args.world_sizes)
     if "mlp" in args.models and largest > 1:
         for megabytes in args.bucket_mbs:
-            launch = ["--model", "mlp", "--world-size", str(largest), "--bucket-mb", f"{megabytes:g}"]
-            runs.append((f"bucket-mlp-bucketed-{megabytes:g}mb-w{largest}", launch + ["--mode", "manual", "--sync",
-                                                                                     "bucketed"]))
-            runs.append((f"bucket-mlp-ddp-{megabytes:g}mb-w{largest}", launch + ["--mode", "ddp"]))
+            launch = ["--model", "mlp", "--world-size", str(largest),
+                      "--bucket-mb", f"{megabytes:g}"]
+            runs.append((f"bucket-mlp-bucketed-{megabytes:g}mb-w{largest}",
+                         launch + ["--mode", "manual", "--sync", "bucketed"]))
+            runs.append((f"bucket-mlp-ddp-{megabytes:g}mb-w{largest}",
+                         launch + ["--mode", "ddp"]))
     return runs
 
 
 def command_for(name, run_arguments, args):
+    """The mlp_ddp.py command line of one run."""
     model = run_arguments[run_arguments.index("--model") + 1]
     steps = args.cnn_max_steps if model == "cnn" else args.max_steps
-    return ([sys.executable, os.path.join(REPO, "mlp_ddp.py")] + run_arguments
-            + ["--epochs", str(args.epochs), "--max-steps", str(steps), "--train-samples", str(args.train_samples)]
-            + list(DEFAULT_EVAL_SAMPLES) + shlex.split(args.extra)  # --extra comes last, so it wins
-            + ["--results-dir", args.results_dir, "--run-name", name])
+    command = [sys.executable, os.path.join(REPO, "mlp_ddp.py")] + run_arguments
+    command += ["--epochs", str(args.epochs), "--max-steps", str(steps),
+                "--train-samples", str(args.train_samples)]
+    command += list(DEFAULT_EVAL_SAMPLES)
+    command += shlex.split(args.extra)  # after the sweep's own options, so --extra wins
+    return command + ["--results-dir", args.results_dir, "--run-name", name]
 
 
 def minutes(seconds):
+    """'2m05s'."""
     return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
 
 
 def run_all(commands, results_dir):
     """Run each command in turn; returns the names of the runs that failed."""
-    failed, start = [], time.perf_counter()
+    failed = []
+    start = time.perf_counter()
     for index, (name, command) in enumerate(commands, 1):
-        print(f"[{index}/{len(commands)}] {name} (elapsed {minutes(time.perf_counter() - start)})", flush=True)
+        elapsed = minutes(time.perf_counter() - start)
+        print(f"[{index}/{len(commands)}] {name} (elapsed {elapsed})", flush=True)
         stale = os.path.join(results_dir, name + ".json")
         if os.path.exists(stale):
             os.remove(stale)  # a failed re-run must not leave the old result to be plotted as new
@@ -129,10 +154,13 @@ def run_all(commands, results_dir):
 
 
 def main(argv=None):
+    """Run (or with --dry-run print) every run of the sweep, then draw the plots; 1 if any
+    failed."""
     args = parse_args(argv)
-    commands = [(name, command_for(name, run_arguments, args)) for name, run_arguments in planned_runs(args)]
+    commands = [(name, command_for(name, run_arguments, args))
+                for name, run_arguments in planned_runs(args)]
     if args.dry_run:
-        for name, command in commands:
+        for _name, command in commands:
             print(shlex.join(command))
         return 0
     failed = run_all(commands, args.results_dir)

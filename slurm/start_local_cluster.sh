@@ -36,7 +36,9 @@ MUNGE_DIR=$DIR/munge
 SOCKET=$MUNGE_DIR/munge.socket
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
-[ "$(id -u)" -eq 0 ] || die "must run as root (it installs packages and starts slurmctld, slurmd and munged); try: sudo $0"
+[ "$(id -u)" -eq 0 ] \
+    || die "must run as root (it installs packages and starts slurmctld, slurmd and munged);" \
+           "try: sudo $0"
 
 # --- packages: install only what is missing --------------------------------
 missing=0
@@ -45,7 +47,8 @@ for program in slurmctld slurmd sbatch sinfo munged mungekey runuser; do
 done
 if [ "$missing" -eq 1 ]; then
     command -v apt-get >/dev/null 2>&1 \
-        || die "Slurm/munge are not installed and apt-get is not available (needs Debian/Ubuntu packages slurmctld slurmd slurm-client munge)"
+        || die "Slurm/munge are not installed and apt-get is not available" \
+               "(needs Debian/Ubuntu packages slurmctld slurmd slurm-client munge)"
     say "installing slurmctld slurmd slurm-client munge (apt-get)"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq >/dev/null || die "apt-get update failed"
@@ -67,7 +70,8 @@ alive() {  # alive <pid file> <program name>
 }
 all_alive() {
     alive "$MUNGE_DIR/munged.pid" munged && alive "$DIR/run/slurmctld.pid" slurmctld \
-        && alive "$DIR/run/slurmd-${NODES[0]}.pid" slurmd && alive "$DIR/run/slurmd-${NODES[1]}.pid" slurmd
+        && alive "$DIR/run/slurmd-${NODES[0]}.pid" slurmd \
+        && alive "$DIR/run/slurmd-${NODES[1]}.pid" slurmd
 }
 
 last_error() {  # the last error line of a log, to say why a daemon stopped
@@ -78,12 +82,15 @@ wait_for_idle_nodes() {
     local deadline=$((SECONDS + 60)) states=""
     while [ "$SECONDS" -lt "$deadline" ]; do
         alive "$DIR/run/slurmctld.pid" slurmctld \
-            || die "slurmctld exited: $(last_error "$DIR/log/slurmctld.log") (log: $DIR/log/slurmctld.log)"
+            || die "slurmctld exited: $(last_error "$DIR/log/slurmctld.log")" \
+                   "(log: $DIR/log/slurmctld.log)"
         for node in "${NODES[@]}"; do
             alive "$DIR/run/slurmd-$node.pid" slurmd \
-                || die "slurmd $node exited: $(last_error "$DIR/log/slurmd-$node.log") (log: $DIR/log/slurmd-$node.log)"
+                || die "slurmd $node exited: $(last_error "$DIR/log/slurmd-$node.log")" \
+                       "(log: $DIR/log/slurmd-$node.log)"
         done
-        states=$(SLURM_CONF=$CONF sinfo --noheader --Node --format='%N %t' 2>/dev/null | sort -u || true)
+        states=$(SLURM_CONF=$CONF sinfo --noheader --Node --format='%N %t' 2>/dev/null \
+                 | sort -u || true)
         if [ "$(grep -c ' idle$' <<<"$states")" -eq "${#NODES[@]}" ]; then
             return 0
         fi
@@ -105,7 +112,8 @@ SLURM_LOCAL_DIR=$DIR "$HERE/stop_local_cluster.sh" >/dev/null
 for port in "$PORT" $((PORT + 1)) $((PORT + 2)); do
     # A connection that succeeds means something already listens there.
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-        die "port $port is in use (another cluster?); choose others with SLURM_LOCAL_PORT=<free port>"
+        die "port $port is in use (another cluster?);" \
+            "choose others with SLURM_LOCAL_PORT=<free port>"
     fi
 done
 
@@ -128,7 +136,8 @@ rm -f "$SOCKET" "$SOCKET.lock"
 runuser -u munge -- munged --key-file="$MUNGE_DIR/munge.key" --socket="$SOCKET" \
     --pid-file="$MUNGE_DIR/munged.pid" --log-file="$MUNGE_DIR/munged.log" \
     --seed-file="$MUNGE_DIR/munged.seed" \
-    || die "munged did not start (user munge must be able to reach $MUNGE_DIR); see $MUNGE_DIR/munged.log"
+    || die "munged did not start (user munge must be able to reach $MUNGE_DIR);" \
+           "see $MUNGE_DIR/munged.log"
 STARTED=1
 munge --socket="$SOCKET" --no-input | unmunge --socket="$SOCKET" >/dev/null \
     || die "munge does not work with socket $SOCKET; see $MUNGE_DIR/munged.log"

@@ -14,7 +14,9 @@ CONF=$DIR/slurm.conf
 say() { echo "stop_local_cluster.sh: $*"; }
 
 # A process that has exited but not yet been reaped (state Z) counts as gone.
-running() { [ -r "/proc/$1/stat" ] && [ "$(sed 's/.*) //' "/proc/$1/stat" | cut -d' ' -f1)" != Z ]; }
+running() {
+    [ -r "/proc/$1/stat" ] && [ "$(sed 's/.*) //' "/proc/$1/stat" | cut -d' ' -f1)" != Z ]
+}
 
 pid_of() {  # pid_of <pid file> <program name>: the pid, if that daemon is alive
     local pid
@@ -84,7 +86,9 @@ if [ -n "$stepds" ]; then
     stop "leftover slurmstepd" 2 $stepds
 fi
 for pid_file in "$DIR"/run/slurmd-*.pid; do
-    if pid=$(pid_of "$pid_file" slurmd); then stop "slurmd ($(basename "$pid_file" .pid))" 10 "$pid"; fi
+    if pid=$(pid_of "$pid_file" slurmd); then
+        stop "slurmd ($(basename "$pid_file" .pid))" 10 "$pid"
+    fi
 done
 if pid=$(pid_of "$DIR/run/slurmctld.pid" slurmctld); then stop slurmctld 10 "$pid"; fi
 if pid=$(pid_of "$DIR/munge/munged.pid" munged); then stop munged 10 "$pid"; fi

@@ -1,4 +1,5 @@
-"""Both benchmarks run end to end with tiny settings and write the JSON that benchmarks/README.md documents.
+"""Both benchmarks run end to end with tiny settings and write the JSON that benchmarks/README.md
+documents.
 
 Each runs as a user would, in a subprocess with real gloo processes. No timing is asserted:
 figures from two iterations on a shared machine say nothing; their arithmetic does.
@@ -18,7 +19,9 @@ STEP = "benchmarks.step_bench"
 
 
 def run(module, *options, timeout=120):
-    done = subprocess.run([sys.executable, "-m", module, *options], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    """Run a benchmark as a user would; its output, after checking it succeeded."""
+    done = subprocess.run([sys.executable, "-m", module, *options], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
@@ -29,19 +32,19 @@ def test_each_benchmark_explains_itself_with_help(script):
 
 
 def test_allreduce_sizes_climb_from_min_to_max_by_the_factor():
-    bench = allreduce_bench
-    assert bench.parse_args([]).sizes == [4 * 2**10 * 4**k for k in range(8)]  # 4 KiB .. 64 MiB
-    assert len(bench.parse_args(["--factor", "2"]).sizes) == 15
-    assert bench.parse_args(["--sizes", "12,4KiB,1M"]).sizes == [12, 4096, 2**20]
+    # 4 KiB .. 64 MiB
+    assert allreduce_bench.parse_args([]).sizes == [4 * 2**10 * 4**power for power in range(8)]
+    assert len(allreduce_bench.parse_args(["--factor", "2"]).sizes) == 15
+    assert allreduce_bench.parse_args(["--sizes", "12,4KiB,1M"]).sizes == [12, 4096, 2**20]
     with pytest.raises(SystemExit):
-        bench.parse_args(["--sizes", "6"])  # not a whole number of float32 values
+        allreduce_bench.parse_args(["--sizes", "6"])  # not a whole number of float32 values
 
 
 def test_allreduce_benchmark_writes_verified_measurements_with_nccl_tests_bandwidths(tmp_path):
     output = tmp_path / "allreduce.json"
     # 1028 bytes = 257 floats: the ring's two chunks differ in length
-    printed = run(ALLREDUCE, "--sizes", "1028,64K", "--iterations", "2", "--warmup", "1", "--world-sizes", "2",
-                  "--output", str(output))
+    printed = run(ALLREDUCE, "--sizes", "1028,64K", "--iterations", "2", "--warmup", "1",
+                  "--world-sizes", "2", "--output", str(output))
     assert "target:" in printed and "world 2:" in printed
     document = json.loads(output.read_text())
     assert document["schema"] == "allreduce-bench/1"
@@ -51,17 +54,19 @@ def test_allreduce_benchmark_writes_verified_measurements_with_nccl_tests_bandwi
     assert sorted((row["bytes"], row["implementation"]) for row in rows) == \
         [(1028, "gloo"), (1028, "ring"), (65536, "gloo"), (65536, "ring")]
     for row in rows:
-        n = row["world_size"]
-        assert n == 2 and row["verified"] and row["iterations"] == 2
+        world = row["world_size"]
+        assert world == 2 and row["verified"] and row["iterations"] == 2
         assert 0 < row["median_s"] <= row["p95_s"]
         assert row["algbw_gbps"] == pytest.approx(row["bytes"] / row["median_s"] / 1e9)
-        assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 2 * (n - 1) / n)
+        assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 2 * (world - 1) / world)
     busbw = {(row["bytes"], row["implementation"]): row["busbw_gbps"] for row in rows}
     for comparison in document["comparisons"]:
         size = comparison["bytes"]
-        assert comparison["busbw_ratio_to_gloo"] == pytest.approx(busbw[size, "ring"] / busbw[size, "gloo"])
+        ratio = busbw[size, "ring"] / busbw[size, "gloo"]
+        assert comparison["busbw_ratio_to_gloo"] == pytest.approx(ratio)
     verdict = document["target"]["per_world_size"]["2"]
-    assert verdict == {"sizes_checked": 0, "worst_ratio": None, "holds": False}  # nothing >= 4 MiB was measured
+    # nothing >= 4 MiB was measured
+    assert verdict == {"sizes_checked": 0, "worst_ratio": None, "holds": False}
 
 
 def test_step_benchmark_times_every_configuration_against_ddp(tmp_path):
@@ -74,15 +79,21 @@ def test_step_benchmark_times_every_configuration_against_ddp(tmp_path):
     assert document["environment"]["data"] == "random tensors of MNIST shape"
     rows = {row["configuration"]: row for row in document["measurements"]}
     assert set(rows) == {"ddp", "ddp-no-sync", "per-param", "flat", "bucketed", "ring"}
-    for name, row in rows.items():
-        assert row["world_size"] == 2 and row["model"] == "mlp" and row["steps"] == 2 * 2  # steps x ranks
-        assert row["step_ratio_to_ddp"] == pytest.approx(row["mean_step_s"] / rows["ddp"]["mean_step_s"])
+    ddp_step = rows["ddp"]["mean_step_s"]
+    for row in rows.values():
+        assert row["world_size"] == 2 and row["model"] == "mlp"
+        assert row["steps"] == 2 * 2  # steps x ranks
+        assert row["step_ratio_to_ddp"] == pytest.approx(row["mean_step_s"] / ddp_step)
         # means add up, and communication busy time never exceeds the step
-        assert row["mean_data_s"] + row["mean_compute_s"] + row["mean_comm_exposed_s"] == pytest.approx(row["mean_step_s"])
+        parts = row["mean_data_s"] + row["mean_compute_s"] + row["mean_comm_exposed_s"]
+        assert parts == pytest.approx(row["mean_step_s"])
         assert 0 <= row["mean_comm_hidden_s"] <= row["mean_comm_busy_s"] <= row["mean_step_s"]
         if row["overlap"] is not None:
-            assert row["overlap"] == pytest.approx(row["mean_comm_hidden_s"] / row["mean_comm_busy_s"])
-    assert rows["ddp-no-sync"]["mean_comm_busy_s"] == 0 and rows["ddp-no-sync"]["overlap"] is None
-    assert rows["flat"]["mean_comm_hidden_s"] == 0  # launched after backward: nothing to hide behind
+            hidden_share = row["mean_comm_hidden_s"] / row["mean_comm_busy_s"]
+            assert row["overlap"] == pytest.approx(hidden_share)
+    no_sync = rows["ddp-no-sync"]
+    assert no_sync["mean_comm_busy_s"] == 0 and no_sync["overlap"] is None
+    # launched after backward: nothing to hide behind
+    assert rows["flat"]["mean_comm_hidden_s"] == 0
     verdict, = document["target"]["per_world_size_and_model"]
     assert verdict["best_strategy"] in ("per-param", "flat", "bucketed", "ring")

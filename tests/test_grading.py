@@ -36,13 +36,19 @@ TESTS = [("test_graded.py::test_model_", "core.model"),
 
 @pytest.fixture(autouse=True)
 def no_installed_plugins(monkeypatch):
-    """The generated suites need none; re-importing hypothesis' alone cost a second per run (pytester
-    forgets the modules a run imported)."""
+    """The generated suites need none; re-importing hypothesis' alone cost a second per run
+    (pytester forgets the modules a run imported)."""
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
 
 
+def totals(report):
+    """(earned, assessed, available) marks of a grade report."""
+    return report["total_earned"], report["total_assessed"], report["total_available"]
+
+
 def grade(pytester, source, *args, broken=None):
-    """Run `source` as test_graded.py under the plugin and RUBRIC; the run's result, and the report's items by id."""
+    """Run `source` as test_graded.py under the plugin and RUBRIC; the run's result, the report,
+    and the report's items by id."""
     pytester.makeconftest('pytest_plugins = ["tests.grading.plugin"]')
     rubric = pytester.makepyfile(rubric_for_grading=RUBRIC)
     pytester.makepyfile(test_graded=source)
@@ -61,21 +67,24 @@ def test_a_failing_test_loses_exactly_its_items_marks_and_the_other_items_are_ea
         def test_sync_sums_by_mistake(): assert 1 == 2
         def test_timing_counts(): pass
     """)
-    assert result.ret == pytest.ExitCode.TESTS_FAILED  # the plugin grades; it does not change the verdict
+    # the plugin grades; it does not change the verdict
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert (items["core.model"]["status"], items["core.model"]["earned"]) == ("earned", 2)
     assert (items["core.sync"]["status"], items["core.sync"]["earned"]) == ("lost", 0)
     assert items["core.sync"]["tests"]["failed"] == ["test_graded.py::test_sync_sums_by_mistake"]
     assert items["core.sync"]["tests"]["passed"] == ["test_graded.py::test_sync_averages"]
     assert (items["doc.timing"]["status"], items["doc.timing"]["earned"]) == ("earned", 5)
-    assert (report["total_earned"], report["total_assessed"], report["total_available"]) == (7, 10, 10)
+    assert totals(report) == (7, 10, 10)
     result.stdout.fnmatch_lines(["*= rubric =*",
                                  "core.model * 2/2 * earned: 1 passed",
-                                 "core.sync * 0/3 * lost: 1 failed: test_graded.py::test_sync_sums_by_mistake",
+                                 "core.sync * 0/3 * lost: 1 failed: "
+                                 "test_graded.py::test_sync_sums_by_mistake",
                                  "doc.timing * 5/5 * earned: 1 passed",
                                  "total: 7 of 10 assessed marks (10 available)"])
 
 
-def test_an_item_whose_tests_were_all_skipped_is_not_assessed_and_a_partial_skip_still_earns(pytester):
+def test_an_item_whose_tests_were_all_skipped_is_not_assessed_and_a_partial_skip_still_earns(
+        pytester):
     result, report, items = grade(pytester, """
         import pytest
 
@@ -94,7 +103,7 @@ def test_an_item_whose_tests_were_all_skipped_is_not_assessed_and_a_partial_skip
     assert (items["core.sync"]["status"], items["core.sync"]["earned"]) == ("not assessed", None)
     assert len(items["core.sync"]["tests"]["skipped"]) == 2
     assert (items["doc.timing"]["status"], items["doc.timing"]["earned"]) == ("earned", 5)
-    assert (report["total_earned"], report["total_assessed"], report["total_available"]) == (7, 7, 10)
+    assert totals(report) == (7, 7, 10)
     result.stdout.fnmatch_lines(["core.sync * -/3 * not assessed: 2 skipped",
                                  "doc.timing * 5/5 * earned: 1 passed, 1 skipped",
                                  "total: 7 of 7 assessed marks (10 available)"])
@@ -107,16 +116,19 @@ def test_the_json_report_has_the_documented_fields_and_is_written_whole(pytester
         def test_extra_bad_option_is_refused(): pass
     """)
     assert {"total_earned", "total_assessed", "total_available", "items"} <= report.keys()
-    assert (report["total_earned"], report["total_assessed"], report["total_available"]) == (2, 5, 10)
+    assert totals(report) == (2, 5, 10)
     assert [item["id"] for item in report["items"]] == ["core.model", "core.sync", "doc.timing"]
     for item in report["items"]:
         assert {"id", "title", "marks", "earned", "status", "tests", "needs_human"} <= item.keys()
         assert {"passed", "failed", "skipped"} <= item["tests"].keys()
-    assert items["core.model"]["title"] == "The model" and items["core.model"]["needs_human"] == "read models.py"
+    assert items["core.model"]["title"] == "The model"
+    assert items["core.model"]["needs_human"] == "read models.py"
     assert items["doc.timing"] == {**items["doc.timing"], "status": "not assessed", "earned": None}
-    assert report["tests_outside_the_rubric"] == ["test_graded.py::test_extra_bad_option_is_refused"]
+    outside = ["test_graded.py::test_extra_bad_option_is_refused"]
+    assert report["tests_outside_the_rubric"] == outside
     assert report["complete"] is True
-    assert [p.name for p in (pytester.path / "out").iterdir()] == ["grade.json"]  # no temporary file left
+    # no temporary file left
+    assert [path.name for path in (pytester.path / "out").iterdir()] == ["grade.json"]
 
 
 def test_an_error_in_a_fixture_set_up_or_teardown_loses_the_item(pytester):
@@ -139,7 +151,8 @@ def test_an_error_in_a_fixture_set_up_or_teardown_loses_the_item(pytester):
     assert items["core.model"]["status"] == "lost"
     assert items["core.model"]["tests"]["failed"] == ["test_graded.py::test_model_learns"]
     assert items["core.sync"]["status"] == "lost"  # its body passed; its teardown did not
-    assert items["core.sync"]["tests"] == {"passed": [], "failed": ["test_graded.py::test_sync_averages"],
+    assert items["core.sync"]["tests"] == {"passed": [],
+                                           "failed": ["test_graded.py::test_sync_averages"],
                                            "skipped": [], "not_run": []}
     assert report["total_earned"] == 5
 
@@ -162,18 +175,25 @@ def test_a_strict_xfail_counts_as_passed_and_a_non_strict_one_as_skipped(pyteste
     """)
     assert items["core.model"]["status"] == "earned"
     assert items["core.sync"]["status"] == "not assessed"
-    assert items["doc.timing"]["tests"]["failed"] == ["test_graded.py::test_timing_passes_unexpectedly"]
+    unexpected = ["test_graded.py::test_timing_passes_unexpectedly"]
+    assert items["doc.timing"]["tests"]["failed"] == unexpected
 
 
-def test_a_module_that_cannot_be_collected_loses_its_items_and_the_report_says_it_is_incomplete(pytester):
+def test_a_module_that_cannot_be_collected_loses_its_items_and_the_report_says_it_is_incomplete(
+        pytester):
     result, report, items = grade(pytester, "def test_model_learns(): pass\n",
-                                  broken="import a_module_the_student_forgot\n\ndef test_anything(): pass\n")
+                                  broken="import a_module_the_student_forgot\n\n"
+                                         "def test_anything(): pass\n")
     assert result.ret == pytest.ExitCode.INTERRUPTED
-    assert (items["core.sync"]["status"], items["core.sync"]["tests"]["failed"]) == ("lost", ["test_broken.py"])
-    assert items["core.model"]["status"] == "not assessed"  # collected, never run: pytest stops after the error
+    assert items["core.sync"]["status"] == "lost"
+    assert items["core.sync"]["tests"]["failed"] == ["test_broken.py"]
+    # collected, never run: pytest stops after the error
+    assert items["core.model"]["status"] == "not assessed"
     assert items["core.model"]["tests"]["not_run"] == ["test_graded.py::test_model_learns"]
-    assert report["complete"] is False and any("test_broken.py" in r for r in report["incomplete_because"])
-    result.stdout.fnmatch_lines(["core.sync * 0/3 * lost: 1 failed: test_broken.py (not collected)"])
+    assert report["complete"] is False
+    assert any("test_broken.py" in reason for reason in report["incomplete_because"])
+    result.stdout.fnmatch_lines(
+        ["core.sync * 0/3 * lost: 1 failed: test_broken.py (not collected)"])
 
 
 def test_a_test_marked_directly_counts_for_its_item_and_the_marker_wins_over_the_rules(pytester):
@@ -191,7 +211,8 @@ def test_a_test_marked_directly_counts_for_its_item_and_the_marker_wins_over_the
     marked = "test_graded.py::test_model_named_like_the_model_but_marked_for_timing"
     assert items["doc.timing"]["tests"]["failed"] == [marked]
     assert items["core.model"]["status"] == "earned"
-    assert items["core.sync"]["tests"]["passed"] == ["test_graded.py::test_with_a_name_no_rule_matches"]
+    unmatched = ["test_graded.py::test_with_a_name_no_rule_matches"]
+    assert items["core.sync"]["tests"]["passed"] == unmatched
 
 
 def test_a_marker_naming_an_unknown_item_is_a_usage_error(pytester):
@@ -203,7 +224,8 @@ def test_a_marker_naming_an_unknown_item_is_a_usage_error(pytester):
         @pytest.mark.rubric("core.typo")
         def test_model_learns(): pass
     """)
-    result = pytester.runpytest("-p", "no:cacheprovider", "--rubric", str(rubric), "--grade-report", "grade.json")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--rubric", str(rubric),
+                                "--grade-report", "grade.json")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*rubric item 'core.typo' is not in*"])
     assert not (pytester.path / "grade.json").exists()
@@ -225,9 +247,11 @@ def test_the_marker_is_registered_and_selects_by_item_with_k_and_every_graded_te
 
 
 def test_a_test_in_no_rubric_item_is_named_in_the_summary_and_the_report(pytester):
-    result, report, _ = grade(pytester, "def test_model_learns(): pass\ndef test_forgotten(): pass\n")
+    source = "def test_model_learns(): pass\ndef test_forgotten(): pass\n"
+    result, report, _ = grade(pytester, source)
     assert report["tests_in_no_rubric_item"] == ["test_graded.py::test_forgotten"]
-    result.stdout.fnmatch_lines(["1 test in no rubric item (map them in *): test_graded.py::test_forgotten"])
+    result.stdout.fnmatch_lines(
+        ["1 test in no rubric item (map them in *): test_graded.py::test_forgotten"])
 
 
 def test_the_rubric_gives_10_marks_to_four_core_items_and_3_to_each_of_five_design_sections():
@@ -240,27 +264,34 @@ def test_the_rubric_gives_10_marks_to_four_core_items_and_3_to_each_of_five_desi
 
 
 def test_every_test_in_the_suite_has_a_place_in_the_rubric_and_every_item_has_tests():
-    """By name, without importing the suite. test_design_doc.py's parametrized tests may name their section
-    only in their parameters: those are checked at run time (the summary names a test in no item)."""
+    """By name, without importing the suite. The design-document modules' parametrized tests may
+    name their section only in their parameters: those are checked at run time (the summary
+    names a test in no item)."""
     rubric = plugin.load_rubric(plugin.DEFAULT_RUBRIC)
     assessed = set()
     for module in sorted(TESTS.glob("test_*.py")):
         for node in ast.walk(ast.parse(module.read_text())):
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
                 ids = rubric.items_for(f"tests/{module.name}::{node.name}")
-                if ids is None and module.name == "test_design_doc.py" and is_parametrized(node):
+                design_doc = module.name.startswith("test_design_doc")
+                if ids is None and design_doc and is_parametrized(node):
                     continue
-                assert ids is not None, f"tests/{module.name}::{node.name} is in no rubric item: map it in rubric.py"
+                assert ids is not None, (f"tests/{module.name}::{node.name} is in no rubric "
+                                         "item: map it in rubric.py")
                 assessed.update(ids)
-    expected = {i for i in rubric.items if i.startswith("core.") or (TESTS / "test_design_doc.py").exists()}
+    has_design_doc = (TESTS / "test_design_doc.py").exists()
+    expected = {item_id for item_id in rubric.items
+                if item_id.startswith("core.") or has_design_doc}
     assert expected <= assessed
 
 
 def is_parametrized(function):
+    """Whether a test function carries @pytest.mark.parametrize."""
     return any("parametrize" in ast.unparse(decorator) for decorator in function.decorator_list)
 
 
 def test_grading_md_lists_every_rubric_item_with_its_marks_in_the_rubrics_order():
     rubric = plugin.load_rubric(plugin.DEFAULT_RUBRIC)
-    rows = re.findall(r"^\| `([\w.]+)`[^|]*\| ([\d.]+) \|", (TESTS.parent / "GRADING.md").read_text(), re.M)
+    grading = (TESTS.parent / "GRADING.md").read_text()
+    rows = re.findall(r"^\| `([\w.]+)`[^|]*\| ([\d.]+) \|", grading, re.M)
     assert rows == [(item.id, f"{item.marks:g}") for item in rubric.items.values()]

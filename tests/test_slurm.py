@@ -26,10 +26,13 @@ from tests.harness import write_dataset
 REPO = Path(__file__).resolve().parent.parent
 NODES = ["127.0.0.1", "127.0.0.2"]
 STYLES = ["srun", "torchrun"]
-SMALL_RUN = ["--mode", "manual", "--sync", "flat", "--train-samples", "2048", "--val-samples", "256",
-             "--test-samples", "512", "--epochs", "1", "--batch-size", "32", "--dropout", "0", "--seed", "0"]
-FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
-            "DEADLINE", "PREEMPTED"}
+FLAT = ["--mode", "manual", "--sync", "flat"]
+SMALL = ["--train-samples", "2048", "--val-samples", "256", "--test-samples", "512",
+         "--epochs", "1", "--batch-size", "32", "--dropout", "0", "--seed", "0"]
+SMALL_RUN = FLAT + SMALL
+FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+            "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+DAEMONS = ("munged", "slurmctld", "slurmd")
 JOB_LIMIT_S = 180
 FAILURE_LIMIT_S = 90
 
@@ -54,72 +57,99 @@ def free_port_triple():
     raise RuntimeError("no three consecutive free ports in 17817-18816")
 
 
+def process_state(proc):
+    """The state letter in /proc/<pid>/stat, after the command name (which may hold spaces)."""
+    _, after_name = (proc / "stat").read_text().rsplit(")", 1)
+    state, *_ = after_name.split()
+    return state
+
+
 def daemons_of(cluster_dir):
-    """Live (not zombie) munged/slurmctld/slurmd processes whose command line names cluster_dir."""
+    """Live (not zombie) munged/slurmctld/slurmd processes whose command line names
+    cluster_dir."""
     found = []
     for proc in Path("/proc").iterdir():
         try:
-            if not proc.name.isdigit() or (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            if not proc.name.isdigit() or process_state(proc) == "Z":
                 continue
             command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            daemon = (proc / "comm").read_text().strip() in DAEMONS
         except OSError:
             continue
-        if str(cluster_dir) in command and (proc / "comm").read_text().strip() in ("munged", "slurmctld", "slurmd"):
+        if str(cluster_dir) in command and daemon:
             found.append(command.strip())
     return found
 
 
 class Cluster:
+    """The local cluster of slurm/start_local_cluster.sh, in its own folder and ports."""
+
     def __init__(self, directory, port):
         self.dir = Path(directory)
         self.env = dict(os.environ, SLURM_LOCAL_DIR=str(directory), SLURM_LOCAL_PORT=str(port),
                         SLURM_LOCAL_CPUS="8", SLURM_CONF=str(Path(directory) / "slurm.conf"))
 
     def script(self, name, timeout=300):
-        return subprocess.run(["bash", str(REPO / "slurm" / name)], env=self.env, capture_output=True,
-                              text=True, timeout=timeout)
+        """Run one of slurm/*.sh for this cluster."""
+        return subprocess.run(["bash", str(REPO / "slurm" / name)], env=self.env,
+                              capture_output=True, text=True, timeout=timeout)
 
     def slurm(self, *command):
+        """Run a Slurm command (sinfo, scontrol, ...) against this cluster."""
         return subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=30)
 
     def submit(self, style, trainer_args, log_dir):
+        """sbatch run_slurm.sh with `trainer_args` in a launch style (srun or torchrun)."""
         env = dict(self.env, LAUNCH=style, PYTHON=sys.executable)
         submitted = subprocess.run(
-            ["sbatch", "--parsable", "--time=5", f"--output={log_dir}/%x-%j.out", f"--job-name=test-{style}",
-             "run_slurm.sh", *trainer_args], cwd=REPO, env=env, capture_output=True, text=True, timeout=30)
+            ["sbatch", "--parsable", "--time=5", f"--output={log_dir}/%x-%j.out",
+             f"--job-name=test-{style}", "run_slurm.sh", *trainer_args],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=30)
         assert submitted.returncode == 0, f"sbatch failed: {submitted.stderr}"
-        job_id = submitted.stdout.strip().split(";")[0]
+        job_id, _, _ = submitted.stdout.strip().partition(";")
         return Job(self, job_id, Path(log_dir) / f"test-{style}-{job_id}.out")
 
 
 class Job:
+    """A submitted job: its id and log, and once waited for, its state, exit code and run time."""
+
     def __init__(self, cluster, job_id, log):
-        self.cluster, self.id, self.log, self.submitted = cluster, job_id, log, time.monotonic()
-        self.state = self.exit_code = self.seconds = None
+        self.cluster = cluster
+        self.id = job_id
+        self.log = log
+        self.submitted = time.monotonic()
+        self.state = None
+        self.exit_code = None
+        self.seconds = None
 
     def wait(self, limit_s=JOB_LIMIT_S):
         """Poll the job's state (no accounting database here, so scontrol, not sacct) until it ends;
         `seconds` is then its run time, from start to end, as Slurm counts it."""
         while self.state is None:
-            fields = dict(re.findall(r"(\w+)=(\S+)", self.cluster.slurm("scontrol", "show", "job", "-o", self.id).stdout))
+            shown = self.cluster.slurm("scontrol", "show", "job", "-o", self.id).stdout
+            fields = dict(re.findall(r"(\w+)=(\S+)", shown))
             if fields.get("JobState") in FINISHED:
-                self.state, self.exit_code = fields["JobState"], fields["ExitCode"]
+                self.state = fields["JobState"]
+                self.exit_code = fields["ExitCode"]
                 days, _, clock = fields["RunTime"].rpartition("-")
                 hours, minutes, seconds = map(int, clock.split(":"))
                 self.seconds = ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
             elif time.monotonic() - self.submitted > limit_s:
                 self.cluster.slurm("scancel", self.id)
-                pytest.fail(f"job {self.id} still {fields.get('JobState')} after {limit_s} s; log:\n{self.text()}")
+                pytest.fail(f"job {self.id} still {fields.get('JobState')} after {limit_s} s; "
+                            f"log:\n{self.text()}")
             else:
                 time.sleep(0.5)
         return self
 
     def text(self):
+        """The job's log, as far as written."""
         return self.log.read_text() if self.log.exists() else "(no log)"
 
 
 @pytest.fixture(scope="module")
 def cluster():
+    """A local two-node cluster for this module's tests, stopped and checked gone after them."""
     if os.geteuid() != 0:
         cannot_set_up("starting a Slurm cluster needs root (apt-get, slurmctld, slurmd, munged)")
     if not shutil.which("slurmctld") and not shutil.which("apt-get"):
@@ -145,20 +175,23 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def runs(cluster, tmp_path_factory):
-    """Four jobs at once (each launch style, succeeding and failing) and, meanwhile, the local 4-process run."""
+    """Four jobs at once (each launch style, succeeding and failing) and, meanwhile, the local
+    4-process run."""
     work = tmp_path_factory.mktemp("slurm-runs")
-    # Small IDX files written here, ready before any rank starts (no network, no ../shared).
+    # Small IDX files written here, ready before any rank starts (no network, no data from
+    # outside the repository).
     write_dataset(str(work / "data"), train=2048 + 256, test=512)
     common = SMALL_RUN + ["--data-dir", str(work / "data"), "--results-dir", str(work / "results")]
     jobs = {}
     for style in STYLES:
-        jobs[style] = cluster.submit(style, common + ["--run-name", style, "--save-model", str(work / f"{style}.pt")], work)
+        saved = ["--save-model", str(work / f"{style}.pt")]
+        jobs[style] = cluster.submit(style, common + ["--run-name", style] + saved, work)
+        dies = ["--debug-exit-rank", "1", "--debug-exit-step", "2"]
         jobs[style, "failing"] = cluster.submit(
-            style, common + ["--run-name", f"{style}-failing", "--debug-exit-rank", "1", "--debug-exit-step", "2"],
-            work)
-    local = subprocess.run([sys.executable, "mlp_ddp.py", *common, "--world-size", "4", "--run-name", "local",
-                            "--save-model", str(work / "local.pt")], cwd=REPO, capture_output=True, text=True,
-                           timeout=JOB_LIMIT_S)
+            style, common + ["--run-name", f"{style}-failing"] + dies, work)
+    local = subprocess.run([sys.executable, "mlp_ddp.py", *common, "--world-size", "4",
+                            "--run-name", "local", "--save-model", str(work / "local.pt")],
+                           cwd=REPO, capture_output=True, text=True, timeout=JOB_LIMIT_S)
     for job in jobs.values():
         job.wait()
     assert local.returncode == 0, f"the local reference run failed:\n{local.stderr}"
@@ -166,6 +199,7 @@ def runs(cluster, tmp_path_factory):
 
 
 def read_results(path):
+    """A results file."""
     return json.loads(Path(path).read_text())
 
 
@@ -218,16 +252,21 @@ def test_job_whose_rank_dies_early_fails_quickly_and_says_so(runs, style):
 def test_the_sweep_submitter_runs_every_shape_then_gathers_results_and_plots(cluster, tmp_path):
     write_dataset(str(tmp_path / "data"), train=2048 + 256, test=512)
     results = tmp_path / "results"
-    trainer_args = SMALL_RUN[4:] + ["--data-dir", str(tmp_path / "data")]  # the submitter sets --mode and --sync
-    done = subprocess.run([sys.executable, "-m", "slurm.submit_sweep", "--nodes", "1,2", "--tasks-per-node", "1",
-                           "--strategies", "flat", "--results-dir", str(results), "--limit", str(JOB_LIMIT_S), "--",
+    # the submitter sets --mode and --sync
+    trainer_args = SMALL + ["--data-dir", str(tmp_path / "data")]
+    done = subprocess.run([sys.executable, "-m", "slurm.submit_sweep", "--nodes", "1,2",
+                           "--tasks-per-node", "1", "--strategies", "flat",
+                           "--results-dir", str(results), "--limit", str(JOB_LIMIT_S), "--",
                            *trainer_args], cwd=REPO, env=dict(cluster.env, PYTHON=sys.executable),
                           capture_output=True, text=True, timeout=JOB_LIMIT_S + 60)
     assert done.returncode == 0, done.stdout + done.stderr
     names = sorted(path.stem for path in results.glob("*.json"))
-    assert names == ["slurm-mlp-ddp-n1x1", "slurm-mlp-ddp-n2x1", "slurm-mlp-manual-flat-n1x1", "slurm-mlp-manual-flat-n2x1"]
-    assert read_results(results / "slurm-mlp-manual-flat-n2x1.json")["environment"]["hosts"] == NODES
-    assert (results / "plots" / "scaling-mlp.png").exists() or (results / "plots" / "curves-mlp.png").exists()
+    assert names == ["slurm-mlp-ddp-n1x1", "slurm-mlp-ddp-n2x1", "slurm-mlp-manual-flat-n1x1",
+                     "slurm-mlp-manual-flat-n2x1"]
+    two_nodes = read_results(results / "slurm-mlp-manual-flat-n2x1.json")
+    assert two_nodes["environment"]["hosts"] == NODES
+    plots = results / "plots"
+    assert (plots / "scaling-mlp.png").exists() or (plots / "curves-mlp.png").exists()
 
 
 def test_stopping_the_cluster_leaves_no_daemon_behind(cluster):

@@ -1,39 +1,44 @@
-"""A pytest plugin that grades a run against the rubric in tests/rubric.py.
+"""A pytest plugin that grades a run against the rubric in tests/grading/rubric.py.
 
-    python -m pytest --grade-report grade.json          # run everything; print the rubric; write the JSON
-    python -m pytest --collect-only -q --rubric-tests   # which rubric item each test counts for
-    python -m pytest -k core.distributed                # only one item's tests (-m rubric: every graded test)
+    python -m pytest --grade-report grade.json         # run all, print the rubric, write the JSON
+    python -m pytest --collect-only -q --rubric-tests  # which rubric item each test counts for
+    python -m pytest -k core.distributed               # one item's tests (-m rubric: all graded)
 
-Registered by tests/conftest.py (`pytest_plugins = ["grading"]`); `-p no:grading` turns it off.
-Each collected test gets the marker `rubric(item, ...)` from rubric.py's rules, unless it carries one.
+Registered by tests/conftest.py (`pytest_plugins = ["tests.grading.plugin"]`);
+`-p no:tests.grading.plugin` turns it off. Each collected test gets the marker `rubric(item, ...)`
+from rubric.py's rules, unless it carries one.
 An item earns its marks when every one of its tests that ran passed. It earns 0 when any failed:
 in the test, in a fixture's set-up or teardown, or because its module could not be collected.
 An item none of whose tests ran (all skipped, deselected or not collected) is "not assessed".
 xfail: a strict xfail that failed as expected counts as passed (the failure is what it specifies);
 a non-strict xfail counts as skipped, whatever happened (a test allowed to fail proves nothing);
-a strict XPASS is a failure, as pytest reports it.
+a strict XPASS is a failure, as pytest reports it. The table and the JSON are written by report.py.
 """
 import fnmatch
 import importlib.util
-import json
 import os
-import tempfile
 
 import pytest
 
+from tests.grading.report import OUTCOMES, tests_count, write_atomically, write_table
+
 DEFAULT_RUBRIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rubric.py")
-OUTCOMES = ("passed", "failed", "skipped", "not_run")
 
 
 def pytest_addoption(parser):
-    group = parser.getgroup("grading", "grading against the rubric (tests/grading.py)")
+    """--grade-report, --rubric and --rubric-tests."""
+    group = parser.getgroup("grading", "grading against the rubric (tests/grading/rubric.py)")
     group.addoption("--grade-report", metavar="PATH", help="write the grades as JSON to PATH")
-    group.addoption("--rubric", metavar="PATH", default=DEFAULT_RUBRIC, help="the rubric (default: tests/rubric.py)")
-    group.addoption("--rubric-tests", action="store_true", help="list the tests of every rubric item")
+    group.addoption("--rubric", metavar="PATH", default=DEFAULT_RUBRIC,
+                    help="the rubric (default: tests/grading/rubric.py)")
+    group.addoption("--rubric-tests", action="store_true",
+                    help="list the tests of every rubric item")
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "rubric(item, ...): the rubric item(s) this test assesses (tests/rubric.py)")
+    """Register the marker, and this run's grading with the rubric."""
+    config.addinivalue_line("markers", "rubric(item, ...): the rubric item(s) this test assesses "
+                                       "(tests/grading/rubric.py)")
     report = config.getoption("grade_report")
     config.pluginmanager.register(Grading(load_rubric(config.getoption("rubric")),
                                           report and os.path.abspath(report)), "grading-run")
@@ -46,25 +51,29 @@ class Rubric:
         self.path = path
         self.items = {item.id: item for item in items}
         ids = [item.id for item in items]
-        problems = [f"item {i!r} is listed twice" for i in dict.fromkeys(ids) if ids.count(i) > 1]
+        problems = [f"item {item_id!r} is listed twice" for item_id in dict.fromkeys(ids)
+                    if ids.count(item_id) > 1]
         problems += [f"item {item.id!r} has no marks" for item in items if not item.marks > 0]
         self.rules = []
         for pattern, targets in rules:
-            targets = () if targets is None else (targets,) if isinstance(targets, str) else tuple(targets)
-            problems += [f"rule {pattern!r} names unknown item {i!r}" for i in targets if i not in self.items]
+            targets = as_ids(targets)
+            problems += [f"rule {pattern!r} names unknown item {item_id!r}"
+                         for item_id in targets if item_id not in self.items]
             self.rules.append((pattern.lower(), targets))
         if problems:
             raise pytest.UsageError(f"{path}: " + "; ".join(dict.fromkeys(problems)))
 
     def items_for(self, nodeid):
-        """The items of the first rule that matches: () when it says "outside the rubric", None when none matches."""
+        """The items of the first rule that matches: () when it says "outside the rubric", None
+        when none matches."""
         for pattern, ids in self.rules:
             if fnmatch.fnmatchcase(nodeid.lower(), pattern + "*"):
                 return ids
         return None
 
     def items_of_module(self, nodeid):
-        """Every item with a rule in the module `nodeid`: what a module that cannot be collected may hide."""
+        """Every item with a rule in the module `nodeid`: what a module that cannot be collected
+        may hide."""
         found = {}
         for pattern, ids in self.rules:
             if fnmatch.fnmatchcase(nodeid.lower(), pattern.split("::")[0] + "*"):
@@ -72,7 +81,17 @@ class Rubric:
         return list(found)
 
 
+def as_ids(targets):
+    """A rule's item ids as a tuple: None (outside the rubric) is (), one id is (id,)."""
+    if targets is None:
+        return ()
+    if isinstance(targets, str):
+        return (targets,)
+    return tuple(targets)
+
+
 def load_rubric(path):
+    """The Rubric of the rubric file at `path`; a usage error if it cannot be read."""
     spec = importlib.util.spec_from_file_location("rubric_under_grading", path)
     module = importlib.util.module_from_spec(spec)
     try:
@@ -86,22 +105,31 @@ class Grading:
     """The hooks of one run: classify the tests, record their outcomes, grade, report."""
 
     def __init__(self, rubric, report_path):
-        self.rubric, self.report_path = rubric, report_path
-        self.members = {}        # node id -> item ids, every graded test (collected here, or seen in a report)
-        self.outside, self.unclassified, self.broken_modules, self.deselected = [], [], [], set()
-        self.outcomes = {}       # node id -> passed, failed or skipped
-        self.report = self.write_error = None
+        self.rubric = rubric
+        self.report_path = report_path
+        # node id -> item ids, every graded test (collected here, or seen in a report)
+        self.members = {}
+        self.outside = []  # node ids outside the rubric
+        self.unclassified = []  # node ids no rule matches
+        self.broken_modules = []  # node ids of modules that could not be collected
+        self.deselected = set()  # node ids deselected by -k or -m
+        self.outcomes = {}  # node id -> passed, failed or skipped
+        self.report = None
+        self.write_error = None
 
     @pytest.hookimpl(tryfirst=True)  # before -k and -m deselect by the marker and the item ids
     def pytest_collection_modifyitems(self, items):
+        """Classify every collected test by the rubric."""
         for test in items:
             self.classify(test)
 
     def classify(self, test):
+        """Give a test its rubric items (its own marker, or the first matching rule)."""
         own = [item_id for mark in test.iter_markers("rubric") for item_id in mark.args]
         for item_id in own:
             if item_id not in self.rubric.items:
-                raise pytest.UsageError(f"{test.nodeid}: rubric item {item_id!r} is not in {self.rubric.path}")
+                raise pytest.UsageError(f"{test.nodeid}: rubric item {item_id!r} "
+                                        f"is not in {self.rubric.path}")
         ids = tuple(dict.fromkeys(own)) or self.rubric.items_for(test.nodeid)
         if ids is None:
             self.unclassified.append(test.nodeid)
@@ -118,13 +146,16 @@ class Grading:
             self.members[test.nodeid] = ids
 
     def pytest_deselected(self, items):
+        """Remember the tests -k and -m left out."""
         self.deselected.update(test.nodeid for test in items)
 
     def pytest_collectreport(self, report):
+        """Remember the modules that could not be collected."""
         if report.failed:
             self.broken_modules.append(report.nodeid)
 
     def pytest_runtest_logreport(self, report):
+        """Record a test's outcome; a failure in any phase wins."""
         ids = tuple(value for key, value in report.user_properties if key == "rubric_item")
         if ids:
             self.members.setdefault(report.nodeid, ids)
@@ -133,8 +164,10 @@ class Grading:
             self.outcomes[report.nodeid] = outcome
 
     def pytest_sessionfinish(self, session, exitstatus):
+        """Grade the run and write the report (not on xdist workers or --collect-only)."""
         config = session.config
-        if hasattr(config, "workerinput") or config.option.collectonly or exitstatus == pytest.ExitCode.USAGE_ERROR:
+        worker = hasattr(config, "workerinput")  # xdist: the controller grades
+        if worker or config.option.collectonly or exitstatus == pytest.ExitCode.USAGE_ERROR:
             return
         self.report = self.grade(incomplete_because(session, exitstatus))
         if self.report_path:
@@ -145,6 +178,7 @@ class Grading:
                 session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
     def grade(self, reasons):
+        """The grade report: every item graded, the totals, and why it may be incomplete."""
         items = [self.grade_item(item) for item in self.rubric.items.values()]
         not_run = [nodeid for nodeid in self.members if nodeid not in self.outcomes]
         deselected = sum(nodeid in self.deselected for nodeid in not_run)
@@ -156,7 +190,8 @@ class Grading:
             reasons.append(f"could not collect {', '.join(self.broken_modules)}")
         return {
             "total_earned": sum(item["earned"] or 0 for item in items),
-            "total_assessed": sum(item["marks"] for item in items if item["status"] != "not assessed"),
+            "total_assessed": sum(item["marks"] for item in items
+                                  if item["status"] != "not assessed"),
             "total_available": sum(item["marks"] for item in items),
             "complete": not reasons, "incomplete_because": reasons,
             "items": items,
@@ -165,41 +200,49 @@ class Grading:
         }
 
     def grade_item(self, item):
+        """One item's entry: its tests by outcome, its status and the marks it earned."""
         tests = {outcome: [] for outcome in OUTCOMES}
         for nodeid, ids in self.members.items():
             if item.id in ids:
                 tests[self.outcomes.get(nodeid, "not_run")].append(nodeid)
-        tests["failed"] += [m for m in self.broken_modules if item.id in self.rubric.items_of_module(m)]
+        tests["failed"] += [module for module in self.broken_modules
+                            if item.id in self.rubric.items_of_module(module)]
         status = "lost" if tests["failed"] else "earned" if tests["passed"] else "not assessed"
         return {"id": item.id, "title": item.title, "marks": item.marks,
-                "earned": {"earned": item.marks, "lost": 0}.get(status), "status": status, "tests": tests,
+                "earned": {"earned": item.marks, "lost": 0}.get(status), "status": status,
+                "tests": tests,
                 "checks": item.checks, "needs_human": item.needs_human}
 
     def pytest_terminal_summary(self, terminalreporter, config):
+        """Print the rubric tests (--rubric-tests) and the grades."""
         if config.getoption("rubric_tests"):
             self.list_tests(terminalreporter)
         if self.report is not None:
             write_table(terminalreporter, self.report, self.report_path, self.write_error)
 
     def list_tests(self, terminal):
+        """Each rubric item with its tests, then the tests outside it or in none."""
         terminal.write_sep("=", "rubric tests")
         for item in self.rubric.items.values():
             tests = [nodeid for nodeid, ids in self.members.items() if item.id in ids]
             terminal.write_line(f"{item.id} ({item.marks:g} marks): {tests_count(len(tests))}")
             for nodeid in tests:
                 terminal.write_line(f"    {nodeid}")
-        for title, nodeids in (("outside the rubric", self.outside), ("in no rubric item", self.unclassified)):
+        for title, nodeids in (("outside the rubric", self.outside),
+                               ("in no rubric item", self.unclassified)):
             terminal.write_line(f"{title}: {tests_count(len(nodeids))}")
             for nodeid in nodeids:
                 terminal.write_line(f"    {nodeid}")
 
 
 def xfail_is_strict(test):
+    """Whether the test's xfail marker (or the ini option) makes it strict."""
     mark = test.get_closest_marker("xfail")
     if mark is None:
         return False
     strict = mark.kwargs.get("strict")
-    for name in ("strict_xfail", "xfail_strict", "strict"):  # pytest 9 names first; 8 knows only xfail_strict
+    # pytest 9's names first; pytest 8 knows only xfail_strict
+    for name in ("strict_xfail", "xfail_strict", "strict"):
         if strict is not None:
             break
         try:
@@ -210,7 +253,8 @@ def xfail_is_strict(test):
 
 
 def outcome_of(report, strict_xfail):
-    """What one phase's report says of its test; None when it says nothing new (a set-up that passed)."""
+    """What one phase's report says of its test; None when it says nothing new (a set-up that
+    passed)."""
     if report.failed:
         return "failed"
     if hasattr(report, "wasxfail"):
@@ -223,62 +267,8 @@ def outcome_of(report, strict_xfail):
 
 
 def incomplete_because(session, exitstatus):
+    """Why the run's grades are incomplete, as far as the session says: stopped early."""
     if exitstatus == pytest.ExitCode.INTERRUPTED or session.shouldfail or session.shouldstop:
-        return [f"the run was stopped early ({session.shouldfail or session.shouldstop or 'interrupted'})"]
+        why = session.shouldfail or session.shouldstop or "interrupted"
+        return [f"the run was stopped early ({why})"]
     return []
-
-
-def write_atomically(path, document):
-    """A reader sees the old report or the whole new one, never half of one."""
-    folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=folder, prefix=".grade-", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w") as file:
-            json.dump(document, file, indent=2)
-            file.write("\n")
-            file.flush()
-            os.fsync(file.fileno())
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
-
-
-def write_table(terminal, report, report_path, write_error):
-    terminal.write_sep("=", "rubric")
-    width = max(len(item["id"]) for item in report["items"])
-    for item in report["items"]:
-        earned = "-" if item["earned"] is None else f"{item['earned']:g}"
-        terminal.write_line(f"{item['id']:<{width}}  {earned:>3}/{item['marks']:<3g} {describe(item)}")
-    terminal.write_line(f"total: {report['total_earned']:g} of {report['total_assessed']:g} assessed marks "
-                        f"({report['total_available']:g} available)")
-    for reason in report["incomplete_because"]:
-        terminal.write_line(f"incomplete: {reason}", yellow=True)
-    if report["tests_in_no_rubric_item"]:
-        names = report["tests_in_no_rubric_item"]
-        terminal.write_line(f"{tests_count(len(names))} in no rubric item (map them in {report['rubric']}): "
-                            + first_few(names), yellow=True)
-    if report_path and not write_error:
-        terminal.write_line(f"grade report: {report_path}")
-    if write_error:
-        terminal.write_line(write_error, red=True)
-
-
-def describe(item):
-    tests = item["tests"]
-    counts = ", ".join(f"{len(tests[o])} {o.replace('_', ' ')}" for o in OUTCOMES if tests[o] and o != "failed")
-    if item["status"] == "lost":
-        failed = [n if "::" in n else f"{n} (not collected)" for n in tests["failed"]]
-        return f"lost: {len(failed)} failed: {first_few(failed)}"
-    return f"{item['status']}: {counts or 'no test collected'}"
-
-
-def tests_count(count):
-    return f"{count} test" if count == 1 else f"{count} tests"
-
-
-def first_few(names, count=3):
-    more = f" and {len(names) - count} more" if len(names) > count else ""
-    return ", ".join(names[:count]) + more

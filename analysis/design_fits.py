@@ -1,0 +1,205 @@
+"""The α-β model fitted to the all-reduce benchmark (§4.4), its residuals at every point (§6.1),
+and its prediction of each strategy's busy communication against the training runs (§4.5, §6.2).
+"""
+import functools
+
+from analysis import cost_model
+from analysis.design_numbers import (
+    BuildError,
+    largest,
+    load,
+    ratio,
+    show_bytes,
+    smallest,
+    table,
+    unchanged,
+)
+from analysis.design_performance import COMMUNICATING, key, slug
+from manual_allreduce import DEFAULT_BUCKET_MB
+
+IMPLEMENTATIONS = ("gloo", "ring")
+# (number's field, Fit attribute, unit) of each fit registered
+FIT_FIELDS = (("alpha_s", "alpha", "us"), ("beta_s_per_byte", "beta", "ns/byte"),
+              ("bandwidth", "bandwidth_gbps", "GB/s"), ("r2", "r2", "number"),
+              ("median_relative_error", "median_relative_error", "percent"),
+              ("max_relative_error", "max_relative_error", "percent"),
+              ("points", "points", "count"))
+FITS_COLUMNS = ["implementation", "ranks", "α", "β", "1/β", "median relative error",
+                "largest relative error", "points"]
+RESIDUAL_COLUMNS = ["size", "gloo median", "model, this n (error)", "model, all n (error)",
+                    "gloo busbw", "ring median", "model, this n (error)", "model, all n (error)"]
+PREDICT_COLUMNS = ["model", "sync", "ranks", "fit", "predicted busy", "measured busy",
+                   "measured / predicted"]
+
+
+class Fits:
+    """The registered fits: 'fit.<implementation>' (all world sizes) and
+    'fit.<implementation>.w<n>'."""
+
+    def __init__(self, worlds):
+        self.worlds = worlds
+
+    def for_world(self, implementation, world):
+        """The name of the fit to predict a run at `world` ranks: its own world's fit if
+        measured."""
+        return f"fit.{implementation}.w{world}" if world in self.worlds else f"fit.{implementation}"
+
+
+def register_fit(numbers, name, fit, bench, implementation, world=None):
+    """Every field of one cost_model.Fit under `name`, with the rows it was fitted to."""
+    if world:
+        where = f"the verified {implementation} rows at {world} ranks"
+    else:
+        where = f"the verified {implementation} rows of every world size"
+    scope = {"world_size": world} if world else {}
+    for field, attribute, unit in FIT_FIELDS:
+        value = getattr(fit, attribute)
+        if field == "bandwidth" and fit.beta <= 0:
+            value = None  # no bandwidth term fitted: 1/β is not a number
+        numbers.add(f"{name}.{field}", value, unit, kind="fit", file=bench,
+                    implementation=implementation, **scope,
+                    formula=f"cost_model.fit_alpha_beta(world_size, bytes, median_s) of {where}")
+
+
+def predicted_time(size, world, alpha, beta):
+    """One all-reduce of `size` bytes at `world` ranks, by the α-β model."""
+    return cost_model.allreduce_time(size, world, alpha, beta)
+
+
+def predicted_busy(messages, world, alpha, beta):
+    """One step's all-reduces issued one after another, by the α-β model."""
+    return cost_model.step_comm_time(messages, world, alpha, beta)
+
+
+def allreduce_section(numbers, bench):
+    """Fits of gloo and of the ring, over all world sizes and per world size; the residuals per
+    point."""
+    rows = [(index, measurement)
+            for index, measurement in enumerate(load(bench).get("measurements", []))
+            if measurement.get("verified", True)]
+    numbers.measured("bench.iterations", bench, "config.iterations", "count")
+    numbers.measured("bench.load_average", bench, "environment.load_average_1min_at_start",
+                     "number")
+    worlds = sorted({measurement["world_size"] for _, measurement in rows})
+    if worlds:
+        for label, world in (("smallest", worlds[0]), ("largest", worlds[-1])):
+            numbers.stated(f"bench.{label}_world", world, "count", "code",
+                           f"the {label} world size of {bench}")
+    fit_rows = []
+    for implementation in IMPLEMENTATIONS:
+        fit_rows += register_fits(numbers, bench, rows, implementation, worlds)
+    fits = Fits([world for world in worlds if f"fit.gloo.w{world}.alpha_s" in numbers.entries])
+    # Projections treat this machine as if every rank had a core: the smallest world size is
+    # closest to that.
+    projection_source = f"fit.gloo.w{fits.worlds[0]}" if fits.worlds else "fit.gloo"
+    for field in ("alpha_s", "beta_s_per_byte"):
+        source = f"{projection_source}.{field}"
+        numbers.derived(f"fit.projection.{field}", unchanged, [source],
+                        numbers.entries[source]["unit"],
+                        "the smallest world size's fit: the fewest ranks per core")
+    if fits.worlds:
+        numbers.derived("fit.gloo.alpha_growth", lambda first, last: last / first,
+                        [f"fit.gloo.w{worlds[0]}.alpha_s", f"fit.gloo.w{worlds[-1]}.alpha_s"],
+                        "ratio", "alpha at the largest world size / at the smallest")
+        for label, world in (("smallest", worlds[0]), ("largest", worlds[-1])):
+            numbers.derived(f"fit.gloo.{label}.alpha_s", unchanged,
+                            [f"fit.gloo.w{world}.alpha_s"], "us", "alias")
+    residuals = [residual_table(numbers, bench, rows, world) for world in worlds]
+    return fits, {"table.fits": table(FITS_COLUMNS, fit_rows),
+                  "table.allreduce": "\n\n".join(residuals)}
+
+
+def register_fits(numbers, bench, rows, implementation, worlds):
+    """One implementation's fit over every world size and one per world size; their table rows."""
+    points = [(measurement["world_size"], measurement["bytes"], measurement["median_s"])
+              for _, measurement in rows if measurement["implementation"] == implementation]
+    if len(points) < 2:
+        raise BuildError(f"{bench} has fewer than two verified {implementation} measurements: "
+                         "no fit possible")
+    world_sizes, sizes, seconds = zip(*points)
+    register_fit(numbers, f"fit.{implementation}",
+                 cost_model.fit_alpha_beta(world_sizes, sizes, seconds), bench, implementation)
+    for world, fit in cost_model.fit_per_world(world_sizes, sizes, seconds).items():
+        register_fit(numbers, f"fit.{implementation}.w{world}", fit, bench, implementation, world)
+    shown_fields = [field for field, _, _ in FIT_FIELDS if field != "r2"]
+    fit_rows = []
+    scopes = [(f"fit.{implementation}.w{world}", world) for world in worlds]
+    for name, ranks in scopes + [(f"fit.{implementation}", "all")]:
+        fit_rows.append([implementation, ranks]
+                        + [numbers.text(f"{name}.{field}") for field in shown_fields])
+    return fit_rows
+
+
+def residual_cells(numbers, bench, rows, world, size, implementation):
+    """One implementation's cells of a residual row: the measured median, then each fit's
+    prediction with its relative error (and gloo's bus bandwidth)."""
+    index = next((index for index, measurement in rows
+                  if (measurement["world_size"], measurement["bytes"],
+                      measurement["implementation"]) == (world, size, implementation)), None)
+    source = bench if index is not None else None
+    name = f"allreduce.w{world}.{implementation}.{size}"
+    numbers.measured(f"{name}.median_s", source, f"measurements[{index}].median_s", "s")
+    cells = [numbers.text(f"{name}.median_s")]
+    for fit, label in ((f"fit.{implementation}.w{world}", "own"), (f"fit.{implementation}", "all")):
+        numbers.derived(f"{name}.{label}_s", functools.partial(predicted_time, size, world),
+                        [f"{fit}.alpha_s", f"{fit}.beta_s_per_byte"], "s",
+                        f"2(n-1)·alpha + 2(n-1)/n·N·beta with {fit}")
+        numbers.derived(f"{name}.{label}_error", cost_model.relative_error,
+                        [f"{name}.{label}_s", f"{name}.median_s"], "percent",
+                        "(model - measured) / measured")
+        cells.append(f"{numbers.text(f'{name}.{label}_s')} "
+                     f"({numbers.text(f'{name}.{label}_error')})")
+    if implementation == "gloo":
+        numbers.measured(f"{name}.busbw_gbps", source, f"measurements[{index}].busbw_gbps",
+                         "GB/s")
+        cells.append(numbers.text(f"{name}.busbw_gbps"))
+    return cells
+
+
+def residual_table(numbers, bench, rows, world):
+    """Measured medians of one world size against the per-world and the all-sizes fit, with
+    relative errors."""
+    lines = []
+    for size in sorted({measurement["bytes"] for _, measurement in rows
+                        if measurement["world_size"] == world}):
+        cells = [show_bytes(size)]
+        for implementation in IMPLEMENTATIONS:
+            cells += residual_cells(numbers, bench, rows, world, size, implementation)
+        lines.append(cells)
+    return f"**{world} ranks**\n\n" + table(RESIDUAL_COLUMNS, lines)
+
+
+def prediction_section(numbers, layouts, worlds, fits, first_bucket_mb):
+    """Per model: the fitted model's busy communication per step against the sweep's measured
+    busy time."""
+    rows = []
+    ratios = []
+    for model, sizes in layouts.items():
+        for world in worlds:
+            for series in COMMUNICATING:
+                strategy = slug(series)
+                name = f"predict.{model}.{strategy}.w{world}"
+                measured = key(model, series, world)
+                messages = cost_model.messages_per_step(strategy, sizes, DEFAULT_BUCKET_MB,
+                                                        first_bucket_mb)
+                fit = fits.for_world("ring" if strategy == "ring" else "gloo", world)
+                busy = functools.partial(predicted_busy, messages, world)
+                coefficients = [f"{fit}.alpha_s", f"{fit}.beta_s_per_byte"]
+                numbers.derived(f"{name}.comm_s", busy, coefficients, "ms",
+                                f"cost_model.step_comm_time of {strategy}'s all-reduces "
+                                f"with the fit {fit}")
+                measured_over_predicted = numbers.derived(
+                    f"{name}.ratio", ratio, [f"{measured}.comm_busy.median", f"{name}.comm_s"],
+                    "ratio", "measured median busy / predicted")
+                if measured_over_predicted is not None:
+                    ratios.append(f"{name}.ratio")
+                _, fit_scope = fit.split(".", 1)
+                rows.append([model.upper(), series, world, fit_scope,
+                             numbers.text(f"{name}.comm_s"),
+                             numbers.spread_text(f"{measured}.comm_busy"),
+                             numbers.text(f"{name}.ratio")])
+    numbers.derived("predict.ratio_low", smallest, ratios, "ratio",
+                    "the smallest measured / predicted")
+    numbers.derived("predict.ratio_high", largest, ratios, "ratio",
+                    "the largest measured / predicted")
+    return {"table.predict": table(PREDICT_COLUMNS, rows)}

@@ -1,0 +1,125 @@
+"""Communication: allreduce.png (latency and bus bandwidth against message size, with the fitted
+α-β model) and bucket-sweep.png (step time against --bucket-mb, with each layout's bucket count)."""
+import functools
+from collections import defaultdict
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from analysis import cost_model
+from analysis.plot_common import MS, colour, errors, medians, plural, processes, uses_buckets
+from manual_allreduce import FIRST_BUCKET_MB
+from runtime.models import build_model
+from runtime.results import across_repeats
+
+MOST_SIZE_TICKS = 8  # message sizes labelled on the all-reduce axes; more would overlap
+
+
+def size_label(nbytes):
+    """'4 KiB', '64 MiB', '12 B': a message size as its axis shows it."""
+    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:g} {unit}"
+    return f"{nbytes:g} B"
+
+
+def draw_fit(latency, bandwidth, measured, implementation, world, style):
+    """The α-β model fitted to one implementation at one world size, as a thin line on both axes
+    (solid gloo, dashed ring); returns the legend's note on the fitted α and 1/β."""
+    sizes = np.array([row["bytes"] for row in measured], dtype=float)
+    seconds = np.array([row["median_s"] for row in measured])
+    fit = cost_model.fit_alpha_beta([world] * len(sizes), sizes, seconds)
+    grid = np.geomspace(sizes[0], sizes[-1], 50)
+    model = np.array([cost_model.allreduce_time(size, world, fit.alpha, fit.beta) for size in grid])
+    line = dict(style, linewidth=0.8, linestyle="-" if implementation == "gloo" else "--")
+    bus_gbps = grid / model * 2 * (world - 1) / world / 1e9  # as the benchmark defines busbw
+    latency.plot(grid, MS * model, gid=f"fit {implementation} {world}", **line)
+    bandwidth.plot(grid, bus_gbps, gid=f"fit {implementation} {world}", **line)
+    return f" (α {fit.alpha * 1e6:.0f} µs, 1/β {fit.bandwidth_gbps:.2g} GB/s)"
+
+
+def plot_allreduce(rows):
+    """Median latency and bus bandwidth against message size (points), and the α-β model fitted to
+    each implementation and world size (thin lines: solid gloo, dashed ring)."""
+    groups = defaultdict(list)
+    for row in rows:
+        groups[(row["implementation"], row["world_size"])].append(row)
+    worlds = sorted({world for _, world in groups})
+    figure, (latency, bandwidth) = plt.subplots(1, 2, figsize=(15, 5.5))
+    palette = plt.get_cmap("tab10").colors
+    for (implementation, world), measured in sorted(groups.items()):
+        measured.sort(key=lambda row: row["bytes"])
+        sizes = np.array([row["bytes"] for row in measured], dtype=float)
+        seconds = np.array([row["median_s"] for row in measured])
+        style = dict(color=palette[worlds.index(world) % len(palette)])
+        label = f"{implementation}, {processes(world)}"
+        if len(measured) >= 2 and world > 1:
+            label += draw_fit(latency, bandwidth, measured, implementation, world, style)
+        marker = "o" if implementation == "gloo" else "s"
+        busbw = [row["busbw_gbps"] for row in measured]
+        latency.plot(sizes, MS * seconds, marker, fillstyle="none", label=label, **style)
+        bandwidth.plot(sizes, busbw, marker, fillstyle="none", **style)
+    latency.set(ylabel="median latency (ms)", title="all-reduce latency")
+    bandwidth.set(ylabel="bus bandwidth (GB/s) = size / time x 2(n-1)/n",
+                  title="all-reduce bus bandwidth")
+    every_size = sorted({row["bytes"] for row in rows})
+    ticks = every_size[::max(1, len(every_size) // MOST_SIZE_TICKS)]
+    for axis in (latency, bandwidth):
+        axis.set(xscale="log", yscale="log", xlabel="message size")
+        axis.set_xticks(ticks, [size_label(tick) for tick in ticks])
+        axis.minorticks_off()
+        axis.grid(alpha=0.3, which="both")
+    latency.legend(fontsize=8)
+    figure.suptitle("All-reduce: gloo's collective (circles, solid fit) vs the hand-written ring "
+                    "(squares, dashed fit); lines: the fitted α-β model")
+    figure.tight_layout()
+    return figure
+
+
+@functools.lru_cache(maxsize=None)
+def parameter_bytes(model):
+    """Bytes of each trainable parameter of the model, in registration order: what gets bucketed."""
+    parameters = build_model(model).parameters()
+    return [parameter.numel() * parameter.element_size() for parameter in parameters
+            if parameter.requires_grad]
+
+
+def bucket_count(model, series, bucket_mb):
+    """How many all-reduces one step issues: cost_model's bucket layout of the model's
+    parameters."""
+    if series == "ddp":
+        return len(cost_model.ddp_bucket_sizes(parameter_bytes(model), bucket_mb))
+    return len(cost_model.bucket_sizes(parameter_bytes(model), bucket_mb, FIRST_BUCKET_MB))
+
+
+def plot_bucket_sweep(groups):
+    """Step time against bucket size, per series that buckets its gradients, where several sizes
+    were run."""
+    lines = defaultdict(dict)  # (model, series, world) -> {bucket MiB: spread of step}
+    for (model, series, world, bucket_mb), runs in groups.items():
+        if uses_buckets(series):
+            lines[(model, series, world)][bucket_mb] = across_repeats(runs)["step"]
+    lines = {key: points for key, points in lines.items() if len(points) > 1}
+    if not lines:
+        return None
+    figure, axis = plt.subplots(figsize=(10, 5.5))
+    for index, ((model, series, world), points) in enumerate(sorted(lines.items())):
+        sizes = sorted(points)
+        steps = [points[size] for size in sizes]
+        axis.errorbar(sizes, medians(steps, MS), yerr=errors(steps, MS), marker="o", capsize=3,
+                      color=colour(series), label=f"{model.upper()}, {series}, {processes(world)}")
+        offset = 6 if index % 2 == 0 else -12  # alternate lines' notes above and below
+        for size, step in zip(sizes, steps):
+            text = plural(bucket_count(model, series, size), "bucket")
+            axis.annotate(text, (size, MS * step["median"]), xytext=(5, offset),
+                          textcoords="offset points", fontsize=7, color=colour(series))
+    ticks = sorted({size for points in lines.values() for size in points})
+    axis.set(xscale="log", xlabel="bucket size (MiB, --bucket-mb)",
+             ylabel="ms per step (median of repeats; bars: min-max)",
+             title="Step time against gradient bucket size, with each layout's bucket count")
+    axis.set_xticks(ticks, [f"{tick:g}" for tick in ticks])
+    axis.minorticks_off()
+    axis.grid(alpha=0.3, which="both")
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    return figure

@@ -1,0 +1,86 @@
+"""Learning and scaling: curves-<model>.png (accuracy and loss per epoch, every repeat drawn) and
+scaling-<model>.png (throughput, speedup and efficiency against world size, median of repeats)."""
+from collections import defaultdict
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from analysis.plot_common import colour, errors, medians, order, processes, series_rank
+from runtime.results import spread
+
+LINE_STYLES = ("-", "--", ":", "-.")  # one per world size in the learning curves
+
+
+def plot_curves(groups, model):
+    """Validation accuracy and training loss against samples seen and against training
+    wall-clock."""
+    figure, axes = plt.subplots(2, 2, figsize=(14, 8), sharex="col")
+    worlds = sorted({world for _, _, world, _ in groups})
+    for (_, series, world, _), runs in sorted(groups.items(), key=order):
+        line_style = LINE_STYLES[worlds.index(world) % len(LINE_STYLES)]
+        style = dict(color=colour(series), linestyle=line_style, linewidth=1, marker=".")
+        for index, run in enumerate(runs):
+            label = f"{series}, {processes(world)}" if index == 0 else "_repeat"
+            epochs = run["epochs"]
+            for column, key in enumerate(("samples_seen", "elapsed_s")):
+                abscissa = [epoch[key] for epoch in epochs]
+                accuracy = [100 * epoch["val_accuracy"] for epoch in epochs]
+                loss = [epoch["train_loss"] for epoch in epochs]
+                axes[0][column].plot(abscissa, accuracy, label=label, **style)
+                axes[1][column].plot(abscissa, loss, label=label, **style)
+    axes[0][0].set(ylabel="validation accuracy (%)", title="against samples seen (the work done)")
+    axes[0][1].set(title="against training wall-clock (time to accuracy)")
+    axes[1][0].set(ylabel="training loss (epoch mean)",
+                   xlabel="samples seen (all processes together)")
+    axes[1][1].set(xlabel="training wall-clock (s, cumulative over epochs)")
+    for axis in axes.flat:
+        axis.grid(alpha=0.3)
+    axes[0][1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    figure.suptitle(f"{model.upper()}: learning curves, one point per epoch, "
+                    "every repeat drawn (thin)")
+    figure.tight_layout()
+    return figure
+
+
+def series_order(item):
+    """Sort key of a (series, points) pair: the series in teaching order."""
+    series, _points = item
+    return series_rank(series)
+
+
+def plot_scaling(groups, model):
+    """Throughput, speedup over the single-process run and efficiency against world size, with the
+    ideal, and ddp-no-sync (no communication) as the ceiling that compute alone reaches on the
+    shared cores."""
+    lines = defaultdict(dict)  # series -> {world size: spread of throughput}
+    for (_, series, world, _), runs in groups.items():
+        lines[series][world] = spread([run["throughput_samples_per_s"] for run in runs])
+    single = lines.pop("single", {}).get(1)
+    if not single or not lines:
+        return None  # a speedup needs a single-process run and at least one other
+    worlds = sorted({1} | {world for points in lines.values() for world in points})
+    figure, axes = plt.subplots(1, 3, figsize=(17, 5))
+    for series, points in sorted(lines.items(), key=series_order):
+        sizes = np.array(sorted({1} | set(points)))
+        # every line starts from the one-process run
+        values = [points.get(world, single) for world in sizes]
+        style = dict(color=colour(series), label=series, marker="o", capsize=3)
+        if series == "ddp-no-sync":
+            style.update(linestyle="--", label="ddp-no-sync: compute ceiling (no communication)")
+        scales = (1.0, 1 / single["median"], 1 / single["median"] / sizes)
+        for axis, scale in zip(axes, scales):
+            axis.errorbar(sizes, medians(values, scale), yerr=errors(values, scale), **style)
+    ideals = (single["median"] * np.array(worlds), worlds, [1] * len(worlds))
+    ylabels = ("samples per second (all processes)", "speedup over 1 process",
+               "efficiency (speedup / processes)")
+    for axis, ideal, ylabel in zip(axes, ideals, ylabels):
+        axis.plot(worlds, ideal, "k:", label="ideal (linear)")
+        axis.set(xlabel="processes (world size)", ylabel=ylabel, xticks=worlds)
+        axis.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    first_runs = next(iter(groups.values()))
+    cores = first_runs[0]["environment"]["cores"]
+    figure.suptitle(f"{model.upper()}: scaling, median of repeats (bars: slowest to fastest), "
+                    f"{cores} cores shared by every process")
+    figure.tight_layout()
+    return figure

@@ -1,0 +1,96 @@
+"""timeline.png: a Gantt chart of a few steps per rank from the --trace files (Chrome traces that
+timing.chrome_trace writes), showing what the communication overlaps."""
+import glob
+import json
+import os
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from analysis.plot_common import MS
+
+TIMELINE_STEPS = 3  # steps of a trace drawn: enough to see the pattern repeat, few enough to read
+PHASE_COLOURS = {"data": "tab:gray", "forward": "tab:blue", "backward": "tab:green",
+                 "sync": "tab:orange", "optimizer": "tab:purple"}
+COMPUTE_TRACK = 0  # the trace's tid of the phases; all-reduces are on tid 1
+COMMUNICATION_TRACK = 1
+
+
+def complete_events(document):
+    """A Chrome trace's complete ("X") events: the spans timing.chrome_trace writes."""
+    return [event for event in document["traceEvents"] if event.get("ph") == "X"]
+
+
+def bucketed_first(path):
+    """Sort key of a trace file: bucketed's first (its all-reduces overlap backward), then by
+    name."""
+    return "bucketed" not in path, path
+
+
+def read_traces(folder):
+    """{file name: complete events} of the folder's trace-*.json, bucketed first; a note for each
+    file skipped."""
+    traces = {}
+    paths = glob.glob(os.path.join(folder, "trace-*.json"))
+    for path in sorted(paths, key=bucketed_first):
+        name = os.path.basename(path)
+        try:
+            with open(path) as file:
+                traces[name] = complete_events(json.load(file))
+        except (OSError, ValueError, LookupError, TypeError, AttributeError) as error:
+            print(f"note: skipped {name}: not a Chrome trace ({error!r})")
+    return {name: events for name, events in traces.items() if events}
+
+
+def lane_colour(lane, lanes):
+    """A shade of red per all-reduce lane, darker for later buckets."""
+    return plt.get_cmap("Reds")(0.35 + 0.6 * lanes.index(lane) / max(1, len(lanes) - 1))
+
+
+def draw_timeline(axis, events, title):
+    """A Gantt chart of a trace's first steps: per rank a compute row and a communication row,
+    where each bucket's all-reduce has its own lane (several can be in flight at once)."""
+    steps = sorted({event["args"]["step"] for event in events})[:TIMELINE_STEPS]
+    drawn = [event for event in events if event["args"]["step"] in steps]
+    origin = min(event["ts"] for event in drawn)
+    ranks = sorted({event["pid"] for event in drawn})
+    lanes = sorted({event["name"] for event in drawn if event["tid"] == COMMUNICATION_TRACK})
+    present = {event["name"] for event in drawn}
+    names = [name for name in PHASE_COLOURS if name in present]
+    compute_names = {event["name"] for event in drawn if event["tid"] == COMPUTE_TRACK}
+    names += sorted(compute_names - set(names)) + lanes
+    for name in names:
+        mine = [event for event in drawn if event["name"] == name]
+        rows = [2 * ranks.index(event["pid"]) + event["tid"] for event in mine]
+        row = np.array(rows, dtype=float)
+        height = 0.8
+        fill = PHASE_COLOURS.get(name, "tab:brown")
+        if name in lanes:
+            height = 0.8 / len(lanes)
+            row += -0.4 + (lanes.index(name) + 0.5) * height
+            fill = lane_colour(name, lanes)
+        starts = [(event["ts"] - origin) / MS for event in mine]  # microseconds to ms
+        durations = [event["dur"] / MS for event in mine]
+        axis.barh(row, durations, left=starts, height=0.9 * height, color=fill, label=name)
+    labels = [f"rank {rank} {track}" for rank in ranks for track in ("compute", "communication")]
+    axis.set_yticks(range(len(labels)), labels, fontsize=8)
+    axis.set_ylim(len(labels) - 0.5, -0.5)
+    axis.set(xlabel=f"ms since the start of step {steps[0]}",
+             title=f"{title}: steps {steps[0]}-{steps[-1]}")
+    axis.grid(axis="x", alpha=0.3)
+    axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+
+
+def plot_timeline(traces):
+    """One panel per trace ({name: complete events})."""
+    if not traces:
+        return None
+    ranks = [len({event["pid"] for event in events}) for events in traces.values()]
+    height = sum(1.2 * count + 1.5 for count in ranks)
+    figure, axes = plt.subplots(len(traces), 1, figsize=(14, height), squeeze=False,
+                                gridspec_kw={"height_ratios": ranks})
+    for axis, (name, events) in zip(axes[:, 0], traces.items()):
+        draw_timeline(axis, events, name)
+    figure.suptitle("Timeline of a few steps per rank: what the communication overlaps")
+    figure.tight_layout()
+    return figure

@@ -1,0 +1,72 @@
+"""How a grade report is shown and written: the rubric table at the end of the run, and the JSON
+file, written whole."""
+import json
+import os
+import tempfile
+
+OUTCOMES = ("passed", "failed", "skipped", "not_run")
+
+
+def write_atomically(path, document):
+    """A reader sees the old report or the whole new one, never half of one."""
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=".grade-", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w") as file:
+            json.dump(document, file, indent=2)
+            file.write("\n")
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def write_table(terminal, report, report_path, write_error):
+    """The rubric table at the end of the run: each item's marks, the totals, what is missing."""
+    terminal.write_sep("=", "rubric")
+    width = max(len(item["id"]) for item in report["items"])
+    for item in report["items"]:
+        earned = "-" if item["earned"] is None else f"{item['earned']:g}"
+        terminal.write_line(f"{item['id']:<{width}}  {earned:>3}/{item['marks']:<3g} "
+                            f"{describe(item)}")
+    terminal.write_line(f"total: {report['total_earned']:g} of {report['total_assessed']:g} "
+                        "assessed marks "
+                        f"({report['total_available']:g} available)")
+    for reason in report["incomplete_because"]:
+        terminal.write_line(f"incomplete: {reason}", yellow=True)
+    if report["tests_in_no_rubric_item"]:
+        names = report["tests_in_no_rubric_item"]
+        terminal.write_line(f"{tests_count(len(names))} in no rubric item "
+                            f"(map them in {report['rubric']}): "
+                            + first_few(names), yellow=True)
+    if report_path and not write_error:
+        terminal.write_line(f"grade report: {report_path}")
+    if write_error:
+        terminal.write_line(write_error, red=True)
+
+
+def describe(item):
+    """An item's status with the count of its tests per outcome (the failed ones named)."""
+    tests = item["tests"]
+    counts = ", ".join(f"{len(tests[outcome])} {outcome.replace('_', ' ')}"
+                       for outcome in OUTCOMES if tests[outcome] and outcome != "failed")
+    if item["status"] == "lost":
+        failed = [nodeid if "::" in nodeid else f"{nodeid} (not collected)"
+                  for nodeid in tests["failed"]]
+        return f"lost: {len(failed)} failed: {first_few(failed)}"
+    return f"{item['status']}: {counts or 'no test collected'}"
+
+
+def tests_count(count):
+    """'1 test', '3 tests'."""
+    return f"{count} test" if count == 1 else f"{count} tests"
+
+
+def first_few(names, count=3):
+    """The first `count` names, and how many more."""
+    more = f" and {len(names) - count} more" if len(names) > count else ""
+    return ", ".join(names[:count]) + more
