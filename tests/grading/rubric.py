@@ -30,8 +30,9 @@ ITEMS = [
          "The MLP trains to at least 96% test accuracy on real MNIST in one epoch on one process; "
          "the training data are normalised float tensors in memory, split into seeded, disjoint "
          "training and validation sets.",
-         "Read models.py: the network is assembled from layers by the student (no torchvision or "
-         "pretrained model) with sensible sizes and initialisation. The accuracy test needs the "
+         "Read runtime/models.py: the network is assembled from layers by the student (no "
+         "torchvision or pretrained model) with sensible sizes and initialisation. The accuracy "
+         "test needs the "
          "real MNIST (OFFLINE_DATA_DIR or ./data) and is skipped without it."),
     Item("core.minibatch", "Mini-batch training", 2,
          "Each rank's shard equals DistributedSampler's; shards are disjoint and cover every full "
@@ -39,8 +40,8 @@ ITEMS = [
          "size; gradient accumulation equals one step on the larger batch; the same seed gives "
          "identical runs; uneven data drop the last partial global batch; evaluation counts each "
          "sample once.",
-         "Read trainer.py: one loop for every mode, batch size meaning the global batch, and the "
-         "optimiser and learning-rate choices explained."),
+         "Read runtime/trainer.py: one loop for every mode, batch size meaning the global batch, "
+         "and the optimiser and learning-rate choices explained."),
     Item("core.distributed", "Distributed training with DDP and with hand-written all-reduce", 4,
          "Every hand-written strategy (per-parameter, flat, bucketed, ring) and DDP equal one "
          "process on the global batch and each other after every step, for 1-4 real gloo "
@@ -48,9 +49,9 @@ ITEMS = [
          "within the wire precision; the ring equals dist.all_reduce; buckets overlap backward in "
          "the same order on every rank; a two-process run completes; a real two-node Slurm job "
          "matches a local run.",
-         "Read manual_allreduce.py: the synchronisation is the student's own and readable, not a "
-         "call into DDP. The Slurm tests need root (skipped without it; failed instead when CI "
-         "is set)."),
+         "Read manual_allreduce.py and runtime/manual_ddp.py: the synchronisation is the "
+         "student's own and readable, not a call into DDP. The Slurm tests need root (skipped "
+         "without it; failed instead when CI is set)."),
     Item("core.timing", "Per-epoch timing and communication-overhead measurement", 2,
          "Results files carry per-epoch compute, exposed and busy communication and data times "
          "and pass the schema; the benchmarks write verified all-reduce and per-step "
