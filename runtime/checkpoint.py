@@ -95,8 +95,8 @@ def training_state(trainer, rng_per_rank, world_size):
 
 
 def restore_training(trainer, state, rank, world_size):
-    """Load `state` (training_state's) into the trainer's parts; the RNG only where the world size
-    is the same, since each rank's state is its own."""
+    """Load `state` (training_state's) into the trainer's model, optimizer, scheduler and scaler,
+    and this rank's RNG where the world size is the same; returns the Progress it had saved."""
     model_state = {key.removeprefix("module."): value for key, value in state["model"].items()}
     trainer.model.module.load_state_dict(model_state)
     trainer.optimizer.load_state_dict(state["optimizer"])
@@ -104,10 +104,9 @@ def restore_training(trainer, state, rank, world_size):
         trainer.scheduler.load_state_dict(state["scheduler"])
     if state.get("scaler"):
         trainer.scaler.load_state_dict(state["scaler"])
-    trainer.progress = Progress(state["epoch"], state["step_in_epoch"], state["global_step"],
-                                state["history"])
-    if state["world_size"] == world_size:
+    if state["world_size"] == world_size:  # each rank's generator state is its own
         set_rng_state(state["rng"][rank])
+    return Progress(state["epoch"], state["step_in_epoch"], state["global_step"], state["history"])
 
 
 def rng_state():

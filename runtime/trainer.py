@@ -84,14 +84,13 @@ class Trainer:
     def run_epoch(self, epoch):
         """One pass over this rank's shard of the training split; returns the epoch's record."""
         args = self.args
-        micro_batch_count = args.accum_steps
-        shard = shard_indices(len(self.train), args.batch_size * micro_batch_count,
+        shard = shard_indices(len(self.train), args.batch_size * args.accum_steps,
                               self.placement.rank, self.placement.world_size, epoch, args.seed)
         if args.max_steps:
             shard = shard[:args.max_steps]
         first_step = self.progress.step_in_epoch  # a run resumed mid-epoch starts where it stopped
         steps = len(shard) - first_step
-        samples_per_step = args.batch_size * micro_batch_count * self.placement.world_size
+        samples_per_step = args.batch_size * args.accum_steps * self.placement.world_size
         progress_line = ProgressLine(self.report, epoch, steps, samples_per_step,
                                      args.progress_every)
         self.model.train()
@@ -99,7 +98,7 @@ class Trainer:
         started = time.perf_counter()
         for step in range(first_step, len(shard)):
             self.faults.exit_if_due(self.progress.global_step)
-            micro_batches = shard[step].view(micro_batch_count, args.batch_size)
+            micro_batches = shard[step].view(args.accum_steps, args.batch_size)
             self.timer.start_step()
             loss = self.train_step(micro_batches, sums)
             self.timer.end_step()
@@ -137,7 +136,7 @@ class Trainer:
             self.guard.check_wire(self.progress.global_step)
             self.scaler.step(self.optimizer)
             self.scaler.update()
-            # As nanoGPT: the gradients are freed as soon as the step no longer needs them.
+            # Last, as nanoGPT does: timing.py counts zeroing the gradients in the optimizer phase.
             self.optimizer.zero_grad(set_to_none=True)
         return loss
 
@@ -225,6 +224,7 @@ class Trainer:
         if state is None:
             self.report.log(f"no checkpoint in {folder}: starting from scratch")
             return
-        checkpoint.restore_training(self, state, self.placement.rank, self.placement.world_size)
+        rank, world_size = self.placement.rank, self.placement.world_size
+        self.progress = checkpoint.restore_training(self, state, rank, world_size)
         self.report.log(f"resumed from {path}: epoch {self.progress.epoch + 1}, "
                         f"step {self.progress.step_in_epoch}")
