@@ -1,8 +1,9 @@
 """MNIST and FashionMNIST held in memory as normalised tensors, and which samples each rank takes.
 
 The whole split is converted once (uint8 -> float, normalised) and batches are taken by
-indexing: a torchvision DataLoader with ToTensor()/Normalize spends longer per epoch
-decoding samples one by one than the MLP spends training on them (../shared/GUIDE.md §3).
+indexing: fed by a torchvision DataLoader with ToTensor()/Normalize instead, one epoch of the
+MLP took about three times as long on 2 cores, most of it spent decoding samples one by one
+(benchmarks/dataloader_bench.py, results/dataloader-bench.json).
 """
 import glob
 import importlib.util
@@ -12,7 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
-DATASETS = {  # --dataset name: (torchvision class and folder name, mean, std of the training pixels)
+from runtime.atomic import write_atomic
+
+# --dataset name: (torchvision class and folder name, mean, std of the training pixels)
+DATASETS = {
     "mnist": ("MNIST", 0.1307, 0.3081),
     "fashion-mnist": ("FashionMNIST", 0.2860, 0.3530),
 }
@@ -36,15 +40,18 @@ def import_torchvision():
     if _torchvision_fix is None and not _extension_loads():
         _torchvision_fix = torch.library.Library("torchvision", "DEF")
         for op in ("nms", "qnms"):
-            _torchvision_fix.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+            schema = "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor"
+            _torchvision_fix.define(op + schema)
     import torchvision
     return torchvision
 
 
 def _extension_loads():
-    """Whether torchvision's compiled ops load against this torch (they do not: CUDA build on CPU torch)."""
+    """Whether torchvision's compiled ops load against this torch (not a CUDA build on CPU)."""
     package = importlib.util.find_spec("torchvision").submodule_search_locations[0]
-    for library in glob.glob(os.path.join(package, "_C*.so")) + glob.glob(os.path.join(package, "_C*.pyd")):
+    libraries = glob.glob(os.path.join(package, "_C*.so"))
+    libraries += glob.glob(os.path.join(package, "_C*.pyd"))
+    for library in libraries:
         try:
             torch.ops.load_library(library)
             return True
@@ -54,6 +61,7 @@ def _extension_loads():
 
 
 def dataset_class(name):
+    """The torchvision dataset class of a --dataset name."""
     folder = DATASETS[name][0]
     return getattr(import_torchvision().datasets, folder)
 
@@ -64,39 +72,48 @@ def fetch(name, data_dir, offline_dir=None):
     With `offline_dir`, the .gz files are copied from `offline_dir/<Folder>/raw` after
     checking their MD5 against torchvision's list, and the network is never touched.
     """
-    cls = dataset_class(name)
+    dataset_type = dataset_class(name)
     from torchvision.datasets.utils import check_integrity
     folder = DATASETS[name][0]
     raw_dir = os.path.join(data_dir, folder, "raw")
-    extracted = [os.path.join(raw_dir, file[:-3]) for file, _ in cls.resources]
+    extracted = [os.path.join(raw_dir, file[:-3]) for file, _ in dataset_type.resources]
     if all(os.path.isfile(path) for path in extracted):
         return
     if offline_dir:
         source_dir = os.path.join(offline_dir, folder, "raw")
-        for file, md5 in cls.resources:
+        for file, md5 in dataset_type.resources:
             source = os.path.join(source_dir, file)
             if not os.path.isfile(source):
-                raise DataError(f"{source} not found: --offline-data-dir must hold {folder}/raw/*.gz")
+                raise DataError(f"{source} not found: "
+                                f"--offline-data-dir must hold {folder}/raw/*.gz")
             if not check_integrity(source, md5):
-                raise DataError(f"{source} is corrupt or truncated (MD5 differs from torchvision's)")
-        os.makedirs(raw_dir, exist_ok=True)
-        for file, _ in cls.resources:
+                raise DataError(f"{source} is corrupt or truncated "
+                                "(MD5 differs from torchvision's)")
+        for file, md5 in dataset_type.resources:
             target = os.path.join(raw_dir, file)
-            if not check_integrity(target, dict(cls.resources)[file]):
-                shutil.copyfile(os.path.join(source_dir, file), target + ".tmp")
-                os.replace(target + ".tmp", target)  # a reader never sees half a file
+            if not check_integrity(target, md5):
+                copy_atomic(os.path.join(source_dir, file), target)
     try:
         for train in (True, False):  # finds the verified .gz files, checks them again and extracts
-            cls(data_dir, train=train, download=True)
+            dataset_type(data_dir, train=train, download=True)
     except Exception as error:
         raise DataError(
             f"{name} is not in {raw_dir} and could not be downloaded ({type(error).__name__}); "
-            f"offline, pass --offline-data-dir DIR (or set OFFLINE_DATA_DIR) naming a folder with {folder}/raw/*.gz"
+            "offline, pass --offline-data-dir DIR (or set OFFLINE_DATA_DIR) naming a folder with "
+            f"{folder}/raw/*.gz"
         ) from None
+
+
+def copy_atomic(source, target):
+    """Copy a file so that a reader never sees half of it."""
+    with open(source, "rb") as original:
+        write_atomic(target, lambda copy: shutil.copyfileobj(original, copy), binary=True)
 
 
 @dataclass
 class Split:
+    """One split's samples, in memory."""
+
     images: torch.Tensor  # float32, N x 1 x 28 x 28, normalised
     labels: torch.Tensor  # int64, N
 
@@ -104,11 +121,14 @@ class Split:
         return len(self.labels)
 
     def to(self, device):
+        """The same split on `device`."""
         return Split(self.images.to(device), self.labels.to(device))
 
 
 @dataclass
 class Data:
+    """The three splits of a dataset."""
+
     train: Split
     val: Split
     test: Split
@@ -119,29 +139,35 @@ def load(name, data_dir, val_samples=5000, train_samples=0, test_samples=0, seed
 
     `train_samples` / `test_samples` > 0 keep only that many (for quick runs and tests).
     """
-    cls = dataset_class(name)
+    dataset_type = dataset_class(name)
     _, mean, std = DATASETS[name]
     try:
-        train_set = cls(data_dir, train=True, download=False)
-        test_set = cls(data_dir, train=False, download=False)
+        train_set = dataset_type(data_dir, train=True, download=False)
+        test_set = dataset_type(data_dir, train=False, download=False)
     except RuntimeError as error:  # torchvision: "Dataset not found", or a truncated file
         raise DataError(f"cannot read {name} in {data_dir}: {error}") from None
 
-    def normalise(dataset):
-        images = dataset.data.to(torch.float32).div_(255).sub_(mean).div_(std).unsqueeze(1)
-        return Split(images, dataset.targets.to(torch.int64))
+    def normalise(split):
+        images = split.data.to(torch.float32).div_(255).sub_(mean).div_(std).unsqueeze(1)
+        return Split(images, split.targets.to(torch.int64))
 
-    full_train, test = normalise(train_set), normalise(test_set)
+    full_train = normalise(train_set)
+    test = normalise(test_set)
     if val_samples >= len(full_train):
-        raise DataError(f"--val-samples {val_samples} leaves no training data ({len(full_train)} samples)")
+        raise DataError(f"--val-samples {val_samples} leaves no training data "
+                        f"({len(full_train)} samples)")
     order = torch.randperm(len(full_train), generator=torch.Generator().manual_seed(seed))
-    val_idx, train_idx = order[:val_samples], order[val_samples:]
+    val_indices = order[:val_samples]
+    train_indices = order[val_samples:]
     if train_samples:
-        train_idx = train_idx[:train_samples]
+        train_indices = train_indices[:train_samples]
     if test_samples:
         test = Split(test.images[:test_samples], test.labels[:test_samples])
-    pick = lambda idx: Split(full_train.images[idx], full_train.labels[idx])
-    return Data(train=pick(train_idx), val=pick(val_idx), test=test)
+
+    def pick(indices):
+        return Split(full_train.images[indices], full_train.labels[indices])
+
+    return Data(train=pick(train_indices), val=pick(val_indices), test=test)
 
 
 def shard_indices(num_samples, batch_size, rank, world_size, epoch, seed):
@@ -154,12 +180,14 @@ def shard_indices(num_samples, batch_size, rank, world_size, epoch, seed):
     set of samples for any world size with the same global batch size. The remainder
     that does not fill a global batch is dropped.
     """
-    permutation = torch.randperm(num_samples, generator=torch.Generator().manual_seed(seed + epoch))
+    generator = torch.Generator().manual_seed(seed + epoch)
+    permutation = torch.randperm(num_samples, generator=generator)
     steps = num_samples // (batch_size * world_size)
     used = permutation[: steps * batch_size * world_size]
     return used[rank::world_size].view(steps, batch_size)
 
 
 def eval_range(num_samples, rank, world_size):
-    """The contiguous slice of an evaluation split this rank scores: disjoint, covering every sample once."""
+    """The contiguous slice of an evaluation split this rank scores: disjoint, covering every
+    sample once."""
     return slice(num_samples * rank // world_size, num_samples * (rank + 1) // world_size)

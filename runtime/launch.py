@@ -19,7 +19,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from torch import multiprocessing
 
 
 class LaunchError(Exception):
@@ -29,6 +29,7 @@ class LaunchError(Exception):
 @dataclass
 class Placement:
     """Who this process is in the job and where the master listens."""
+
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
@@ -43,15 +44,19 @@ SLURM_VARS = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_NODELI
 
 
 def detect_launcher(environ=os.environ):
-    """'torchrun', 'slurm' or None (started by hand). torchrun's workers inside a SLURM job are torchrun's."""
-    if any(name in environ for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):  # MASTER_* alone: any sbatch script may set them
+    """'torchrun', 'slurm' or None (started by hand). torchrun's workers inside a SLURM job are
+    torchrun's."""
+    # MASTER_* alone does not count: any sbatch script may set them.
+    if any(name in environ for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
         return "torchrun"
-    if "SLURM_STEP_ID" in environ and "SLURM_PROCID" in environ:  # a task of `srun`, not the batch script
+    # SLURM_STEP_ID: a task of `srun`, not the batch script
+    if "SLURM_STEP_ID" in environ and "SLURM_PROCID" in environ:
         return "slurm"
     return None
 
 
 def placement_from_environment(launcher, environ=os.environ):
+    """This process's Placement, read from the variables torchrun or srun set."""
     names = TORCHRUN_VARS if launcher == "torchrun" else SLURM_VARS
     missing = [name for name in names if name not in environ]
     if missing:
@@ -62,9 +67,11 @@ def placement_from_environment(launcher, environ=os.environ):
             return Placement(int(environ["RANK"]), world, int(environ["LOCAL_RANK"]),
                              int(environ.get("LOCAL_WORLD_SIZE", world)), environ["MASTER_ADDR"],
                              int(environ["MASTER_PORT"]), launcher)
-        tasks_here = environ.get("SLURM_STEP_TASKS_PER_NODE", environ.get("SLURM_TASKS_PER_NODE", "1"))
-        return Placement(int(environ["SLURM_PROCID"]), int(environ["SLURM_NTASKS"]), int(environ["SLURM_LOCALID"]),
-                         int(re.match(r"\d+", tasks_here).group()), first_host(environ["SLURM_JOB_NODELIST"]),
+        tasks_here = environ.get("SLURM_STEP_TASKS_PER_NODE",
+                                 environ.get("SLURM_TASKS_PER_NODE", "1"))
+        return Placement(int(environ["SLURM_PROCID"]), int(environ["SLURM_NTASKS"]),
+                         int(environ["SLURM_LOCALID"]), int(re.match(r"\d+", tasks_here).group()),
+                         first_host(environ["SLURM_JOB_NODELIST"]),
                          int(environ.get("MASTER_PORT", 29500)), launcher)
     except ValueError as error:
         raise LaunchError(f"malformed {launcher} environment: {error}") from None
@@ -73,13 +80,14 @@ def placement_from_environment(launcher, environ=os.environ):
 def first_host(nodelist):
     """The first host name of a SLURM node list such as 'node[03-05,07],gpu1'."""
     try:
-        hosts = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
-                               check=True, timeout=30).stdout.split()
+        hosts = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
+                               text=True, check=True, timeout=30).stdout.split()
         if hosts:
             return hosts[0]
     except (OSError, subprocess.SubprocessError):
         pass
-    first = re.match(r"([^,\[]+)(?:\[([^,\-\]]+))?", nodelist)  # without scontrol: the prefix and the first range start
+    # without scontrol: the prefix and the start of the first range
+    first = re.match(r"([^,\[]+)(?:\[([^,\-\]]+))?", nodelist)
     return first.group(1) + (first.group(2) or "")
 
 
@@ -89,12 +97,14 @@ def first_line(error):
 
 
 def free_port():
+    """A TCP port no one listens on now, for a local master."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
 
 
 def port_is_free(port):
+    """Whether `port` can be bound on this host."""
     with socket.socket() as probe:
         try:
             probe.bind(("", port))
@@ -104,7 +114,8 @@ def port_is_free(port):
 
 
 def host_name():
-    """The node's name as the job knows it (SLURM's, where several slurmd share one machine), else the host's."""
+    """The node's name as the job knows it (SLURM's, where several slurmd share one machine), else
+    the host's."""
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
@@ -117,6 +128,7 @@ def choose_backend(requested, local_world_size):
 
 
 def device_for(backend, local_rank):
+    """This rank's device: its own GPU under NCCL, else the CPU."""
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
         return torch.device("cuda", local_rank)
@@ -124,7 +136,8 @@ def device_for(backend, local_rank):
 
 
 def threads_per_rank(requested, local_world_size):
-    """Cores available to this process divided among the ranks of this node, so they do not oversubscribe."""
+    """Cores available to this process divided among the ranks of this node, so they do not
+    oversubscribe."""
     if requested:
         return requested
     return max(1, len(os.sched_getaffinity(0)) // local_world_size)
@@ -132,7 +145,7 @@ def threads_per_rank(requested, local_world_size):
 
 @contextmanager
 def process_group(placement, backend, timeout_s):
-    """Join the job's process group for the duration of the block (nothing to join for one process)."""
+    """Join the job's process group for the duration of the block (none for one process)."""
     if placement.launcher == "single":
         yield
         return
@@ -141,16 +154,18 @@ def process_group(placement, backend, timeout_s):
         wait_for_master(placement.master_addr, placement.master_port, timeout_s)
     try:
         if placement.launcher == "torchrun":
-            # torchrun's store outlives a restart, and a restarted worker writes the same keys the dead
-            # attempt did: a key prefix per attempt keeps it from reading a dead peer's address.
+            # torchrun's store outlives a restart, and a restarted worker writes the same keys the
+            # dead attempt did: a key prefix per attempt keeps it from reading a dead peer's
+            # address.
             store, _, _ = next(dist.rendezvous("env://", timeout=timedelta(seconds=timeout_s)))
             attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
             dist.init_process_group(backend, store=dist.PrefixStore(f"attempt-{attempt}", store),
                                     rank=placement.rank, world_size=placement.world_size,
                                     timeout=timedelta(seconds=timeout_s))
         else:
-            dist.init_process_group(backend, init_method=f"tcp://{address}", rank=placement.rank,
-                                    world_size=placement.world_size, timeout=timedelta(seconds=timeout_s))
+            dist.init_process_group(backend, init_method=f"tcp://{address}",
+                                    rank=placement.rank, world_size=placement.world_size,
+                                    timeout=timedelta(seconds=timeout_s))
     except (RuntimeError, ValueError) as error:
         raise LaunchError(f"rank {placement.rank} could not join the process group at {address} "
                           f"within {timeout_s:g} s: {first_line(error)}") from None
@@ -163,7 +178,9 @@ def process_group(placement, backend, timeout_s):
 def wait_for_master(host, port, timeout_s):
     """Knock on the master's port with growing pauses until it answers: a master still starting is
     a passing failure; one that never listens ends with the address that was tried."""
-    deadline, pause, attempts = time.monotonic() + timeout_s, 0.1, 0
+    deadline = time.monotonic() + timeout_s
+    pause = 0.1
+    attempts = 0
     while True:
         attempts += 1
         try:
@@ -171,37 +188,41 @@ def wait_for_master(host, port, timeout_s):
                 return
         except OSError as error:
             if time.monotonic() + pause > deadline:
-                raise LaunchError(f"no master listening at {host}:{port} after {attempts} attempts in "
-                                  f"{timeout_s:g} s ({error.strerror or error}); is rank 0 running, "
-                                  f"and MASTER_ADDR/MASTER_PORT right?") from None
+                raise LaunchError(f"no master listening at {host}:{port} after {attempts} attempts "
+                                  f"in {timeout_s:g} s ({error.strerror or error}); is rank 0 "
+                                  "running, and MASTER_ADDR/MASTER_PORT right?") from None
         time.sleep(pause)
         pause = min(pause * 2, 5.0)
 
 
 def launch_local(worker, world_size, args, port=None):
-    """Run `worker(placement, args)` in `world_size` fresh processes; returns (failed rank, exit code) or None.
+    """Run `worker(placement, args)` in `world_size` fresh processes; returns (failed rank, exit
+    code) or None.
 
     When one rank fails the others are terminated rather than left blocked in a collective.
     """
-    logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)  # we say which rank failed ourselves
+    # We say which rank failed ourselves.
+    logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
     port = port or free_port()
     placements = [Placement(rank, world_size, rank, world_size, "127.0.0.1", port, "local")
                   for rank in range(world_size)]
-    # A signal while the ranks start would leave the started ones without a handle to stop them, and the
-    # interpreter's exit would then wait for them forever: hold SIGINT/SIGTERM until every rank has a handle.
+    # A signal while the ranks start would leave the started ones without a handle to stop them,
+    # and the interpreter's exit would then wait for them forever: hold SIGINT/SIGTERM until every
+    # rank has a handle.
     stops = {signal.SIGINT, signal.SIGTERM}
     signal.pthread_sigmask(signal.SIG_BLOCK, stops)
     try:
-        context = mp.start_processes(_run_placed, args=(worker, placements, args), nprocs=world_size,
-                                     join=False, start_method="spawn")
+        context = multiprocessing.start_processes(_run_placed, args=(worker, placements, args),
+                                                  nprocs=world_size, join=False,
+                                                  start_method="spawn")
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
     try:
         while not context.join():
             pass
-    except mp.ProcessExitedException as failure:
+    except multiprocessing.ProcessExitedException as failure:
         return failure.error_index, failure.exit_code
-    except mp.ProcessRaisedException as failure:
+    except multiprocessing.ProcessRaisedException as failure:
         return failure.error_index, 1
     finally:  # on Ctrl-C or SIGTERM too: no rank outlives the launcher
         stop_all(context.processes)
@@ -209,7 +230,8 @@ def launch_local(worker, world_size, args, port=None):
 
 
 def stop_all(processes, grace_s=5.0):
-    """Terminate every process still running, wait for all of them against one deadline, then kill the rest."""
+    """Terminate every process still running, wait for all of them against one deadline, then
+    kill the rest."""
     for process in processes:
         if process.is_alive():
             process.terminate()
@@ -223,5 +245,6 @@ def stop_all(processes, grace_s=5.0):
 
 
 def _run_placed(index, worker, placements, args):
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # held by the launcher, inherited
+    # the launcher held these signals while starting the ranks, and the ranks inherited that
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     worker(placements[index], args)

@@ -7,7 +7,8 @@ class MLP(nn.Module):
 
     def __init__(self, hidden_sizes=(512, 256, 128), dropout=0.2, in_features=784, classes=10):
         super().__init__()
-        layers, width = [nn.Flatten()], in_features
+        layers = [nn.Flatten()]
+        width = in_features
         for size in hidden_sizes:
             layers += [nn.Linear(width, size), nn.ReLU(), nn.Dropout(dropout)]
             width = size
@@ -15,15 +16,18 @@ class MLP(nn.Module):
         self.layers = nn.Sequential(*layers)
         for layer in self.layers:
             if isinstance(layer, nn.Linear):
-                nn.init.xavier_uniform_(layer.weight)  # keeps activation variance steady through the ReLU stack
+                # keeps the activations' variance steady through the ReLU stack
+                nn.init.xavier_uniform_(layer.weight)
                 nn.init.zeros_(layer.bias)
 
     def forward(self, images):
+        """Logits of a batch of N x 1 x 28 x 28 images."""
         return self.layers(images)
 
 
 class CNN(nn.Module):
-    """conv 32 -> conv 64 -> max-pool -> dropout -> fc 128 -> dropout -> fc 10 (pytorch/examples' MNIST net)."""
+    """conv 32 -> conv 64 -> max-pool -> dropout -> fc 128 -> dropout -> fc 10 (pytorch/examples'
+    MNIST net)."""
 
     def __init__(self, dropout=(0.25, 0.5), classes=10):
         super().__init__()
@@ -38,11 +42,13 @@ class CNN(nn.Module):
         )
 
     def forward(self, images):
+        """Logits of a batch of N x 1 x 28 x 28 images."""
         return self.classifier(self.features(images))
 
 
 def build_model(name, hidden_sizes=(512, 256, 128), dropout=None):
-    """`dropout=None` keeps each model's default; a number sets every dropout layer (0 turns them off)."""
+    """The --model network; `dropout=None` keeps its default rates, a number sets every dropout
+    layer's (0 turns them off)."""
     if name == "mlp":
         return MLP(hidden_sizes, 0.2 if dropout is None else dropout)
     if name == "cnn":
@@ -51,4 +57,5 @@ def build_model(name, hidden_sizes=(512, 256, 128), dropout=None):
 
 
 def count_parameters(model):
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+    """The number of trainable values."""
+    return sum(parameter.numel() for parameter in model.parameters() if parameter.requires_grad)

@@ -1,4 +1,5 @@
-"""Shared fixtures: small IDX datasets written by the tests themselves, and the real MNIST where present."""
+"""Shared fixtures: small IDX datasets written by the tests themselves, and the real MNIST where
+present."""
 import os
 
 import pytest
@@ -16,10 +17,12 @@ def tiny_data(tmp_path):
 
 @pytest.fixture
 def real_data():
-    """The folder with the real MNIST's raw files; under CI a missing one fails the test instead of skipping it."""
+    """The folder with the real MNIST's raw files; under CI a missing one fails the test instead of
+    skipping it."""
     folder = real_mnist()
     if folder is None:
-        reason = "the real MNIST is not here: set OFFLINE_DATA_DIR, or run python mlp_ddp.py once (it downloads ./data)"
+        reason = ("the real MNIST is not here: set OFFLINE_DATA_DIR, or run python mlp_ddp.py "
+                  "once (it downloads ./data)")
         if os.environ.get("CI"):
             pytest.fail(f"CI must run the real-data tests; {reason}")
         pytest.skip(reason)

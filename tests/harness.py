@@ -11,7 +11,7 @@ from datetime import timedelta
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from torch import multiprocessing
 
 from runtime.launch import free_port
 
@@ -21,8 +21,8 @@ MNIST_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
 
 
 def real_mnist():
-    """A folder holding the real MNIST's MNIST/raw/*.gz: $OFFLINE_DATA_DIR, else ./data where the main job
-    downloads it; None when neither has it."""
+    """A folder holding the real MNIST's MNIST/raw/*.gz: $OFFLINE_DATA_DIR, else ./data where the
+    main job downloads it; None when neither has it."""
     for folder in (os.environ.get("OFFLINE_DATA_DIR"), os.path.join(REPO, "data")):
         raw = os.path.join(folder or "", "MNIST", "raw")
         if folder and all(os.path.isfile(os.path.join(raw, name)) for name in MNIST_FILES):
@@ -31,8 +31,8 @@ def real_mnist():
 
 
 def write_idx(path, array):
-    """The IDX format: 0x0000, a type byte (0x08: uint8), the number of dimensions, each as big-endian
-    int32, then the bytes."""
+    """The IDX format: 0x0000, a type byte (0x08: uint8), the number of dimensions, each as
+    big-endian int32, then the bytes."""
     with open(path, "wb") as file:
         file.write(struct.pack(">HBB", 0, 0x08, array.ndim))
         file.write(struct.pack(f">{array.ndim}i", *array.shape))
@@ -55,18 +55,41 @@ def write_dataset(root, folder="MNIST", train=600, test=200, seed=0):
 
 
 def run_cli(*args, timeout=180, env=None):
-    """`python mlp_ddp.py ARGS` from the repository root, without any OFFLINE_DATA_DIR of the caller's."""
-    environment = {k: v for k, v in os.environ.items() if k != "OFFLINE_DATA_DIR"}
+    """`python mlp_ddp.py ARGS` from the repository root, without any OFFLINE_DATA_DIR of the
+    caller's."""
+    environment = without_offline_data()
     environment.update(env or {})
-    return subprocess.run([sys.executable, os.path.join(REPO, "mlp_ddp.py"), *map(str, args)], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout, env=environment)
+    command = [sys.executable, os.path.join(REPO, "mlp_ddp.py"), *map(str, args)]
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          env=environment)
+
+
+def run_ok(*args, **kwargs):
+    """run_cli, which must succeed."""
+    done = run_cli(*args, **kwargs)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def one_line_exit_2(done):
+    """A refused input: exit code 2 and one line on stderr, no traceback."""
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def without_offline_data():
+    """This process's environment without OFFLINE_DATA_DIR: the tests choose their data."""
+    return {name: value for name, value in os.environ.items() if name != "OFFLINE_DATA_DIR"}
 
 
 def run_in_processes(world_size, function, *args, timeout_s=60):
-    """`function(rank, world_size, *args)` on every rank; returns the list of results in rank order."""
+    """`function(rank, world_size, *args)` on every rank; returns the list of results in rank
+    order."""
     with tempfile.TemporaryDirectory() as folder:
-        mp.start_processes(_worker, args=(world_size, free_port(), folder, function, args, timeout_s),
-                           nprocs=world_size, start_method="spawn")
+        worker_args = (world_size, free_port(), folder, function, args, timeout_s)
+        multiprocessing.start_processes(_worker, args=worker_args, nprocs=world_size,
+                                        start_method="spawn")
         results = []
         for rank in range(world_size):
             with open(os.path.join(folder, f"{rank}.pkl"), "rb") as file:
@@ -76,14 +99,14 @@ def run_in_processes(world_size, function, *args, timeout_s=60):
 
 def _worker(rank, world_size, port, folder, function, args, timeout_s):
     torch.set_num_threads(1)  # up to 5 ranks share 2 cores
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=timeout_s))
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world_size, timeout=timedelta(seconds=timeout_s))
     try:
         result = function(rank, world_size, *args)
     finally:
         dist.destroy_process_group()
     with open(os.path.join(folder, f"{rank}.pkl"), "wb") as file:
         pickle.dump(result, file)
-    # Skip interpreter teardown, as mlp_ddp.py does: gloo's threads can abort the process there (SIGABRT,
-    # pytorch/pytorch#179291), which the parent would report as this rank failing.
+    # Skip interpreter teardown, as mlp_ddp.py does: gloo's threads can abort the process there
+    # (SIGABRT, pytorch/pytorch#179291), which the parent would report as this rank failing.
     os._exit(0)

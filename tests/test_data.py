@@ -1,4 +1,5 @@
-"""The data module: in-memory splits, offline copies verified by MD5, and sharding identical to DistributedSampler."""
+"""The data module: in-memory splits, offline copies verified by MD5, and sharding identical to
+DistributedSampler."""
 import gzip
 import os
 import subprocess
@@ -13,15 +14,18 @@ from tests.harness import REPO, write_dataset
 
 
 def test_torchvision_imports_on_this_torch_in_a_fresh_interpreter():
-    code = "from runtime import data; tv = data.import_torchvision(); print(tv.datasets.MNIST.__name__)"
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    code = ("from runtime import data; torchvision = data.import_torchvision(); "
+            "print(torchvision.datasets.MNIST.__name__)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "MNIST"
 
 
 def test_splits_are_normalised_float_tensors_held_in_memory(tiny_data):
     loaded = data.load("mnist", tiny_data, val_samples=100)
-    assert loaded.train.images.shape == (500, 1, 28, 28) and loaded.train.images.dtype == torch.float32
+    assert loaded.train.images.shape == (500, 1, 28, 28)
+    assert loaded.train.images.dtype == torch.float32
     assert len(loaded.val) == 100 and len(loaded.test) == 200
     assert loaded.train.labels.dtype == torch.int64
     pixels = torch.cat([loaded.train.images, loaded.val.images])
@@ -65,7 +69,8 @@ def test_a_corrupt_offline_file_is_refused_by_its_md5_and_nothing_is_copied(tmp_
     assert not (tmp_path / "data").exists()
 
 
-def test_the_offline_copy_is_verified_extracted_and_leaves_the_source_untouched(tmp_path, real_data):
+def test_the_offline_copy_is_verified_extracted_and_leaves_the_source_untouched(
+        tmp_path, real_data):
     before = sorted(os.listdir(os.path.join(real_data, "MNIST", "raw")))
     data.fetch("mnist", str(tmp_path), offline_dir=real_data)
     assert sorted(os.listdir(os.path.join(real_data, "MNIST", "raw"))) == before
@@ -77,7 +82,8 @@ def test_the_offline_copy_is_verified_extracted_and_leaves_the_source_untouched(
 def test_shards_are_exactly_what_distributed_sampler_gives(world_size):
     for epoch in (0, 3):
         for rank in range(world_size):
-            sampler = DistributedSampler(range(1003), world_size, rank, shuffle=True, seed=7, drop_last=True)
+            sampler = DistributedSampler(range(1003), world_size, rank, shuffle=True, seed=7,
+                                         drop_last=True)
             sampler.set_epoch(epoch)
             expected = list(sampler)
             shard = data.shard_indices(1003, 16, rank, world_size, epoch, seed=7)
@@ -86,19 +92,22 @@ def test_shards_are_exactly_what_distributed_sampler_gives(world_size):
 
 def test_shards_are_disjoint_and_cover_every_full_global_batch():
     shards = [data.shard_indices(1000, 10, rank, 4, epoch=0, seed=0) for rank in range(4)]
-    together = torch.cat([s.flatten() for s in shards])
+    together = torch.cat([shard.flatten() for shard in shards])
     assert len(set(together.tolist())) == together.numel() == 1000 // 40 * 40
 
 
 def test_set_epoch_changes_the_order():
-    assert not torch.equal(data.shard_indices(1000, 10, 0, 2, 0, 0), data.shard_indices(1000, 10, 0, 2, 1, 0))
+    first_epoch = data.shard_indices(1000, 10, 0, 2, epoch=0, seed=0)
+    second_epoch = data.shard_indices(1000, 10, 0, 2, epoch=1, seed=0)
+    assert not torch.equal(first_epoch, second_epoch)
 
 
 def test_the_global_batch_of_each_step_is_the_same_set_for_any_world_size():
     global_batch = 24
     reference = data.shard_indices(1000, global_batch, 0, 1, epoch=2, seed=5)
     for world_size in (2, 3, 4):
-        shards = [data.shard_indices(1000, global_batch // world_size, r, world_size, 2, 5) for r in range(world_size)]
+        shards = [data.shard_indices(1000, global_batch // world_size, rank, world_size, 2, 5)
+                  for rank in range(world_size)]
         for step in range(len(reference)):
             together = sorted(torch.cat([shard[step] for shard in shards]).tolist())
             assert together == sorted(reference[step].tolist())
@@ -106,5 +115,6 @@ def test_the_global_batch_of_each_step_is_the_same_set_for_any_world_size():
 
 @pytest.mark.parametrize("world_size", [1, 3, 7])
 def test_evaluation_slices_count_every_sample_exactly_once(world_size):
-    covered = [i for r in range(world_size) for i in range(10)[data.eval_range(10, r, world_size)]]
+    covered = [index for rank in range(world_size)
+               for index in range(10)[data.eval_range(10, rank, world_size)]]
     assert covered == list(range(10))

@@ -1,14 +1,15 @@
 """The two networks: their shapes, sizes and initialisation, and that the MLP learns."""
 import torch
-import torch.nn.functional as F
 from torch import nn
+from torch.nn.functional import cross_entropy
 
 from runtime.models import CNN, MLP, build_model, count_parameters
 
 
 def test_the_mlp_is_784_512_256_128_10_with_relu_and_dropout():
     linears = [layer for layer in MLP().layers if isinstance(layer, nn.Linear)]
-    assert [(l.in_features, l.out_features) for l in linears] == [(784, 512), (512, 256), (256, 128), (128, 10)]
+    shapes = [(linear.in_features, linear.out_features) for linear in linears]
+    assert shapes == [(784, 512), (512, 256), (256, 128), (128, 10)]
     assert sum(isinstance(layer, nn.ReLU) for layer in MLP().layers) == 3
     assert [layer.p for layer in MLP().layers if isinstance(layer, nn.Dropout)] == [0.2, 0.2, 0.2]
     assert count_parameters(MLP()) == 567_434
@@ -46,12 +47,13 @@ def test_dropout_zero_turns_every_dropout_layer_off():
 
 def test_the_mlp_fits_a_small_labelled_set_with_minibatch_adam():
     torch.manual_seed(0)
-    images, labels = torch.randn(256, 1, 28, 28), torch.randint(0, 10, (256,))
+    images = torch.randn(256, 1, 28, 28)
+    labels = torch.randint(0, 10, (256,))
     model = MLP(dropout=0.0)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    for epoch in range(30):
+    for _ in range(30):  # epochs
         for start in range(0, 256, 32):
-            F.cross_entropy(model(images[start:start + 32]), labels[start:start + 32]).backward()
+            cross_entropy(model(images[start:start + 32]), labels[start:start + 32]).backward()
             optimizer.step()
             optimizer.zero_grad()
     assert (model(images).argmax(1) == labels).float().mean() == 1.0

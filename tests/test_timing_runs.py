@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from runtime import results
-from tests.harness import REPO, run_cli
+from tests.harness import REPO, run_cli, run_ok
 
-SMALL = ("--val-samples", 100, "--test-samples", 100, "--epochs", 1, "--warmup-steps", 2, "--batch-size", 16)
+SMALL = ("--val-samples", 100, "--test-samples", 100, "--epochs", 1, "--warmup-steps", 2,
+         "--batch-size", 16)
 MODES = {"ddp": ("--mode", "ddp"), "per-param": ("--mode", "manual", "--sync", "per-param"),
          "flat": ("--mode", "manual", "--sync", "flat"),
          "bucketed": ("--mode", "manual", "--sync", "bucketed", "--bucket-mb", 0.25),
@@ -20,43 +21,51 @@ MODES = {"ddp": ("--mode", "ddp"), "per-param": ("--mode", "manual", "--sync", "
 
 
 def run(tmp_path, tiny_data, name, *args):
-    done = run_cli("--data-dir", tiny_data, *SMALL, "--results-dir", tmp_path, "--run-name", name, *args)
-    assert done.returncode == 0, done.stderr
+    """A small run with `args`; returns its results document."""
+    run_ok("--data-dir", tiny_data, *SMALL, "--results-dir", tmp_path, "--run-name", name, *args)
     return json.loads((tmp_path / f"{name}.json").read_text())
 
 
 def assert_timing_invariants(document, where):
-    """timing.py's invariants on each rank's summary: means add up exactly; busy, hidden and the step are
-    ordered step by step, so their means and medians are ordered too."""
+    """timing.py's invariants on each rank's summary: means add up exactly; busy, hidden and the
+    step are ordered step by step, so their means and medians are ordered too."""
     for rank, stats in enumerate(document["timing"]["per_rank"]):
         for statistic in ("mean", "median"):
             value = {field: stats[field][statistic] for field in stats}
-            assert 0 <= value["comm_hidden"] <= value["comm_busy"] <= value["step"] * (1 + 1e-9), (where, rank, statistic)
-            assert value["comm_exposed"] <= value["step"], (where, rank, statistic)
+            context = (where, rank, statistic)
+            assert 0 <= value["comm_hidden"] <= value["comm_busy"], context
+            assert value["comm_busy"] <= value["step"] * (1 + 1e-9), context
+            assert value["comm_exposed"] <= value["step"], context
         mean = {field: stats[field]["mean"] for field in stats}
-        assert mean["data"] + mean["compute"] + mean["comm_exposed"] == pytest.approx(mean["step"]), (where, rank)
+        parts = mean["data"] + mean["compute"] + mean["comm_exposed"]
+        assert parts == pytest.approx(mean["step"]), (where, rank)
     for epoch in document["epochs"]:
         assert epoch["comm_hidden_s"] <= epoch["comm_busy_s"] * (1 + 1e-9), where
 
 
-def test_busy_hidden_and_exposed_time_keep_their_invariants_for_every_strategy_and_ddp_at_2_and_4_ranks(tmp_path):
-    # One launch per world size: the step benchmark trains DDP and every strategy side by side with the
-    # trainer's timer (real gloo processes, DDP calibrated as in training) and reports each one's means.
+def test_busy_hidden_and_exposed_keep_their_invariants_for_every_strategy_and_ddp_at_2_and_4_ranks(
+        tmp_path):
+    # One launch per world size: the step benchmark trains DDP and every strategy side by side
+    # with the trainer's timer (real gloo processes, DDP calibrated as in training) and reports
+    # each one's means.
     output = tmp_path / "step.json"
-    done = subprocess.run([sys.executable, "-m", "benchmarks.step_bench", "--models", "mlp",
-                           "--world-sizes", "2,4", "--steps", "3", "--warmup", "1", "--batch-size", "16",
-                           "--output", output], cwd=REPO, capture_output=True, text=True, timeout=300)
+    command = [sys.executable, "-m", "benchmarks.step_bench", "--models", "mlp",
+               "--world-sizes", "2,4", "--steps", "3", "--warmup", "1", "--batch-size", "16",
+               "--output", output]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     rows = json.loads(output.read_text())["measurements"]
     assert {(row["world_size"], row["configuration"]) for row in rows} == \
         {(world, name) for world in (2, 4) for name in ("ddp", "ddp-no-sync") + tuple(MODES)[1:]}
     for row in rows:
         where = f"{row['configuration']} at {row['world_size']} ranks"
-        mean = {field: row[f"mean_{field}_s"] for field in ("data", "compute", "comm_busy", "comm_hidden",
-                                                              "comm_exposed", "step")}
+        fields = ("data", "compute", "comm_busy", "comm_hidden", "comm_exposed", "step")
+        mean = {field: row[f"mean_{field}_s"] for field in fields}
         assert 0 <= mean["comm_hidden"] <= mean["comm_busy"] <= mean["step"], where
-        assert mean["data"] + mean["compute"] + mean["comm_exposed"] == pytest.approx(mean["step"]), where
-        if row["configuration"] in ("flat", "per-param", "ring"):  # launched after backward: nothing can hide
+        parts = mean["data"] + mean["compute"] + mean["comm_exposed"]
+        assert parts == pytest.approx(mean["step"]), where
+        # launched after backward: nothing can hide
+        if row["configuration"] in ("flat", "per-param", "ring"):
             assert mean["comm_hidden"] == 0, where
         if row["configuration"] != "ddp-no-sync":
             assert mean["comm_busy"] > 0, where
@@ -65,7 +74,8 @@ def test_busy_hidden_and_exposed_time_keep_their_invariants_for_every_strategy_a
 def test_a_results_file_keeps_the_invariants_per_rank_in_its_means_and_medians(tiny_data, tmp_path):
     document = run(tmp_path, tiny_data, "run", "--world-size", 4, *MODES["bucketed"])
     assert_timing_invariants(document, "bucketed at 4 ranks")
-    assert document["timing"]["across_ranks"]["comm_hidden"]["mean"] > 0  # launched from hooks during backward
+    # launched from hooks during backward
+    assert document["timing"]["across_ranks"]["comm_hidden"]["mean"] > 0
 
 
 def test_a_single_process_reports_no_communication_at_all(tiny_data, tmp_path):
@@ -78,26 +88,29 @@ def test_a_single_process_reports_no_communication_at_all(tiny_data, tmp_path):
 
 
 def test_a_slow_rank_shows_as_a_straggler_although_every_step_lasts_as_long(tiny_data, tmp_path):
-    # Rank 1 sleeps 10 ms per step. Blocking collectives make rank 0 wait for it, so both ranks' steps
-    # are equally long; their own work (step minus waiting) is not.
-    document = run(tmp_path, tiny_data, "slow", "--world-size", 2, *MODES["flat"], "--debug-slow-rank", 1)
+    # Rank 1 sleeps 10 ms per step. Blocking collectives make rank 0 wait for it, so both ranks'
+    # steps are equally long; their own work (step minus waiting) is not.
+    document = run(tmp_path, tiny_data, "slow", "--world-size", 2, *MODES["flat"],
+                   "--debug-slow-rank", 1)
     per_rank = document["timing"]["per_rank"]
     own_work = [rank["own_work"]["mean"] for rank in per_rank]
     assert own_work[1] > own_work[0] + 0.008
     assert document["timing"]["straggler"] == pytest.approx(own_work[1] / own_work[0])
     assert per_rank[0]["step"]["mean"] == pytest.approx(per_rank[1]["step"]["mean"], rel=0.1)
-    assert per_rank[0]["comm_exposed"]["mean"] > per_rank[1]["comm_exposed"]["mean"] + 0.008  # rank 0 waited
+    exposed = [rank["comm_exposed"]["mean"] for rank in per_rank]
+    assert exposed[0] > exposed[1] + 0.008  # rank 0 waited
 
 
 def test_the_slow_rank_option_is_hidden_from_help():
     assert "debug-slow-rank" not in run_cli("--help").stdout
 
 
-def test_ddp_calibration_leaves_training_bit_identical_and_says_what_it_estimated(tiny_data, tmp_path):
+def test_ddp_calibration_leaves_training_bit_identical_and_says_what_it_estimated(
+        tiny_data, tmp_path):
     models = {}
     for every in (1, 0):  # a calibration before every step, or none
-        document = run(tmp_path, tiny_data, f"every{every}", "--world-size", 2, "--mode", "ddp",
-                       "--calibrate-every", every, "--save-model", tmp_path / f"every{every}.pt")
+        run(tmp_path, tiny_data, f"every{every}", "--world-size", 2, "--mode", "ddp",
+            "--calibrate-every", every, "--save-model", tmp_path / f"every{every}.pt")
         models[every] = torch.load(tmp_path / f"every{every}.pt")
     for key in models[0]:
         assert torch.equal(models[0][key], models[1][key]), key
@@ -106,10 +119,13 @@ def test_ddp_calibration_leaves_training_bit_identical_and_says_what_it_estimate
     assert timing["calibration"]["every_steps"] == 1
     steps = json.loads((tmp_path / "every1.json").read_text())["epochs"][0]["steps"]
     # after every step from the last warm-up step on: a baseline before the first measured step
-    assert [len(rank) for rank in timing["calibration"]["backward_without_communication_s"]] == [steps - 1] * 2
-    for rank in timing["ddp_runtime_statistics"]:  # the reducer's own view of the measured steps, beside it
+    calibrations = timing["calibration"]["backward_without_communication_s"]
+    assert [len(rank) for rank in calibrations] == [steps - 1] * 2
+    # the reducer's own view of the measured steps, beside it
+    for rank in timing["ddp_runtime_statistics"]:
         assert rank["steps"] == steps - 2 and rank["backward_comm_s"] > 0
-        assert rank["exposed_s"] == pytest.approx(rank["backward_comm_s"] - rank["backward_overlap_s"])
+        not_overlapped = rank["backward_comm_s"] - rank["backward_overlap_s"]
+        assert rank["exposed_s"] == pytest.approx(not_overlapped)
 
 
 def test_the_compute_baseline_mode_runs_ddp_without_communicating(tiny_data, tmp_path):
@@ -120,10 +136,13 @@ def test_the_compute_baseline_mode_runs_ddp_without_communicating(tiny_data, tmp
 
 def test_every_committed_results_file_satisfies_the_timing_invariants():
     paths = glob.glob(os.path.join(REPO, "results", "**", "*.json"), recursive=True)
-    runs = [path for path in paths if json.load(open(path)).get("schema", "").startswith("ddp-mnist-results")]
+    documents = {path: json.loads(open(path).read()) for path in paths}
+    runs = [path for path, document in documents.items()
+            if document.get("schema", "").startswith("ddp-mnist-results")]
     assert runs, "no training results committed under results/"
     for path in runs:
-        document = json.load(open(path))
-        assert document["schema"] == results.SCHEMA, f"{path} was written before the current timing definitions"
+        document = documents[path]
+        assert document["schema"] == results.SCHEMA, \
+            f"{path} was written before the current timing definitions"
         assert results.validate(document) == [], path
         assert_timing_invariants(document, os.path.relpath(path, REPO))

@@ -1,0 +1,19 @@
+"""What mlp_ddp.py runs on, one job per module, in the order a run uses them.
+
+    options.py      the command line: every option, its range, the checks before training
+    launch.py       where the processes come from (local, torchrun, srun) and the process group
+    data.py         MNIST / FashionMNIST in memory, offline copies, each rank's shard
+    models.py       the MLP and the CNN
+    modes.py        the --mode wrappers: single, ddp, ddp-no-sync, manual (manual_allreduce.py)
+    trainer.py      the one training loop for every mode: Trainer.fit, run_epoch, train_step
+      metrics.py      training loss and accuracy sums, evaluation over a split
+      timing.py       where each step's time went: phases, communication busy/hidden/exposed
+      calibration.py  DDP's backward timed without communication, for its exposed estimate
+      guards.py       a NaN loss or a float16 overflow on the wire stops every rank
+      checkpoint.py   checkpoints and what a resumed run needs
+      reporting.py    rank 0's progress and epoch lines, TensorBoard
+      faults.py       failures injected on purpose by the tests (hidden --debug-* options)
+      collectives.py  sums and gathers of small values over ranks
+    results.py      results/<run>.json: the schema, its check, reading a folder of runs
+    atomic.py       files written whole or not at all (results, checkpoints, data copies)
+"""

@@ -1,0 +1,172 @@
+"""mlp_ddp.py's command line: every option, its range, and the checks made before any training.
+
+A bad option is one line on stderr and exit code 2, never a traceback or a usage block.
+"""
+import argparse
+import os
+import tempfile
+
+from manual_allreduce import DEFAULT_BUCKET_MB, STRATEGIES
+from runtime.data import DATASETS
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad option is one line on stderr (no usage block) and exit code 2."""
+
+    def error(self, message):
+        """Leave with `message` alone."""
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def bounded(kind, low=None, high=None, low_open=False):
+    """An argparse type: `kind` within [low, high] (low excluded when low_open)."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            expected = "an integer" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        too_low = low is not None and (value <= low if low_open else value < low)
+        too_high = high is not None and value > high
+        if value != value or too_low or too_high:  # value != value: NaN
+            bound = f"> {low}" if low_open else f">= {low}"
+            if high is not None:
+                bound += f" and <= {high}"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
+        return value
+    return parse
+
+
+def hidden_sizes(text):
+    """An argparse type: positive layer widths separated by commas, e.g. 512,256,128."""
+    try:
+        sizes = tuple(int(size) for size in text.split(","))
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected positive integers separated by commas, got {text!r}")
+    return sizes
+
+
+def build_parser(description):
+    """Every option of mlp_ddp.py, in the order --help shows them."""
+    parser = OneLineParser(description=description,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    add = parser.add_argument
+    add("--mode", choices=("single", "ddp", "manual", "ddp-no-sync"), default="manual",
+        help="how gradients are synchronised (ddp-no-sync: not at all, the compute baseline "
+             "for benchmarks)")
+    add("--sync", choices=STRATEGIES, default="bucketed",
+        help="hand-written strategy for --mode manual")
+    add("--bucket-mb", type=bounded(float, 0, low_open=True), default=DEFAULT_BUCKET_MB,
+        help="bucket size (bucketed, and DDP's)")
+    add("--compress", choices=("none", "fp16", "bf16"), default="none",
+        help="gradient dtype on the wire")
+    add("--amp", choices=("none", "bf16", "fp16"), default="none",
+        help="mixed precision: autocast (fp16 with loss scaling)")
+    add("--accum-steps", type=bounded(int, 1), default=1,
+        help="micro-batches per optimizer step (no_sync on all but the last)")
+    add("--model", choices=("mlp", "cnn"), default="mlp")
+    add("--hidden-sizes", type=hidden_sizes, default=(512, 256, 128),
+        help="MLP hidden layer widths, e.g. 512,256,128")
+    add("--dropout", type=bounded(float, 0, 0.99), default=None,
+        help="every dropout layer's rate (default: the model's own)")
+    add("--dataset", choices=tuple(DATASETS), default="mnist")
+    add("--data-dir", default="data", help="where the dataset is kept (fetched if missing)")
+    add("--offline-data-dir", default=os.environ.get("OFFLINE_DATA_DIR"),
+        help="read-only folder with <Dataset>/raw/*.gz to copy from instead of downloading "
+             "(env OFFLINE_DATA_DIR)")
+    add("--train-samples", type=bounded(int, 0), default=0,
+        help="use only this many training samples (0: all)")
+    add("--val-samples", type=bounded(int, 0), default=5000,
+        help="held out of the training split for validation")
+    add("--test-samples", type=bounded(int, 0), default=0,
+        help="use only this many test samples (0: all)")
+    add("--epochs", type=bounded(int, 1), default=15,
+        help="15 with the StepLR defaults passes 98%% test accuracy with the MLP")
+    add("--batch-size", type=bounded(int, 1), default=64,
+        help="per process; the global batch is this x world size")
+    add("--max-steps", type=bounded(int, 0), default=0,
+        help="stop each epoch after this many steps (0: whole epoch)")
+    add("--optimizer", choices=("adam", "sgd"), default="adam")
+    add("--lr", type=bounded(float, 0, low_open=True), default=1e-3)
+    add("--momentum", type=bounded(float, 0, 1), default=0.9, help="SGD momentum")
+    add("--lr-step", type=bounded(int, 0), default=5,
+        help="StepLR: decay every this many epochs (0: constant)")
+    add("--lr-gamma", type=bounded(float, 0, 1, low_open=True), default=0.3,
+        help="StepLR decay factor")
+    add("--seed", type=bounded(int, 0), default=0)
+    add("--warmup-steps", type=bounded(int, 0), default=5,
+        help="first steps left out of the timing statistics")
+    add("--calibrate-every", type=bounded(int, 0), default=25,
+        help="ddp: time a backward without communication every this many steps (0: never; "
+             "see timing.py)")
+    add("--world-size", type=bounded(int, 1), default=None,
+        help="start this many local processes (not under torchrun/srun)")
+    add("--backend", choices=("auto", "gloo", "nccl"), default="auto",
+        help="auto: NCCL when each local rank has a GPU")
+    add("--timeout", type=bounded(float, 0, low_open=True), default=120.0,
+        help="seconds a collective may wait for a peer")
+    add("--threads", type=bounded(int, 0), default=0,
+        help="torch threads per rank (0: cores / local ranks)")
+    add("--master-port", type=bounded(int, 1, 65535), default=None,
+        help="port for a local launch (default: a free one)")
+    add("--results-dir", default="results")
+    add("--run-name", default=None,
+        help="results file name (default: model-dataset-mode[-sync]-wN-time)")
+    add("--save-model", default=None, metavar="PATH",
+        help="rank 0 saves the final state_dict here")
+    add("--checkpoint-dir", default=None, help="rank 0 saves a checkpoint here after every epoch")
+    add("--checkpoint-every", type=bounded(int, 0), default=0,
+        help="also every this many steps (0: epochs only)")
+    add("--keep-checkpoints", type=bounded(int, 1), default=3,
+        help="how many of the newest checkpoints to keep")
+    add("--resume", action="store_true",
+        help="continue from the newest valid checkpoint in --checkpoint-dir, if any")
+    add("--progress-every", type=bounded(float, 0, low_open=True), default=10.0,
+        help="seconds between progress lines")
+    add("--trace", default=None, metavar="PATH",
+        help="write a Chrome-trace timeline of --trace-steps steps")
+    add("--trace-steps", type=bounded(int, 1), default=20,
+        help="steps after the warm-up shown in the trace")
+    add("--tensorboard", default=None, metavar="DIR",
+        help="also log scalars for TensorBoard (needs the tensorboard package)")
+    # Fault injection for the tests (runtime/faults.py), hidden from --help.
+    add("--debug-exit-rank", type=bounded(int, 0), default=0, help=argparse.SUPPRESS)
+    add("--debug-exit-step", type=bounded(int, 0), default=None, help=argparse.SUPPRESS)
+    add("--debug-slow-rank", type=bounded(int, 0), default=None, help=argparse.SUPPRESS)
+    return parser
+
+
+def parse_args(argv=None, description=None):
+    """The options, checked together and against the file system before any training."""
+    parser = build_parser(description)
+    args = parser.parse_args(argv)
+    args.compress = None if args.compress == "none" else args.compress
+    args.amp = None if args.amp == "none" else args.amp
+    if args.mode == "single" and (args.world_size or 1) > 1:
+        parser.error("--mode single runs one process; use --mode ddp or manual with "
+                     "--world-size > 1")
+    if args.resume and not args.checkpoint_dir:
+        parser.error("--resume needs --checkpoint-dir")
+    if args.tensorboard:
+        try:
+            import torch.utils.tensorboard  # noqa: F401
+        except ImportError:
+            parser.error("--tensorboard needs the tensorboard package: pip install tensorboard")
+    for option in ("results_dir", "checkpoint_dir"):
+        folder = getattr(args, option)
+        if folder and not writable(folder):
+            parser.error(f"--{option.replace('_', '-')} {folder} is not a writable folder")
+    return args
+
+
+def writable(folder):
+    """Whether files can be created in `folder` (made if missing)."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
