@@ -17,9 +17,10 @@ once per rank. The step's compute does not depend on the pixel values, and this 
 
 Every field is timing.py's: comm busy is the union of the step's collective spans, hidden the part
 before compute ended, exposed the part after; DDP, which waits inside backward, has its exposed
-time estimated as training does, from a backward of the same batch timed without communication
-just before each step (trainer.py). overlap = hidden / busy. Means pool every rank's measured
-steps (means add up: data + compute + exposed = step). Writes results/step-bench.json.
+time estimated as training does, from a backward of the same batch timed without
+communication just before each step (runtime/calibration.py). overlap = hidden / busy. Means
+pool every rank's measured steps (means add up: data + compute + exposed = step). Writes
+results/step-bench.json.
 """
 import argparse
 import os
@@ -35,12 +36,12 @@ import torch.nn.functional as F
 
 from benchmarks.common import int_list, run_world_sizes
 from manual_allreduce import DEFAULT_BUCKET_MB, STRATEGIES
+from runtime.calibration import CALIBRATION_WINDOW
 from runtime.launch import threads_per_rank
 from runtime.models import build_model, count_parameters
 from runtime.modes import wrap_model
 from runtime.results import write_json_atomic
 from runtime.timing import FIELDS, StepTimer, overlap, summarize_ranks
-from runtime.trainer import CALIBRATION_WINDOW
 
 SCHEMA = "step-bench/2"
 TARGET = "the best hand-written strategy's step time is at most 1.0x DDP's"

@@ -16,8 +16,8 @@ collective may do part or all of its work inside it, to its completion):
 So 0 <= comm_hidden <= comm_busy <= step and data + compute + comm_exposed == step, exactly.
 DDP waits for its buckets inside backward, so there compute's end is estimated: the last backward's
 start plus `backward_baseline`, the median of recent backwards timed without communication
-(trainer.py calibrates it through the run). That estimate's comm_exposed is the last backward minus
-the baseline, unclamped: its mean is unbiased, and a single step's may be negative.
+(runtime/calibration.py calibrates it through the run). That estimate's comm_exposed is the last
+backward minus the baseline, unclamped: its mean is unbiased, and a single step's may be negative.
 On CUDA the stamps are CUDA events on the current stream, read after the epoch: no device-wide
 synchronize per mark, which would also wait for the communication streams.
 """

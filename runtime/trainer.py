@@ -14,7 +14,6 @@ import torch.distributed as dist
 from torch.nn.functional import cross_entropy
 
 from runtime import checkpoint
-from runtime.calibration import CALIBRATION_WINDOW as CALIBRATION_WINDOW  # step_bench's import
 from runtime.calibration import BackwardCalibration
 from runtime.collectives import gather, sum_over_ranks
 from runtime.data import shard_indices
