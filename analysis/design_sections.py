@@ -44,7 +44,7 @@ def model_facts(numbers):
     layouts = {}
     for model in ("mlp", "cnn"):
         built = build_model(model)
-        where = f"models.py: build_model('{model}'), the default architecture"
+        where = f"runtime/models.py: build_model('{model}'), the default architecture"
         sizes = [parameter.numel() * parameter.element_size() for parameter in built.parameters()
                  if parameter.requires_grad]
         layouts[model] = sizes
@@ -75,7 +75,7 @@ def bucketed_first_bucket_mb(numbers):
     """BucketedSync's cap on its first bucket in MiB: the layouts and projections here follow the
     code."""
     numbers.stated("code.bucketed_first_bucket_mb", FIRST_BUCKET_MB, "MiB", "code",
-                   "manual_allreduce.BucketedSync(first_bucket_mb=...)")
+                   "manual_allreduce.FIRST_BUCKET_MB")
     numbers.stated("code.ddp_first_bucket_mb", cost_model.DDP_FIRST_BUCKET_MB, "MiB", "code",
                    "cost_model.DDP_FIRST_BUCKET_MB, checked against torch's "
                    "_compute_bucket_assignment_by_size by tests/test_design_doc.py")

@@ -5,6 +5,7 @@
     data.py         MNIST / FashionMNIST in memory, offline copies, each rank's shard
     models.py       the MLP and the CNN
     modes.py        the --mode wrappers: single, ddp, ddp-no-sync, manual (manual_allreduce.py)
+    manual_ddp.py   ManualDDP: manual_allreduce.py's strategies behind DDP's interface
     trainer.py      the one training loop for every mode: Trainer.fit, run_epoch, train_step
       metrics.py      training loss and accuracy sums, evaluation over a split
       timing.py       where each step's time went: phases, communication busy/hidden/exposed
