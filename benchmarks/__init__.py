@@ -1,1 +1,1 @@
-"""Benchmarks, run as `python -m benchmarks.<name>` from the repository root (see README.md here)."""
+"""Benchmarks, run as `python -m benchmarks.<name>` from the repository root (see README.md)."""
