@@ -120,6 +120,7 @@ TESTS = [
     ("tests/test_gradient_sync.py::", "core.distributed"),
     ("tests/test_ring_and_buckets.py::", "core.distributed"),
     ("tests/test_ddp_parity.py::", "core.distributed"),
+    ("tests/test_integrity.py::", "core.distributed"),
     ("tests/test_slurm.py::", "core.distributed"),
     ("tests/test_cli.py::test_manual_mode_on_two_processes", ("core.distributed", "core.timing")),
     # Timing and communication overhead
