@@ -1,0 +1,300 @@
+"""Integrity: each hand-written strategy does what it claims, proved by watching torch.distributed.
+
+In each rank, torch.distributed's communicating functions, wherever a loaded module holds them,
+record every call; a check reads the calls of each step's synchronisation, from the start of
+backward to the end of finish_gradient_synchronization(). Each test also runs deliberately wrong
+strategies, defined here, and asserts that its check rejects them: a check that cannot fail
+proves nothing. Only the autograder has this file.
+"""
+import functools
+import inspect
+import sys
+import types
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from runtime.manual_ddp import ManualDDP
+from tests.harness import run_in_processes
+
+STEPS = 2
+BUCKET_MB = 0.01  # 10 KiB: the small model below then needs five buckets
+PREFIXES = ("all", "reduce", "broadcast", "gather", "scatter", "barrier", "monitored", "send",
+            "recv", "isend", "irecv", "batch_isend")
+WATCHED = [name for name, value in vars(dist).items()
+           if type(value) is types.FunctionType and name.lstrip("_").startswith(PREFIXES)]
+
+
+def small_model():
+    """Four linear layers: eight gradients of 40 to 16,640 bytes."""
+    return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
+                         nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+
+
+NUMELS = [param.numel() for param in small_model().parameters()]
+
+
+class Recorder:
+    """While entered, each outermost call of a watched function appends a dict to `calls`."""
+
+    def __init__(self):
+        self.calls = []
+        self.phase = "start-up"
+        self.grads_ready = 0
+        self.depth = 0  # of calls in progress: a watched function may call another
+        self.restore = []
+
+    def count_gradient(self, param):
+        """A post-accumulate-grad hook: one more gradient of this backward is complete."""
+        self.grads_ready += 1
+
+    def __enter__(self):
+        modules = [vars(module) for module in list(sys.modules.values())
+                   if isinstance(getattr(module, "__dict__", None), dict)]
+        for name in WATCHED:
+            original = getattr(dist, name)
+            wrapper = self.wrap(name, original)
+            for namespace in modules:  # also `from torch.distributed import all_reduce`
+                if namespace.get(name) is original:
+                    self.restore.append((namespace, name, original))
+                    namespace[name] = wrapper
+        return self
+
+    def __exit__(self, *exception):
+        for namespace, name, original in self.restore:
+            namespace[name] = original
+
+    def wrap(self, name, original):
+        """`original`, recording its outermost calls under `name`."""
+        signature = inspect.signature(original)
+
+        @functools.wraps(original)
+        def recorded(*args, **kwargs):
+            if self.depth == 0:
+                self.record(name, signature, args, kwargs)
+            self.depth += 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.depth -= 1
+        return recorded
+
+    def record(self, name, signature, args, kwargs):
+        """Append the call's facts; for batch_isend_irecv, those of each message it holds."""
+        try:
+            arguments = signature.bind(*args, **kwargs).arguments
+        except TypeError:  # a call that does not fit: the function itself will raise
+            arguments = {}
+        messages = [(getattr(op.op, "__name__", "?"), op.tensor, op.peer, True)
+                    for op in arguments.get("p2p_op_list") or []]
+        if name != "batch_isend_irecv":
+            peer = arguments.get("dst", arguments.get("src"))
+            messages.append((name, arguments.get("tensor"), peer, arguments.get("async_op")))
+        for name, tensor, peer, async_op in messages:
+            call = {"name": name, "phase": self.phase, "peer": peer, "async": bool(async_op),
+                    "grads_ready": self.grads_ready}
+            if isinstance(tensor, torch.Tensor):
+                call.update(dtype=str(tensor.dtype).removeprefix("torch."), numel=tensor.numel(),
+                            nbytes=tensor.numel() * tensor.element_size())
+            self.calls.append(call)
+
+
+def record_cases(rank, world_size, cases):
+    """In one rank: {label: calls} of STEPS steps of wrapper(model, *args, **options) per case."""
+    recorded = {}
+    for label, wrapper, args, options in cases:
+        torch.manual_seed(rank)  # different on each rank: start-up must broadcast rank 0's
+        model = small_model()
+        with Recorder() as recorder:
+            for param in model.parameters():  # before the strategy's hooks: they run first
+                param.register_post_accumulate_grad_hook(recorder.count_gradient)
+            wrapped = wrapper(model, *args, **options)
+            for step in range(STEPS):
+                recorder.phase = "forward"
+                inputs = torch.randn(8, 32)  # seeded above: each rank its own
+                loss = F.cross_entropy(wrapped(inputs), torch.randint(0, 10, (8,)))
+                recorder.phase = step
+                recorder.grads_ready = 0
+                loss.backward()
+                wrapped.finish_gradient_synchronization()
+        recorded[label] = recorder.calls
+    return recorded
+
+
+# --- The checks: each yields what contradicts the claim in one step's calls --------------------
+def problems(check, calls, *args):
+    """`check`'s complaints about each step's calls, one a line ("" when none)."""
+    return "\n".join(f"step {step}: {problem}" for step in range(STEPS)
+                     for problem in check([call for call in calls if call["phase"] == step], *args))
+
+
+def only(made, dtype, *names):
+    """Complaints naming what was called besides `names`, and what was sent besides `dtype`."""
+    others = sorted({call["name"] for call in made} - set(names))
+    if others:
+        yield f"{others} called, where only {names} may be"
+    dtypes = sorted({call.get("dtype") for call in made} - {dtype}, key=str)
+    if dtypes:
+        yield f"tensors of {dtypes} sent, not {dtype}"
+
+
+def all_reduced(made, dtype, sizes=None):
+    """Only all_reduces, of `dtype`, sending every gradient element once (in tensors of `sizes`
+    elements, where given): with a 16-bit `dtype`, half the bytes of float32."""
+    yield from only(made, dtype, "all_reduce")
+    numels = sorted(call.get("numel", -1) for call in made)
+    if sum(numels) != sum(NUMELS) or (sizes is not None and sizes != numels):
+        yield f"all_reduce of tensors of {numels} elements, not {sizes or sum(NUMELS)}"
+
+
+def bucketed(made):
+    """Several async all_reduces sending every gradient element once, one started before backward
+    had computed every gradient (a step's calls begin with backward)."""
+    yield from all_reduced(made, "float32")
+    if len(made) < 2:
+        yield f"one all_reduce, where buckets of {BUCKET_MB} MiB need several"
+    if not all(call["async"] for call in made):
+        yield "an all_reduce without async_op=True"
+    if not any(call["grads_ready"] < len(NUMELS) for call in made):
+        yield "no all_reduce started while backward still had gradients to compute"
+
+
+def ring(made, wire, rank, world_size):
+    """Point-to-point messages of `wire`, with the neighbours only, 2(n-1)/n of the flat buffer's
+    bytes sent by each rank (chunks may differ by a few elements)."""
+    size = torch.tensor([], dtype=getattr(torch, wire)).element_size()
+    expected = 2 * (world_size - 1) / world_size * sum(NUMELS) * size
+    messages = [call for call in made if call["name"] in ("send", "recv", "isend", "irecv")]
+    sent = sum(call.get("nbytes", 0) for call in messages if "send" in call["name"])
+    yield from only(made, wire, "send", "recv", "isend", "irecv")
+    peers = {call["peer"] for call in messages} - {(rank + 1) % world_size, (rank - 1) % world_size}
+    if peers:
+        yield f"messages with ranks {sorted(peers, key=str)}, not neighbours"
+    if abs(sent - expected) > 2 * world_size * size:
+        yield f"rank {rank} sent {sent} bytes, not 2(n-1)/n of the buffer: {expected:.0f}"
+
+
+# --- Deliberately wrong strategies, which the checks must reject ------------------------------
+class Wrong:
+    """ManualDDP's interface and start-up around a wrong way to send gradients: the method named
+    `finish` runs after backward, the one named `on_gradient` each time a gradient is ready."""
+
+    def __init__(self, module, finish=None, on_gradient=None):
+        self.module = module
+        self.params = list(module.parameters())
+        self.finish = getattr(self, finish) if finish else lambda: None
+        self.on_gradient = getattr(self, on_gradient) if on_gradient else lambda: None
+        self.works, self.ready = [], []
+        for param in self.params:
+            dist.broadcast(param.detach(), 0)
+            param.register_post_accumulate_grad_hook(self.grad_ready)
+
+    def __call__(self, inputs):
+        """The module's forward."""
+        return self.module(inputs)
+
+    def grad_ready(self, param):
+        """The hook: `param`'s gradient is ready."""
+        self.ready.append(param)
+        self.on_gradient()
+
+    def finish_gradient_synchronization(self):
+        """`finish`, then wait for what was started."""
+        self.finish()
+        for work in self.works:
+            work.wait()
+        self.works, self.ready = [], []
+
+    def flat(self):
+        """A new buffer holding every gradient."""
+        return torch.cat([param.grad.view(-1) for param in self.params])
+
+    def one_all_reduce(self):
+        """A per-param that flattens, a ring that calls all_reduce, float32 despite compression."""
+        dist.all_reduce(self.flat())
+
+    def all_reduce_each(self):
+        """A flat that sends each gradient alone."""
+        for param in self.params:
+            dist.all_reduce(param.grad)
+
+    def start_after_backward(self):
+        """Buckets (of one gradient) started only once backward has returned."""
+        for param in self.params:
+            self.works.append(dist.all_reduce(param.grad, async_op=True))
+
+    def start_at_last_gradient(self):
+        """Buckets started from backward, but only once every gradient is ready."""
+        if len(self.ready) == len(self.params):
+            self.start_after_backward()
+
+    def send_blocking(self):
+        """Buckets sent from backward, blocking it meanwhile."""
+        dist.all_reduce(self.ready[-1].grad)
+
+    def send_whole_buffer(self):
+        """A ring whose rank sends its whole buffer to the right: 1, not 2(n-1)/n, buffers."""
+        world_size, rank = dist.get_world_size(), dist.get_rank()
+        request = dist.isend(self.flat(), (rank + 1) % world_size)
+        dist.recv(self.flat(), (rank - 1) % world_size)
+        request.wait()
+
+
+# --- The tests: the submission's strategy passes each check, the wrong ones fail it -----------
+def record(world_size, solutions, wrong):
+    """Each rank's {label: calls}: first ManualDDP(model, strategy, **options) for each label:
+    (strategy, options) of `solutions` (one that raises stops the test), then each Wrong."""
+    cases = [(label, ManualDDP, (strategy,), options)
+             for label, (strategy, options) in solutions.items()]
+    cases += [(label, Wrong, (), options) for label, options in wrong.items()]
+    return run_in_processes(world_size, record_cases, cases, timeout_s=30)  # a hang: 30 s
+
+
+@pytest.mark.parametrize("strategy, sizes, wrong", [
+    ("per-param", sorted(NUMELS), "one_all_reduce"),  # one per gradient; wrong: flattened
+    ("flat", [sum(NUMELS)], "all_reduce_each"),  # one of every element; wrong: one per gradient
+], ids=["per-param", "flat"])
+def test_per_param_and_flat_send_all_reduces_of_the_claimed_sizes_and_nothing_else(
+        strategy, sizes, wrong):
+    solution = {"solution": (strategy, {})}
+    for rank, calls in enumerate(record(2, solution, {wrong: {"finish": wrong}})):
+        assert problems(all_reduced, calls["solution"], "float32", sizes) == "", f"rank {rank}"
+        assert problems(all_reduced, calls[wrong], "float32", sizes), f"accepts {wrong}"
+
+
+def test_bucketed_starts_async_all_reduces_while_backward_runs():
+    solution = {"solution": ("bucketed", {"bucket_mb": BUCKET_MB})}
+    wrong = {"after backward": {"finish": "start_after_backward"},
+             "at the last gradient": {"on_gradient": "start_at_last_gradient"},
+             "blocking": {"on_gradient": "send_blocking"}}
+    for rank, calls in enumerate(record(2, solution, wrong)):
+        assert problems(bucketed, calls["solution"]) == "", f"rank {rank}"
+        for label in wrong:
+            assert problems(bucketed, calls[label]), f"accepts buckets sent {label}"
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])  # 3: chunks of uneven length
+def test_the_ring_sends_2_n_minus_1_over_n_of_the_buffer_to_its_neighbours_only(world_size):
+    wrong = {"all_reduce": {"finish": "one_all_reduce"}, "whole": {"finish": "send_whole_buffer"}}
+    if world_size == 2:  # sending the whole buffer is what the ring sends there: 2(n-1)/n = 1
+        del wrong["whole"]
+    for rank, calls in enumerate(record(world_size, {"solution": ("ring", {})}, wrong)):
+        assert problems(ring, calls["solution"], "float32", rank, world_size) == "", f"rank {rank}"
+        for label in wrong:
+            assert problems(ring, calls[label], "float32", rank, world_size), f"accepts {label}"
+
+
+def test_compression_sends_half_the_bytes_in_the_wire_dtype():
+    wires = {"fp16": "float16", "bf16": "bfloat16"}
+    solutions = {f"{strategy} {compress}": (strategy, {"compress": compress})
+                 for strategy in ("per-param", "flat", "bucketed", "ring") for compress in wires}
+    wrong = {"float32": {"finish": "one_all_reduce"}}
+    for rank, calls in enumerate(record(2, solutions, wrong)):
+        for label, (strategy, options) in solutions.items():
+            check, where = (ring, (rank, 2)) if strategy == "ring" else (all_reduced, ())
+            found = problems(check, calls[label], wires[options["compress"]], *where)
+            assert found == "", f"rank {rank}: {label}"
+        assert problems(all_reduced, calls["float32"], "float16"), "accepts float32"
