@@ -35,10 +35,12 @@ from typing import NamedTuple
 # The exact markers. Anything else that looks like one is an error: it was meant as a marker.
 PYTHON = {"BEGIN PROMPT": "# BEGIN PROMPT", "END PROMPT": "# END PROMPT",
           "END SOLUTION": "# END SOLUTION"}
-PYTHON_BEGIN = re.compile(r"# BEGIN SOLUTION Task (\d+)(?:: (\S.*))?")
+PYTHON_BEGIN = (re.compile(r"# BEGIN SOLUTION Task (\d+)(?:: (\S.*))?"),
+                "# BEGIN SOLUTION Task N[: label]")
 MARKDOWN = {"BEGIN PROMPT": "<!-- BEGIN PROMPT", "END PROMPT": "END PROMPT -->",
             "END SOLUTION": "<!-- END SOLUTION -->"}
-MARKDOWN_BEGIN = re.compile(r"<!-- BEGIN SOLUTION Task (\d+)(?:: (\S.*?))? -->")
+MARKDOWN_BEGIN = (re.compile(r"<!-- BEGIN SOLUTION Task (\d+)(?:: (\S.*?))? -->"),
+                  "<!-- BEGIN SOLUTION Task N[: label] -->")
 LOOKS_LIKE_A_MARKER = re.compile(r"\b(BEGIN|END)|(?i:\b(begin|end)[\s_]*(solution|prompt))")
 ANYWHERE = re.compile(r"^\s*(#+|<!--)\s*(BEGIN|END) (SOLUTION|PROMPT)")  # in other files
 
@@ -72,17 +74,18 @@ class Region(NamedTuple):
 
 def read_marker(path, number, text, exact, begin):
     """The Marker that `text` (a comment, or a Markdown line, stripped) is; None if it is no
-    marker; a MarkerError if it looks like one but is not exactly one."""
+    marker; a MarkerError if it looks like one but is not exactly one. `begin`: the pattern of
+    BEGIN SOLUTION and its form as the error message shows it."""
     for kind, form in exact.items():
         if text == form:
             return Marker(kind)
-    match = begin.fullmatch(text)
+    pattern, begin_form = begin
+    match = pattern.fullmatch(text)
     if match:
         return Marker("BEGIN SOLUTION", int(match.group(1)), match.group(2) or "")
     if LOOKS_LIKE_A_MARKER.search(text):
-        forms = ", ".join(f"'{form}'" for form in exact.values())
-        raise MarkerError(path, number, f"misspelt marker '{text}': the markers are {forms} and "
-                                        f"'{begin.pattern}'")
+        forms = ", ".join(f"'{form}'" for form in (begin_form, *exact.values()))
+        raise MarkerError(path, number, f"misspelt marker '{text}': the markers are {forms}")
     return None
 
 
