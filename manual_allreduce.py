@@ -28,17 +28,27 @@ WIRE_DTYPES = {None: None, "none": None, "fp16": torch.float16, "bf16": torch.bf
 
 def average_gradients(model):
     """After backward, replace every parameter's gradient (none may be missing) by its mean."""
+    # BEGIN PROMPT
+    # Sum each gradient over the ranks with the library's all-reduce, then divide by their number.
+    # END PROMPT
+    # BEGIN SOLUTION Task 3: average_gradients
     for param in model.parameters():
         dist.all_reduce(param.grad)
         param.grad /= dist.get_world_size()
+    # END SOLUTION
 
 
 # --- 1. Start-up: every rank must begin from rank 0's parameters -------------------------------
 def broadcast_parameters(module, src=0):
     """Copy rank `src`'s parameters and buffers to every rank, so differently seeded ranks agree."""
+    # BEGIN PROMPT
+    # Every parameter and buffer, in the same order on every rank, in place and without autograd.
+    # END PROMPT
+    # BEGIN SOLUTION Task 3: the start-up broadcast
     with torch.no_grad():
         for tensor in list(module.parameters()) + list(module.buffers()):
             dist.broadcast(tensor, src)
+    # END SOLUTION
 
 
 # --- 2. What every strategy shares, and the simplest: one all-reduce per parameter ------------
@@ -90,10 +100,16 @@ class GradientSync:
 
     def average(self, buffer, name):
         """Replace `buffer` by its average over the ranks; blocking."""
+        # BEGIN PROMPT
+        # Divide first (as DDP's hooks), put it on the wire (to_wire), sum it with self.all_reduce,
+        # and bring the sum back into `buffer` (from_wire).
+        # END PROMPT
+        # BEGIN SOLUTION Task 3: averaging one buffer
         buffer.div_(self.world_size)  # before the sum, as DDP's hooks: float16 overflows less
         wire = to_wire(buffer, self.wire_dtype)
         self.all_reduce(wire, name)
         from_wire(wire, buffer, self.overflowed)
+        # END SOLUTION
 
     def all_reduce(self, wire, name):
         """Sum `wire` over the ranks in place; blocking. Section 6 replaces it by the ring."""
@@ -104,8 +120,13 @@ class PerParameterSync(GradientSync):
     """After backward, one blocking all-reduce per gradient: simple, one message per tensor."""
 
     def finish(self):
+        # BEGIN PROMPT
+        # Average every gradient (gradients_or_zeros) on its own, named "param <index>".
+        # END PROMPT
+        # BEGIN SOLUTION Task 3: per-parameter sync
         for index, grad in enumerate(self.gradients_or_zeros(self.params)):
             self.average(grad, f"param {index}")
+        # END SOLUTION
 
 
 # --- 3. Flat: one message for all gradients ---------------------------------------------------
@@ -129,10 +150,15 @@ class FlatSync(GradientSync):
         self.buffer = flat_buffer(params)
 
     def finish(self):
+        # BEGIN PROMPT
+        # Pack every gradient into self.buffer, average it as "flat", and unpack it (copy_into).
+        # END PROMPT
+        # BEGIN SOLUTION Task 3: flat sync
         grads = self.gradients_or_zeros(self.params)
         torch.cat([grad.view(-1) for grad in grads], out=self.buffer)
         self.average(self.buffer, "flat")
         copy_into(grads, self.buffer)
+        # END SOLUTION
 
 
 # --- 4. Bucketed: sending while backward still runs (DDP's design) -----------------------------
@@ -157,6 +183,11 @@ class BucketedSync(GradientSync):
     def __init__(self, params, bucket_mb=DEFAULT_BUCKET_MB, compress=None, recorder=None,
                  first_bucket_mb=FIRST_BUCKET_MB):
         super().__init__(params, compress, recorder)
+        # BEGIN PROMPT
+        # Lay out self.buckets (Bucket objects) as the docstring says, and self.bucket_of: the
+        # bucket of each parameter.
+        # END PROMPT
+        # BEGIN SOLUTION Task 3: the bucket layout
         groups = [[]]
         size = 0
         for param in reversed(params):  # a gradient larger than a bucket gets one of its own
@@ -169,17 +200,28 @@ class BucketedSync(GradientSync):
             size += nbytes
         self.buckets = [Bucket(group) for group in groups]
         self.bucket_of = {param: bucket for bucket in self.buckets for param in bucket.params}
+        # END SOLUTION
         self.next_to_start = 0
         self.grads_ready = 0
         self.launch_log = []  # this step's (bucket, gradients ready at its start): the overlap
+        # BEGIN PROMPT
+        # Have autograd call self.grad_ready(param) as soon as each gradient is final.
+        # END PROMPT
+        # BEGIN SOLUTION Task 3: the bucket hooks
         # Autograd calls a post-accumulate-grad hook once `param.grad` holds this backward's whole
         # gradient (a shared parameter's uses summed): it can be sent while backward goes on.
         for param in params:
             param.register_post_accumulate_grad_hook(self.grad_ready)
+        # END SOLUTION
 
     def grad_ready(self, param):
         """The hook (and ManualDDP's call for a parameter this step leaves unused, which sends
         zeros): count `param`'s gradient in its bucket, and start the buckets now complete."""
+        # BEGIN PROMPT
+        # Nothing inside no_sync(); a step's first gradient empties launch_log; count the gradient
+        # and start what is complete.
+        # END PROMPT
+        # BEGIN SOLUTION Task 3: the bucket hook
         if self.accumulating:
             return
         if self.next_to_start == 0 and self.grads_ready == 0:
@@ -187,10 +229,16 @@ class BucketedSync(GradientSync):
         self.grads_ready += 1
         self.bucket_of[param].ready += 1
         self.start_ready_buckets()
+        # END SOLUTION
 
     def start_ready_buckets(self, force=False):
         """Start the all-reduce of each next bucket whose gradients are all ready, in index
         order; with `force`, of every bucket not yet started."""
+        # BEGIN PROMPT
+        # Pack a bucket's gradients, divide, put them on the wire, start_all_reduce it as
+        # "bucket <index>" without waiting, and log (index, gradients ready) in launch_log.
+        # END PROMPT
+        # BEGIN SOLUTION Task 3: starting the buckets
         while self.next_to_start < len(self.buckets):
             bucket = self.buckets[self.next_to_start]
             if not force and bucket.ready < len(bucket.params):
@@ -203,8 +251,14 @@ class BucketedSync(GradientSync):
             bucket.in_flight = start_all_reduce(bucket.wire, name, self.recorder)
             self.launch_log.append((self.next_to_start, self.grads_ready))
             self.next_to_start += 1
+        # END SOLUTION
 
     def finish(self):
+        # BEGIN PROMPT
+        # Start what is left, wait for every bucket in order, unpack its average into the
+        # gradients, and reset the buckets and counters for the next step.
+        # END PROMPT
+        # BEGIN SOLUTION Task 3: finishing the buckets
         self.start_ready_buckets(force=True)  # buckets holding a gradient no hook reported
         for bucket in self.buckets:
             bucket.in_flight.wait()
@@ -215,6 +269,7 @@ class BucketedSync(GradientSync):
             bucket.in_flight = None
         self.next_to_start = 0
         self.grads_ready = 0
+        # END SOLUTION
 
 
 # --- 5. Compression: half the bytes on the wire ------------------------------------------------
@@ -224,7 +279,12 @@ def to_wire(buffer, wire_dtype):
     11 significant bits but overflows past 65504; bfloat16 keeps 8, with float32's range."""
     if wire_dtype is None:
         return buffer
+    # BEGIN PROMPT
+    # A copy of `buffer` in the 16-bit type.
+    # END PROMPT
+    # BEGIN SOLUTION Task 3: compression
     return buffer.to(wire_dtype)
+    # END SOLUTION
 
 
 def from_wire(wire, buffer, overflowed):
@@ -233,10 +293,15 @@ def from_wire(wire, buffer, overflowed):
     infinite before sending are divergence instead, which the trainer reports."""
     if wire is buffer:
         return
+    # BEGIN PROMPT
+    # Flag float16 overflow in `overflowed` as the docstring says, then copy `wire` into `buffer`.
+    # END PROMPT
+    # BEGIN SOLUTION Task 3: decompression
     if wire.dtype == torch.float16:
         became_infinite = torch.isfinite(buffer).all() & ~torch.isfinite(wire).all()
         torch.logical_or(overflowed, became_infinite, out=overflowed)
     buffer.copy_(wire)
+    # END SOLUTION
 
 
 # --- 6. Replacing the collective itself: an all-reduce from point-to-point messages -----------
@@ -250,6 +315,11 @@ def ring_all_reduce(tensor):
     chunks around the ring. Each rank sends 2(n-1)/n of the buffer in all, whatever n is:
     the bandwidth-optimal all-reduce (Patarasuk & Yuan 2009).
     """
+    # BEGIN PROMPT
+    # Only point-to-point messages (dist.isend, dist.recv through _exchange), no collective;
+    # receive into receive_buffer's scratch tensor.
+    # END PROMPT
+    # BEGIN SOLUTION Task 3: the ring all-reduce
     world, rank = dist.get_world_size(), dist.get_rank()
     if world == 1 or tensor.numel() == 0:
         return tensor
@@ -266,6 +336,7 @@ def ring_all_reduce(tensor):
         send, receive = chunks[(rank + 1 - step) % world], chunks[(rank - step) % world]
         _exchange(send, right, receive, left)
     return tensor
+    # END SOLUTION
 
 
 _receive_buffers = {}
@@ -283,11 +354,16 @@ def receive_buffer(like):
 def _exchange(send, right, receive, left):
     """Send to the right while receiving from the left; posting the send first keeps the ring
     from deadlocking. Both ends know when a chunk is empty, and skip it."""
+    # BEGIN PROMPT
+    # Post the send without waiting, receive, then wait for the send.
+    # END PROMPT
+    # BEGIN SOLUTION Task 3: one exchange of the ring
     request = dist.isend(send, right) if send.numel() else None
     if receive.numel():
         dist.recv(receive, left)
     if request is not None:
         request.wait()
+    # END SOLUTION
 
 
 class RingSync(FlatSync):

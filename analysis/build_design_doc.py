@@ -47,6 +47,10 @@ from runtime import results
 
 TEMPLATES = os.path.join(REPO, "design_doc", "templates")
 PLACEHOLDER = re.compile(r"\{\{\s*([\w.\-]+)\s*\}\}")
+# make_handout.py's markers: solution regions and the prompts students see in their place. The
+# solution's document shows neither.
+MARKERS = re.compile(r"^<!-- BEGIN PROMPT\n.*?^END PROMPT -->\n"
+                     r"|^<!-- (?:BEGIN|END) SOLUTION[^\n]*-->\n", re.M | re.S)
 ABOUT = ("every number in the design document: its value, the text shown, and where it came from "
          "(measured: file + JSON field; derived: formula + inputs, each a number's name or "
          "file#field; fit: the file the alpha-beta model was fitted to; model/code: how it was "
@@ -86,7 +90,7 @@ def render(context):
     documents = {}
     for path in sorted(glob.glob(os.path.join(TEMPLATES, "*.md"))):
         with open(path) as file:
-            text = file.read()
+            text = MARKERS.sub("", file.read())
         unknown = sorted({name for name in PLACEHOLDER.findall(text) if name not in context})
         if unknown:
             raise BuildError(f"{os.path.basename(path)} uses {', '.join(unknown)}, "

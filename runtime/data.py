@@ -180,14 +180,25 @@ def shard_indices(num_samples, batch_size, rank, world_size, epoch, seed):
     set of samples for any world size with the same global batch size. The remainder
     that does not fill a global batch is dropped.
     """
+    # BEGIN PROMPT
+    # One permutation seeded by seed + epoch, shared by every rank; keep only whole global batches;
+    # this rank's share, shaped [steps, batch_size].
+    # END PROMPT
+    # BEGIN SOLUTION Task 2: each rank's shard of the global batches
     generator = torch.Generator().manual_seed(seed + epoch)
     permutation = torch.randperm(num_samples, generator=generator)
     steps = num_samples // (batch_size * world_size)
     used = permutation[: steps * batch_size * world_size]
     return used[rank::world_size].view(steps, batch_size)
+    # END SOLUTION
 
 
 def eval_range(num_samples, rank, world_size):
     """The contiguous slice of an evaluation split this rank scores: disjoint, covering every
     sample once."""
+    # BEGIN PROMPT
+    # A slice: rank r scores its own contiguous part of the split, the parts in rank order.
+    # END PROMPT
+    # BEGIN SOLUTION Task 2: each rank's evaluation slice
     return slice(num_samples * rank // world_size, num_samples * (rank + 1) // world_size)
+    # END SOLUTION

@@ -104,10 +104,15 @@ class ManualDDP(nn.Module):
         syncing = torch.is_grad_enabled() and not self.sync.accumulating
         if syncing and (self.ready or self.unused):
             self._finish_backward()  # a second forward and backward before finishing
+        # BEGIN PROMPT
+        # With broadcast_buffers, where require_buffer_sync says so: rank 0's buffers to every rank.
+        # END PROMPT
+        # BEGIN SOLUTION Task 3: the buffers' broadcast
         if self.broadcast_buffers and self.require_buffer_sync:
             with torch.no_grad():
                 for buffer in self.module.buffers():
                     dist.broadcast(buffer, 0)
+        # END SOLUTION
         output = self.module(*args, **kwargs)
         self.require_buffer_sync = syncing
         if syncing and self.find_unused_parameters:
@@ -122,11 +127,16 @@ class ManualDDP(nn.Module):
     @contextmanager
     def no_sync(self):
         """Backward passes inside only accumulate local gradients, as DDP's `no_sync()`."""
+        # BEGIN PROMPT
+        # Set the strategy's `accumulating` flag for the block's duration, even if it raises.
+        # END PROMPT
+        # BEGIN SOLUTION Task 3: no_sync
         self.sync.accumulating = True
         try:
             yield
         finally:
             self.sync.accumulating = False
+        # END SOLUTION
 
     def finish_gradient_synchronization(self):
         """After backward, before the optimizer step: every gradient averaged over the ranks."""

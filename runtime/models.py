@@ -7,6 +7,11 @@ class MLP(nn.Module):
 
     def __init__(self, hidden_sizes=(512, 256, 128), dropout=0.2, in_features=784, classes=10):
         super().__init__()
+        # BEGIN PROMPT
+        # Build self.layers, an nn.Sequential: flatten, then per hidden size Linear, ReLU, Dropout,
+        # then a Linear to the classes; initialise each Linear's weight Glorot-uniform, bias zero.
+        # END PROMPT
+        # BEGIN SOLUTION Task 1: the MLP's layers
         layers = [nn.Flatten()]
         width = in_features
         for size in hidden_sizes:
@@ -19,10 +24,16 @@ class MLP(nn.Module):
                 # keeps the activations' variance steady through the ReLU stack
                 nn.init.xavier_uniform_(layer.weight)
                 nn.init.zeros_(layer.bias)
+        # END SOLUTION
 
     def forward(self, images):
         """Logits of a batch of N x 1 x 28 x 28 images."""
+        # BEGIN PROMPT
+        # Run the images through the layers.
+        # END PROMPT
+        # BEGIN SOLUTION Task 1: the MLP's forward
         return self.layers(images)
+        # END SOLUTION
 
 
 class CNN(nn.Module):

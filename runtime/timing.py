@@ -88,6 +88,10 @@ class CommRecorder:
 
 def union_length(intervals, low, high):
     """The length of the union of `intervals` ((start, end) pairs) inside [low, high]."""
+    # BEGIN PROMPT
+    # Overlapping intervals count once: sweep them in order of start, clipped to [low, high].
+    # END PROMPT
+    # BEGIN SOLUTION Task 4: the length of a union of intervals
     total = 0.0
     reach = low  # the union so far ends here
     for start, end in sorted(intervals):
@@ -96,6 +100,7 @@ def union_length(intervals, low, high):
             total += end - start
             reach = end
     return total
+    # END SOLUTION
 
 
 def step_record(marks, spans, backward_baseline=None):
@@ -104,6 +109,12 @@ def step_record(marks, spans, backward_baseline=None):
     `marks` are (phase, time) with a ("start", time) first; `spans` are (name, start, end).
     `backward_baseline`: DDP's backward without communication, or None where waiting is measured.
     """
+    # BEGIN PROMPT
+    # Fill every field of FIELDS as the module docstring defines it: the phases summed from the
+    # marks; busy, hidden and exposed communication as union_length of the spans; with a
+    # backward_baseline (DDP), compute's end estimated as the docstring says.
+    # END PROMPT
+    # BEGIN SOLUTION Task 4: one step's timing record
     record = dict.fromkeys(PHASES, 0.0)
     last_backward = None
     for (_, before), (phase, after) in zip(marks, marks[1:]):
@@ -125,6 +136,7 @@ def step_record(marks, spans, backward_baseline=None):
     record["compute"] = record["step"] - record["data"] - exposed
     record["own_work"] = record["step"] - exposed
     return record
+    # END SOLUTION
 
 
 class StepTimer:

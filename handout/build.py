@@ -1,0 +1,192 @@
+"""The handout, from the solution's git checkout: the student's repository and the autograder.
+
+The student's copy is every tracked file except the instructor's (INSTRUCTOR_ONLY, and the hidden
+tests of tests/grading/profile.py), the generated design document (design_doc/*.md and
+numbers.json: the student builds their own from the templates) and results/; with every solution
+region replaced by its prompt (regions.py), and ASSIGNMENT.md. The autograder holds Gradescope's two
+scripts and the grading material: grade.py, every test (the hidden ones too), requirements.txt and
+pyproject.toml. Everything is made in memory first, so a marker error writes nothing.
+"""
+import importlib.util
+import os
+import shutil
+import subprocess
+import zipfile
+from typing import NamedTuple
+
+from handout import assignment, regions
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# The instructor's tools and their tests: in neither the student's copy nor the autograder.
+INSTRUCTOR_ONLY = ("make_handout.py", "grade.py", "handout/", "tests/test_handout.py")
+AUTOGRADER_SCRIPTS = ("setup.sh", "run_autograder")  # in handout/, copied as they are
+GRADING_FILES = ("requirements.txt", "pyproject.toml")
+RESULTS_README = ("Your runs write their results files here: see ASSIGNMENT.md, "
+                  "\"The design document\".\n")
+OUTPUTS = ("student", "autograder", "autograder.zip")
+
+
+class BuildError(Exception):
+    """A handout that cannot be built; the message says why, in one line."""
+
+
+class File(NamedTuple):
+    """One file of the output: its contents and whether it is executable."""
+    data: bytes
+    executable: bool = False
+
+
+class Handout(NamedTuple):
+    """The whole output, in memory: {relative path: File} per folder, and the regions replaced."""
+    student: dict
+    autograder: dict
+    regions: list
+
+
+def load_module(repo, relative):
+    """The module at `relative` in `repo`, loaded from its file (the rubric and the profile)."""
+    path = os.path.join(repo, relative)
+    if not os.path.isfile(path):
+        raise BuildError(f"{path} not found: the handout is built from the solution's checkout")
+    spec = importlib.util.spec_from_file_location(relative.replace("/", "_")[:-3], path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def tracked_files(repo):
+    """The files git tracks in `repo` that are present, as paths relative to it."""
+    try:
+        listed = subprocess.run(["git", "-C", repo, "ls-files", "-z"], capture_output=True,
+                                check=True).stdout.decode()
+    except (OSError, subprocess.CalledProcessError):
+        raise BuildError(f"{repo} is not a git checkout: the handout is made of its tracked "
+                         "files") from None
+    return sorted(path for path in listed.split("\0")
+                  if path and os.path.isfile(os.path.join(repo, path)))
+
+
+def is_instructors(path, excluded):
+    """Whether `path` is one of `excluded`: a file, or a folder given with a trailing slash."""
+    return any(path == name or (name.endswith("/") and path.startswith(name))
+               for name in excluded)
+
+
+def is_generated(path):
+    """The design document a build writes, and the results it is built from."""
+    folder, name = os.path.split(path)
+    built = folder == "design_doc" and (name.endswith(".md") or name == "numbers.json")
+    return built or path.startswith("results/")
+
+
+def read(repo, path):
+    """The File at `path` in `repo`, keeping its executable bit."""
+    full = os.path.join(repo, path)
+    with open(full, "rb") as file:
+        return File(file.read(), os.access(full, os.X_OK))
+
+
+def student_copy(path, file, titles):
+    """The student's version of one file, and the regions replaced in it."""
+    if not path.endswith((".py", ".md")):
+        try:
+            error = regions.stray_marker(path, file.data.decode())
+        except UnicodeDecodeError:  # a binary file holds no markers
+            return file, []
+        if error:
+            raise error
+        return file, []
+    text = file.data.decode()
+    found = regions.find_regions(path, text, len(titles))
+    if not found:
+        return file, []
+    replaced = regions.replace_regions(text, found, titles)
+    if path.endswith(".py"):
+        try:
+            compile(replaced, path, "exec")
+        except SyntaxError as error:
+            raise regions.MarkerError(path, error.lineno, "the student's copy does not compile "
+                                                          f"({error.msg})") from None
+    return File(replaced.encode(), file.executable), found
+
+
+def make(repo):
+    """The Handout of the solution checked out at `repo`."""
+    rubric = load_module(repo, "tests/grading/rubric.py")
+    profile = load_module(repo, "tests/grading/profile.py")
+    hidden = tuple(profile.HIDDEN_TESTS)
+    instructors = INSTRUCTOR_ONLY + tuple(getattr(profile, "INSTRUCTOR_ONLY", ()))
+    titles = [item.title for item in rubric.ITEMS]
+    student = {}
+    replaced = []
+    for path in tracked_files(repo):
+        if is_instructors(path, instructors + hidden) or is_generated(path):
+            continue
+        student[path], found = student_copy(path, read(repo, path), titles)
+        replaced += found
+    student["results/README.md"] = File(RESULTS_README.encode())
+    template = os.path.join(HERE, "ASSIGNMENT.md.in")
+    with open(template) as file:
+        text = assignment.render(file.read(), rubric, hidden, replaced)
+    student["ASSIGNMENT.md"] = File(text.encode())
+    return Handout(student, autograder_files(repo, instructors), replaced)
+
+
+def autograder_files(repo, instructors):
+    """Gradescope's layout: its scripts at the top, beside the grading material."""
+    files = {name: read(HERE, name) for name in AUTOGRADER_SCRIPTS}
+    for name in GRADING_FILES:
+        if not os.path.isfile(os.path.join(repo, name)):
+            raise BuildError(f"{os.path.join(repo, name)} not found: the autograder needs it")
+        files[name] = read(repo, name)
+    if os.path.isfile(os.path.join(repo, "grade.py")):
+        files["grade.py"] = read(repo, "grade.py")
+    for path in tracked_files(repo):
+        if path.startswith("tests/") and not is_instructors(path, instructors):
+            files[path] = read(repo, path)
+    return files
+
+
+def check_out_dir(out_dir, force):
+    """Refuse a non-empty OUT_DIR unless `force`; with it, only what a build writes is replaced."""
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise BuildError(f"{out_dir} exists and is not a folder")
+    if os.path.isdir(out_dir) and os.listdir(out_dir) and not force:
+        raise BuildError(f"{out_dir} exists and is not empty: choose another folder, or pass "
+                         "--force to replace its student/, autograder/ and autograder.zip")
+
+
+def write_tree(folder, files):
+    """Write {relative path: File} under `folder`."""
+    for path, file in sorted(files.items()):
+        target = os.path.join(folder, path)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "wb") as output:
+            output.write(file.data)
+        os.chmod(target, 0o755 if file.executable else 0o644)
+
+
+def write_zip(path, files):
+    """A zip of `files` at its top level, as Gradescope expects; fixed dates, so the same
+    handout gives the same bytes."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, file in sorted(files.items()):
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = (0o100755 if file.executable else 0o100644) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, file.data)
+
+
+def write(handout, out_dir, force=False):
+    """Write OUT_DIR/student/, OUT_DIR/autograder/ and OUT_DIR/autograder.zip."""
+    check_out_dir(out_dir, force)
+    os.makedirs(out_dir, exist_ok=True)
+    for name in OUTPUTS:
+        target = os.path.join(out_dir, name)
+        if os.path.isdir(target):
+            shutil.rmtree(target)
+        elif os.path.exists(target):
+            os.remove(target)
+    write_tree(os.path.join(out_dir, "student"), handout.student)
+    write_tree(os.path.join(out_dir, "autograder"), handout.autograder)
+    write_zip(os.path.join(out_dir, "autograder.zip"), handout.autograder)

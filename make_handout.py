@@ -1,0 +1,52 @@
+"""Make the assignment from the solution: the student's repository and Gradescope's autograder.
+
+    python make_handout.py OUT_DIR            # OUT_DIR/student/, OUT_DIR/autograder/, .zip
+    python make_handout.py OUT_DIR --force    # replace those three in a folder that is not empty
+    python make_handout.py OUT_DIR --source /path/to/solution    # from another checkout
+
+OUT_DIR/student/ is a repository to give students: every file git tracks here, with each
+solution region (`# BEGIN SOLUTION Task N` ... `# END SOLUTION`, and `<!-- ... -->` in the design
+document's templates) replaced by its prompt and `raise NotImplementedError("Task N: ...")`, plus
+ASSIGNMENT.md; without the hidden tests (tests/grading/profile.py), the generated design
+document, results/ and the instructor's tools. OUT_DIR/autograder/ is Gradescope's layout
+(setup.sh, run_autograder, grade.py, every test); upload OUT_DIR/autograder.zip, which holds the
+same. The markers are described in handout/regions.py; a wrong one stops the build with its file
+and line, and writes nothing (exit 2).
+"""
+import argparse
+import os
+import sys
+
+from handout import build, regions
+
+REPO = os.path.dirname(os.path.abspath(__file__))
+
+
+def main(argv=None):
+    """Build the handout into OUT_DIR; exit 2 with one line where it cannot."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out_dir", metavar="OUT_DIR")
+    parser.add_argument("--force", action="store_true",
+                        help="replace student/, autograder/ and autograder.zip in a folder that "
+                             "is not empty (nothing else in it is touched)")
+    parser.add_argument("--source", default=REPO,
+                        help="the solution's git checkout (default: the one this file is in)")
+    args = parser.parse_args(argv)
+    try:
+        build.check_out_dir(args.out_dir, args.force)
+        handout = build.make(os.path.abspath(args.source))
+        build.write(handout, args.out_dir, args.force)
+    except (build.BuildError, regions.MarkerError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    files = sorted({region.path for region in handout.regions})
+    print(f"wrote {os.path.join(args.out_dir, 'student')}: {len(handout.student)} files, "
+          f"{len(handout.regions)} solution regions in {len(files)} files replaced by prompts")
+    print(f"wrote {os.path.join(args.out_dir, 'autograder')} and autograder.zip: "
+          f"{len(handout.autograder)} files" + ("" if "grade.py" in handout.autograder
+                                                else " (no grade.py yet: it will not grade)"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

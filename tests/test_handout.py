@@ -1,0 +1,224 @@
+"""make_handout.py: the student's copy holds no line of any solution region and still compiles, the
+hidden tests are only in the autograder, run_autograder always leaves a results.json, and a wrong
+marker or a folder in use stops the build with one line."""
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+import make_handout
+from tests.grading.profile import HIDDEN_TESTS
+from tests.grading.rubric import ITEMS
+from tests.harness import REPO
+
+# Lines that say nothing about a solution: they may appear anywhere.
+TRIVIAL = {"pass", "return", "else:", "try:", "finally:", "yield", "return None"}
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+    """A handout built from this checkout."""
+    folder = tmp_path_factory.mktemp("handout") / "out"
+    assert make_handout.main([str(folder)]) == 0
+    return str(folder)
+
+
+def files_under(folder):
+    """Every file below `folder`, relative to it."""
+    return sorted(os.path.relpath(os.path.join(root, name), folder)
+                  for root, _, names in os.walk(folder) for name in names)
+
+
+def text_of(path):
+    """The file's text; None for a binary file."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            return file.read()
+    except UnicodeDecodeError:
+        return None
+
+
+def solution_lines(student):
+    """(lines inside solution regions, lines outside them) of the solution's files that the
+    student's copy has, each stripped; found here by plain text, not by the build's parser."""
+    inside, outside = set(), set()
+    for path in files_under(student):
+        source = os.path.join(REPO, path)
+        text = text_of(source) if os.path.isfile(source) else None
+        in_region = False
+        for line in (text or "").splitlines():
+            if "BEGIN SOLUTION" in line or "END SOLUTION" in line:
+                in_region = "BEGIN" in line
+                continue
+            (inside if in_region else outside).add(line.strip())
+    return inside, outside
+
+
+def test_no_line_of_any_solution_region_is_in_the_handout(out):
+    student = os.path.join(out, "student")
+    inside, outside = solution_lines(student)
+    # Given code may repeat a line of a region (`self.grads_ready = 0`): only the others count.
+    secret = {line for line in inside - outside
+              if line not in TRIVIAL and any(char.isalnum() for char in line)}
+    assert len(secret) > 500  # the regions were found: the scan below is not vacuous
+    leaks = [f"{path}:{number}: {line.strip()}" for path in files_under(student)
+             for number, line in enumerate((text_of(os.path.join(student, path)) or "")
+                                           .splitlines(), start=1)
+             if line.strip() in secret]
+    assert leaks == []
+
+
+def test_each_region_becomes_its_prompt_and_a_raise_and_every_task_has_one(out):
+    student = os.path.join(out, "student")
+    raises, quotes = [], []
+    for path in files_under(student):
+        for line in (text_of(os.path.join(student, path)) or "").splitlines():
+            if path.endswith(".py") and 'raise NotImplementedError("Task ' in line:
+                raises.append(int(line.split("Task ")[1].split(":")[0]))
+            if path.endswith(".md") and line.startswith("> **Task "):
+                quotes.append(int(line.split("Task ")[1].split(":")[0]))
+    with open(os.path.join(REPO, "runtime", "models.py")) as file:
+        begins = sum(line.strip().startswith("# BEGIN SOLUTION") for line in file)
+    assert begins == 2 and raises.count(1) == begins
+    assert set(raises) == {1, 2, 3, 4} and set(quotes) == {5, 6, 7, 8, 9}
+    with open(os.path.join(student, "runtime", "models.py")) as file:
+        models = file.read()
+    assert "        # Run the images through the layers.\n" \
+           '        raise NotImplementedError("Task 1: the MLP\'s forward")\n' in models
+    assert "BEGIN" not in models and "nn.init.xavier_uniform_" not in models
+
+
+def test_every_python_file_of_the_handout_compiles(out):
+    student = os.path.join(out, "student")
+    python = [path for path in files_under(student) if path.endswith(".py")]
+    assert "manual_allreduce.py" in python and "runtime/manual_ddp.py" in python
+    for path in python:
+        with open(os.path.join(student, path)) as file:
+            compile(file.read(), path, "exec")
+
+
+def test_hidden_tests_instructor_files_and_generated_ones_stay_out_of_the_students_copy(out):
+    student = set(files_under(os.path.join(out, "student")))
+    autograder = set(files_under(os.path.join(out, "autograder")))
+    hidden = [path for path in HIDDEN_TESTS if os.path.isfile(os.path.join(REPO, path))]
+    assert "tests/test_ddp_parity.py" in hidden
+    for path in hidden:
+        assert path not in student and path in autograder
+    assert not {"make_handout.py", "grade.py", "tests/test_handout.py"} & student
+    assert not any(path.startswith("handout/") for path in student)
+    assert {path for path in student if path.startswith("results/")} == {"results/README.md"}
+    design = {path for path in student if path.startswith("design_doc/")}
+    assert design and all(path.startswith("design_doc/templates/") for path in design)
+    assert {"ASSIGNMENT.md", "tests/conftest.py", "tests/grading/rubric.py"} <= student
+
+
+def test_the_zip_holds_the_autograder_folder_with_its_scripts_executable(out):
+    autograder = os.path.join(out, "autograder")
+    with zipfile.ZipFile(os.path.join(out, "autograder.zip")) as archive:
+        infos = {info.filename: info for info in archive.infolist()}
+    assert sorted(infos) == files_under(autograder)
+    assert {"setup.sh", "run_autograder", "requirements.txt", "pyproject.toml"} <= set(infos)
+    for script in ("setup.sh", "run_autograder"):
+        assert (infos[script].external_attr >> 16) & stat.S_IXUSR
+        assert os.access(os.path.join(autograder, script), os.X_OK)
+
+
+def test_run_autograder_uses_the_instructors_tests_and_always_writes_results_json(out, tmp_path):
+    root = tmp_path / "autograder"
+    shutil.copytree(os.path.join(out, "autograder"), root / "source")
+    (root / "source" / "grade.py").write_text("print('grader crashed here')\nraise SystemExit(3)\n")
+    tampered = root / "submission" / "tests" / "test_models.py"
+    tampered.parent.mkdir(parents=True)
+    tampered.write_text("def test_nothing():\n    pass\n")
+    environment = dict(os.environ, AUTOGRADER_ROOT=str(root), PYTHON=sys.executable)
+    completed = subprocess.run([str(root / "source" / "run_autograder")], env=environment,
+                               capture_output=True, text=True, timeout=60)
+    assert completed.returncode == 0, completed.stderr
+    results = json.loads((root / "results" / "results.json").read_text())
+    assert results["score"] == 0 and results["tests"] == []
+    assert "exit status 3" in results["output"] and "grader crashed here" in results["output"]
+    with open(os.path.join(REPO, "tests", "test_models.py")) as file:
+        assert tampered.read_text() == file.read()
+
+
+def make_source(tmp_path, name, text):
+    """A git checkout holding the rubric, the profile, what the autograder needs, and one file
+    `name` with `text`."""
+    source = tmp_path / "source"
+    (source / "tests" / "grading").mkdir(parents=True)
+    for part in ("rubric.py", "profile.py"):
+        shutil.copy(os.path.join(REPO, "tests", "grading", part), source / "tests" / "grading")
+    for part in ("requirements.txt", "pyproject.toml"):
+        shutil.copy(os.path.join(REPO, part), source)
+    (source / name).write_text(text)
+    subprocess.run(["git", "init", "-q", str(source)], check=True)
+    subprocess.run(["git", "-C", str(source), "add", "."], check=True)
+    return str(source)
+
+
+PROMPT = "# BEGIN PROMPT\n# Say hello.\n# END PROMPT\n"
+INDENTED = "    " + PROMPT.replace("\n#", "\n    #")  # the prompt inside a function
+MARKER_ERRORS = {
+    "unclosed": ("a.py", "def f():\n" + INDENTED + "    # BEGIN SOLUTION Task 1\n    return 1\n",
+                 "a.py:5: unclosed BEGIN SOLUTION"),
+    "nested": ("a.py", PROMPT + "# BEGIN SOLUTION Task 1\nx = 1\n" + PROMPT,
+               "a.py:6: BEGIN PROMPT inside the solution region opened at line 4"),
+    "misspelt": ("a.py", PROMPT + "# BEGIN SOLUTON Task 1\nx = 1\n# END SOLUTION\n",
+                 "a.py:4: misspelt marker '# BEGIN SOLUTON Task 1'"),
+    "end without begin": ("a.py", "x = 1\n# END SOLUTION\n",
+                          "a.py:2: END SOLUTION without BEGIN SOLUTION"),
+    "no such task": ("a.py", PROMPT + "# BEGIN SOLUTION Task 12\nx = 1\n# END SOLUTION\n",
+                     "a.py:4: Task 12 is not a rubric item"),
+    "markdown misspelt": ("a.md", "<!-- BEGIN PROMPT\nSay hello.\nEND PROMPT -->\n"
+                          "<!-- BEGIN SOLUTION Task 5 -->\nHello.\n<!-- END SOLUTON -->\n",
+                          "a.md:6: misspelt marker '<!-- END SOLUTON -->'"),
+}
+
+
+@pytest.mark.parametrize("case", MARKER_ERRORS)
+def test_a_wrong_marker_stops_the_build_naming_file_and_line(case, tmp_path, capsys):
+    name, text, message = MARKER_ERRORS[case]
+    source = make_source(tmp_path, name, text)
+    out = tmp_path / "out"
+    assert make_handout.main([str(out), "--source", source]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: {message}") and error.count("\n") == 1
+    assert not out.exists()  # nothing written
+
+
+def test_a_good_region_in_another_checkout_becomes_its_prompt(tmp_path):
+    source = make_source(tmp_path, "a.py", "def f():\n" + INDENTED
+                         + "    # BEGIN SOLUTION Task 2: hello\n    return 1\n    # END SOLUTION\n")
+    assert make_handout.main([str(tmp_path / "out"), "--source", source]) == 0
+    student = (tmp_path / "out" / "student" / "a.py").read_text()
+    assert student == ('def f():\n    # Say hello.\n'
+                       '    raise NotImplementedError("Task 2: hello")\n')
+
+
+def test_a_folder_that_is_not_empty_is_refused_unless_forced(tmp_path):
+    kept = tmp_path / "notes.txt"
+    kept.write_text("mine\n")
+    command = [sys.executable, os.path.join(REPO, "make_handout.py"), str(tmp_path)]
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "is not empty" in refused.stderr and "Traceback" not in refused.stderr
+    assert sorted(os.listdir(tmp_path)) == ["notes.txt"]
+    forced = subprocess.run(command + ["--force"], capture_output=True, text=True, timeout=60)
+    assert forced.returncode == 0, forced.stderr
+    assert sorted(os.listdir(tmp_path)) == ["autograder", "autograder.zip", "notes.txt", "student"]
+    assert kept.read_text() == "mine\n"
+
+
+def test_assignment_md_lists_every_rubric_item_as_a_numbered_task(out):
+    with open(os.path.join(out, "student", "ASSIGNMENT.md")) as file:
+        assignment = file.read()
+    for number, item in enumerate(ITEMS, start=1):
+        assert f"### Task {number}: {item.title}\n" in assignment
+        assert f"{item.marks:g} marks · rubric item `{item.id}`" in assignment
+    assert "python -m pytest" in assignment
+    assert "@TASKS@" not in assignment and "@MARKS@" not in assignment
