@@ -3,6 +3,7 @@
     python make_handout.py OUT_DIR            # OUT_DIR/student/, OUT_DIR/autograder/, .zip
     python make_handout.py OUT_DIR --force    # replace those three in a folder that is not empty
     python make_handout.py OUT_DIR --source /path/to/solution    # from another checkout
+    python make_handout.py --self-check OUT_DIR  # then grade it untouched, and with the solution
 
 OUT_DIR/student/ is a repository to give students: every file git tracks here, with each
 solution region (`# BEGIN SOLUTION Task N` ... `# END SOLUTION`, and `<!-- ... -->` in the design
@@ -17,7 +18,7 @@ import argparse
 import os
 import sys
 
-from handout import build, regions
+from handout import build, regions, self_check
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 
@@ -31,6 +32,9 @@ def main(argv=None):
                              "is not empty (nothing else in it is touched)")
     parser.add_argument("--source", default=REPO,
                         help="the solution's git checkout (default: the one this file is in)")
+    parser.add_argument("--self-check", action="store_true",
+                        help="grade the handout untouched (every core item must earn 0, fast) "
+                             "and with the solution put back (full marks); exit 1 if not")
     args = parser.parse_args(argv)
     try:
         build.check_out_dir(args.out_dir, args.force)
@@ -45,6 +49,8 @@ def main(argv=None):
     print(f"wrote {os.path.join(args.out_dir, 'autograder')} and autograder.zip: "
           f"{len(handout.autograder)} files" + ("" if "grade.py" in handout.autograder
                                                 else " (no grade.py yet: it will not grade)"))
+    if args.self_check:
+        return self_check.self_check(os.path.abspath(args.source), handout, args.out_dir)
     return 0
 
 
