@@ -107,7 +107,8 @@ def grade(submission, timeout_s, budget_s, instructor=None):
                           os.path.join(instructor, "tests", "grading", "rubric.py"))
     report["tests"] = test_entries(tests, report, profile.is_hidden)
     report.update(submission=submission, files=hashes, notes=notes, failure=watchdog.failure,
-                  profile={"tests": profile.PROFILE, "timeouts": profile.TIMEOUTS,
+                  profile={"patterns": profile.PROFILE, "left_out": profile.LEFT_OUT,
+                           "timeouts": profile.TIMEOUTS,
                            "default_timeout_s": timeout_s, "budget_s": budget_s,
                            "selected": len(tests.members)},
                   runs=watchdog.runs,

@@ -59,7 +59,7 @@ def file_hashes(submission):
     hashes = {}
     for folder, subfolders, files in os.walk(submission):
         subfolders[:] = sorted(name for name in subfolders if name not in NOT_SUBMITTED)
-        for name in sorted(files):
+        for name in sorted(set(files) - NOT_SUBMITTED):  # a worktree's .git is a file
             path = os.path.join(folder, name)
             relative = os.path.relpath(path, submission)
             if os.path.islink(path):
