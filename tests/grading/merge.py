@@ -13,7 +13,7 @@ from tests.grading.report import tests_count
 
 
 def grade_report(tests, failure, rubric_path):
-    """The plugin-shaped grade report of the merged `tests` (runner.Tests)."""
+    """The plugin-shaped grade report of the merged `tests` (record.Tests)."""
     grading = Grading(load_rubric(rubric_path), None)
     grading.members = dict(tests.members)
     grading.outcomes = dict(tests.outcomes)

@@ -9,12 +9,13 @@ out, or failed after more than half its timeout: a collective's own timeout), th
 only for items already lost are not run: one hanging strategy must not eat the budget of every
 other item. When the budget runs out, the tests not reached are "not run", with the reason.
 """
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
+
+from tests.grading.record import EventReader, Tests
 
 COLLECT_TIMEOUT_S = 60  # imports and collection, before the first test: a hang at import
 EXIT_TIMEOUT_S = 10  # from the "finish" event to the process's end (gloo threads can hang exit)
@@ -22,86 +23,6 @@ RESTART_MIN_S = 5  # budget left below which a restart could not even start pyte
 SLOW_FAILURE = 0.5  # a failure after this share of its timeout counts as a hang
 POLL_S = 0.1
 LOG_TAIL = 3000  # characters of pytest's own output kept when it could not run
-
-
-class Tests:
-    """What the runs found out, merged: the tests with their items, outcomes and outputs."""
-
-    def __init__(self):
-        self.collected = False
-        self.members = {}  # node id -> item ids
-        self.outside = []
-        self.unclassified = []
-        self.broken_modules = {}  # module node id -> why it could not be collected
-        self.outcomes = {}  # node id -> passed, failed or skipped
-        self.outputs = {}  # node id -> what it printed when it failed, or why it did not run
-        self.durations = {}  # node id -> seconds, over its phases
-        self.started = {}  # node id -> when it started (seconds since the epoch)
-        self.finished = set()  # node ids whose teardown was reported
-        self.not_run = {}  # node id -> why it never ran
-        self.budget_cut = set()  # node ids not run because the budget ran out
-        self.lost_to_hang = set()  # item ids lost to a test that hung
-        self.current = None  # the test running now, if any
-        self.just_finished = []  # tests finished since the watchdog last looked
-        self.run_finished = False  # the current run wrote its "finish" event
-        self.last_event = 0.0  # when the current run last wrote anything
-
-    def apply(self, event):
-        """Take in one event of progress.py."""
-        kind = event["event"]
-        self.last_event = event["time"]
-        if kind == "collect_error":
-            self.broken_modules[event["nodeid"]] = event["output"]
-        elif kind == "collected" and not self.collected:
-            self.collected = True
-            self.members = {nodeid: tuple(ids) for nodeid, ids in event["members"].items()}
-            self.outside = event["outside"]
-            self.unclassified = event["unclassified"]
-        elif kind == "start":
-            self.started[event["nodeid"]] = event["time"]
-            self.current = event["nodeid"]
-        elif kind == "report":
-            self.record(event)
-        elif kind == "finish":
-            self.run_finished = True
-
-    def record(self, event):
-        """One phase's report: a failure in any phase wins; the teardown ends the test."""
-        nodeid = event["nodeid"]
-        if event["outcome"] and self.outcomes.get(nodeid) != "failed":
-            self.outcomes[nodeid] = event["outcome"]
-        if event["output"]:
-            self.add_output(nodeid, event["output"])
-        self.durations[nodeid] = self.durations.get(nodeid, 0.0) + event["duration"]
-        if event["when"] == "teardown":
-            self.finished.add(nodeid)
-            self.just_finished.append(nodeid)
-            self.current = None
-
-    def add_output(self, nodeid, text):
-        """Append to a test's output (a failed call, then a failed teardown)."""
-        self.outputs[nodeid] = (self.outputs.get(nodeid, "") + "\n" + text).strip()
-
-    def fail(self, nodeid, why):
-        """A test that the watchdog ended: failed, with the reason in its output."""
-        self.durations[nodeid] = time.time() - self.started[nodeid]
-        self.outcomes[nodeid] = "failed"
-        self.add_output(nodeid, why)
-        self.finished.add(nodeid)
-        self.current = None
-
-    def remaining(self):
-        """The collected tests that never started and were not left out, in collection order."""
-        return [nodeid for nodeid in self.members
-                if nodeid not in self.started and nodeid not in self.not_run]
-
-    def leave_out(self, nodeids, why, budget=False):
-        """Tests that will not run, and why."""
-        for nodeid in nodeids:
-            self.not_run[nodeid] = why
-            self.outputs[nodeid] = why
-            if budget:
-                self.budget_cut.add(nodeid)
 
 
 class Watchdog:
@@ -161,6 +82,8 @@ class Watchdog:
             if tests.outcomes.get(nodeid) == "failed" and slow:
                 newly_lost.update(set(tests.members.get(nodeid, ())) - tests.lost_to_hang)
         tests.just_finished = []
+        if not newly_lost:
+            return False
         tests.lost_to_hang.update(newly_lost)
         # the next test may have started already: it is stopped too, and run again if it counts
         # for an item still open
@@ -229,8 +152,7 @@ class Watchdog:
                                 "the grader killed its processes")
             tests.lost_to_hang.update(tests.members.get(current, ()))
         elif ended == "slow failure" and current:
-            del tests.started[current]  # stopped at its start: not run yet
-            tests.current = None
+            tests.forget(current)  # stopped as it began: as if it had not started
         elif ended == "budget" and current:
             tests.leave_out([current], self.budget_message(), budget=True)
             tests.current = None
@@ -244,26 +166,6 @@ class Watchdog:
                    "budget": "the budget ran out during collection"}.get(ended,
                                                                          describe_exit(returncode))
             self.failure = f"pytest could not collect the tests: {why}\n{log_tail(log)}"
-
-
-class EventReader:
-    """The complete lines appended to a progress file since the last read."""
-
-    def __init__(self, path):
-        self.path = path
-        self.offset = 0
-
-    def events(self):
-        """The new events, each a dict; a half-written last line waits for the next read."""
-        try:
-            with open(self.path, "rb") as file:
-                file.seek(self.offset)
-                data = file.read()
-        except FileNotFoundError:
-            return []
-        complete = data[:data.rfind(b"\n") + 1]
-        self.offset += len(complete)
-        return [json.loads(line) for line in complete.splitlines() if line.strip()]
 
 
 def kill_tree(process):
