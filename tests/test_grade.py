@@ -179,6 +179,19 @@ def test_when_no_test_can_be_collected_every_item_is_lost_and_results_json_says_
     assert "total: 0 of 16 assessed marks" in capsys.readouterr().out
 
 
+def test_when_the_grader_itself_fails_results_json_still_says_why_and_it_exits_1(
+        tmp_path, monkeypatch):
+    def broken(*args):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(grade, "grade", broken)
+    path = str(tmp_path / "results.json")
+    assert grade.main([str(tmp_path), "--gradescope", path]) == 1
+    with open(path) as file:
+        results = json.load(file)
+    assert results["score"] == 0 and "OSError: disk full" in results["output"]
+
+
 @pytest.mark.parametrize("arguments", [["/no/such/folder"], [".", "--budget", "0"],
                                        [".", "--timeout-per-test", "soon"]])
 def test_bad_input_is_one_line_and_exit_code_2(arguments):

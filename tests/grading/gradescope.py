@@ -67,8 +67,8 @@ def item_output(item, tests):
             why = tail(test.get("output", ""), FAILURE_LIMIT)
             lines.append(f"\nFAILED {test['nodeid']}\n{why}")
     if hidden_failures:
-        lines.append(f"\n{hidden_failures} hidden test(s) of this item failed: the instructor's "
-                     "integrity checks, not shown before grading.")
+        lines.append(f"\n{hidden_failures} hidden test(s) of this item failed: the autograder's "
+                     "own checks, whose details are not shown.")
     not_run = [test.get("output", "") for test in mine if test["outcome"] == "not_run"]
     for why in dict.fromkeys(not_run):  # one line per reason: there can be hundreds
         lines.append(f"{not_run.count(why)} test(s) {why}")
