@@ -3,6 +3,7 @@
     python -m pytest --grade-report grade.json         # run all, print the rubric, write the JSON
     python -m pytest --collect-only -q --rubric-tests  # which rubric item each test counts for
     python -m pytest -k core.distributed               # one item's tests (-m rubric: all graded)
+    python -m pytest --grade-profile                   # the grading profile only (profile.py)
 
 Registered by tests/conftest.py (`pytest_plugins = ["tests.grading.plugin"]`);
 `-p no:tests.grading.plugin` turns it off. Each collected test gets the marker `rubric(item, ...)`
@@ -13,6 +14,7 @@ An item none of whose tests ran (all skipped, deselected or not collected) is "n
 xfail: a strict xfail that failed as expected counts as passed (the failure is what it specifies);
 a non-strict xfail counts as skipped, whatever happened (a test allowed to fail proves nothing);
 a strict XPASS is a failure, as pytest reports it. The table and the JSON are written by report.py.
+grade.py runs pytest with --grade-profile and --grade-progress (progress.py), and grades restarts.
 """
 import fnmatch
 import importlib.util
@@ -20,6 +22,8 @@ import os
 
 import pytest
 
+from tests.grading.profile import collects, in_profile
+from tests.grading.progress import Progress
 from tests.grading.report import OUTCOMES, tests_count, write_atomically, write_table
 
 DEFAULT_RUBRIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rubric.py")
@@ -33,6 +37,10 @@ def pytest_addoption(parser):
                     help="the rubric (default: tests/grading/rubric.py)")
     group.addoption("--rubric-tests", action="store_true",
                     help="list the tests of every rubric item")
+    group.addoption("--grade-profile", action="store_true",
+                    help="run only the grading profile (tests/grading/profile.py)")
+    group.addoption("--grade-progress", metavar="PATH",
+                    help="append each collection, start and outcome to PATH as it happens")
 
 
 def pytest_configure(config):
@@ -40,8 +48,21 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "rubric(item, ...): the rubric item(s) this test assesses "
                                        "(tests/grading/rubric.py)")
     report = config.getoption("grade_report")
-    config.pluginmanager.register(Grading(load_rubric(config.getoption("rubric")),
-                                          report and os.path.abspath(report)), "grading-run")
+    grading = Grading(load_rubric(config.getoption("rubric")), report and os.path.abspath(report))
+    config.pluginmanager.register(grading, "grading-run")
+    progress = config.getoption("grade_progress")
+    if progress and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(Progress(progress, grading, outcome_of), "grading-progress")
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Under --grade-profile, a test module without a test in the profile is not collected."""
+    if not config.getoption("grade_profile") or collection_path.suffix != ".py":
+        return None
+    relative = os.path.relpath(collection_path, config.rootpath).replace(os.sep, "/")
+    if relative.startswith("tests/test_") and not collects(relative):
+        return True
+    return None
 
 
 class Rubric:
@@ -118,8 +139,13 @@ class Grading:
         self.write_error = None
 
     @pytest.hookimpl(tryfirst=True)  # before -k and -m deselect by the marker and the item ids
-    def pytest_collection_modifyitems(self, items):
-        """Classify every collected test by the rubric."""
+    def pytest_collection_modifyitems(self, config, items):
+        """Keep only the grading profile's tests (--grade-profile); classify them by the rubric."""
+        if config.getoption("grade_profile"):
+            left_out = [test for test in items if not in_profile(test.nodeid)]
+            items[:] = [test for test in items if in_profile(test.nodeid)]
+            # Shown as deselected, but never classified: outside the profile, not "not run".
+            config.hook.pytest_deselected(items=left_out)
         for test in items:
             self.classify(test)
 

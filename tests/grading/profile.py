@@ -1,6 +1,125 @@
-"""Which tests the student sees and which only the autograder has.
+"""What grade.py runs: the grading profile, each test's timeout, and which tests are hidden.
 
 HIDDEN_TESTS exist only in the autograder (make_handout.py leaves them out of the student's copy):
 the integrity checks that prove each strategy does what it claims, and the DDP-parity hard cases.
+
+PROFILE: the rubric's tests that grade a submission within BUDGET_S on 2 cores; the whole suite
+takes about 13 minutes. Most of core.distributed's ~490 tests are the parity matrices, whose cases
+share one launch of gloo processes per world size: the profile keeps every case of the launches
+it runs (every strategy, DDP and compression; MLP, CNN, the frozen and shared traps; the hard
+cases) at 2, 3 and 4 ranks, not every matrix at every size. Every item keeps tests that need
+nothing but the repository; the design document's tests are all in. Left out: checks repeated at
+another size, the Slurm cluster (root, 1.5 minutes), and the slowest runs where a faster test
+checks the same thing (each named below, with why). A pattern is a case-insensitive glob for the
+start of a node id, as in rubric.py; LEFT_OUT wins over PROFILE.
 """
+import fnmatch
+
 HIDDEN_TESTS = ("tests/test_integrity.py", "tests/test_ddp_parity.py")
+
+BUDGET_S = 300  # the whole run: a Gradescope machine gives 10 minutes by default
+# One test, set-up and teardown included: twice the slowest seen on a busy machine, and below the
+# tests' own 120 s collective timeout, so that a hang costs a minute, not two, of the budget.
+DEFAULT_TIMEOUT_S = 60
+
+AT_4 = "*-4]"  # the matrix's ids end in the world size: "[cnn-manual-ring-4]"
+
+PROFILE = (
+    # core.mlp
+    "tests/test_models.py::",
+    "tests/test_cli.py::test_the_mlp_reaches_96_percent",  # skipped without the real MNIST
+    "tests/test_data.py::test_splits_are_normalised",
+    "tests/test_data.py::test_validation_split_is_seeded",
+    "tests/test_data.py::test_subsets_keep_only",
+    # core.minibatch
+    "tests/test_data.py::test_shards_",
+    "tests/test_data.py::test_set_epoch",
+    "tests/test_data.py::test_the_global_batch_of_each_step",
+    "tests/test_data.py::test_evaluation_slices",
+    "tests/test_cli.py::test_gradient_accumulation_equals_one_step_on_the_larger_batch?manual-",
+    "tests/test_reliability.py::test_uneven_data_drops_the_last_partial_global_batch",
+    # core.distributed: every strategy, DDP and compression against DDP at 2 and 3 ranks (the
+    # hard cases; 3: uneven chunks), and against one process at 4 (MLP, CNN, frozen and shared
+    # traps); the ring alone at 3 and 5; ManualDDP's errors checked once, with buckets.
+    "tests/test_gradient_sync.py::test_every_step_equals_one_process_on_the_global_batch" + AT_4,
+    "tests/test_gradient_sync.py::test_every_step_equals_torch_ddp" + AT_4,
+    "tests/test_gradient_sync.py::test_ranks_seeded_differently_" + AT_4,
+    "tests/test_gradient_sync.py::test_compressed_gradients_" + AT_4,
+    "tests/test_gradient_sync.py::test_average_gradients_",
+    "tests/test_ring_and_buckets.py::test_ring_all_reduce_equals_dist_all_reduce_for_awkward_"
+    "lengths_and_dtypes?[35]]",
+    "tests/test_ring_and_buckets.py::test_buckets_",
+    "tests/test_ring_and_buckets.py::test_bucketed_",
+    "tests/test_ddp_parity.py::test_every_strategy_equals_ddp_after_every_step*-[23]]",
+    "tests/test_ddp_parity.py::test_a_parameter_unused_on_every_rank_",
+    "tests/test_ddp_parity.py::test_an_unused_parameter_without_find_unused_parameters_"
+    "is_an_error_naming_it?bucketed]",
+    "tests/test_ddp_parity.py::test_ranks_ready_in_different_orders_",
+    "tests/test_ddp_parity.py::test_a_gradient_reported_twice_",
+    "tests/test_ddp_parity.py::test_wire_dtypes_",
+    "tests/test_integrity.py::",
+    "tests/test_cli.py::test_manual_mode_on_two_processes",
+    # core.timing: the definitions, the invariants of every strategy's timing at 2 and 4 ranks,
+    # and of the committed results files. Left out: DDP's calibration, the straggler, the
+    # compute baseline, a results file's per-rank means, the trace (a minute and a half of runs).
+    "tests/test_cli.py::test_the_schema_check",
+    "tests/test_timing.py::",
+    "tests/test_timing_runs.py::test_busy_hidden_and_exposed_",
+    "tests/test_timing_runs.py::test_a_single_process_reports_no_communication",
+    "tests/test_timing_runs.py::test_every_committed_results_file_",
+    "tests/test_benchmarks.py::test_allreduce_benchmark_",
+    "tests/test_benchmarks.py::test_step_benchmark_",
+    "tests/test_plot",
+    # the sweep's plan and failures; its tiny real run (real MNIST, up to a minute) is left out
+    "tests/test_sweep.py::test_the_sweep_exits_",
+    "tests/test_sweep.py::test_dry_run_",
+    "tests/test_sweep.py::test_bucket_runs_",
+    "tests/test_sweep.py::test_a_failed_run_",
+    # design.*: every test of the design document
+    "tests/test_design_doc.py::",
+    "tests/test_design_doc_claims.py::",
+    "tests/test_cost_model.py::",
+)
+
+# Within the patterns above, left out: tests outside the rubric, and a graded one that is slow.
+LEFT_OUT = (
+    "tests/test_timing.py::test_tensorboard_without",
+    "tests/test_timing.py::test_the_trace_has_one_track_per_rank",  # graded, but 10 s of runs
+    "tests/test_design_doc.py::test_a_missing_results_file_",
+)
+
+# Tests known to take longer than DEFAULT_TIMEOUT_S on a busy machine, with their timeouts (s).
+TIMEOUTS = (
+    ("tests/test_cli.py::test_the_mlp_reaches_96_percent", 240),  # one epoch: 20-60 s
+)
+
+
+def matches(nodeid, pattern):
+    """Whether `pattern` matches the start of `nodeid` (case-insensitive)."""
+    return fnmatch.fnmatchcase(nodeid.lower(), pattern.lower() + "*")
+
+
+def in_profile(nodeid):
+    """Whether the grading profile runs this test."""
+    if any(matches(nodeid, pattern) for pattern in LEFT_OUT):
+        return False
+    return any(matches(nodeid, pattern) for pattern in PROFILE)
+
+
+def timeout_for(nodeid, default):
+    """The test's timeout: its own where TIMEOUTS names it, else `default`."""
+    for pattern, seconds in TIMEOUTS:
+        if matches(nodeid, pattern):
+            return max(seconds, default)
+    return default
+
+
+def collects(path):
+    """Whether the module at `path` (relative to the repository) holds tests of the profile:
+    the others are not even imported, so that one that cannot be imported does not count."""
+    return any(matches(path, pattern.split("::")[0]) for pattern in PROFILE)
+
+
+def is_hidden(nodeid):
+    """Whether the test exists only in the autograder."""
+    return any(nodeid.startswith(module) for module in HIDDEN_TESTS)

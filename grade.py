@@ -1,0 +1,152 @@
+"""Grade a submission: the grading profile's tests, each under a hard timeout, within a budget.
+
+    python grade.py                                   # grade this repository (the solution)
+    python grade.py SUBMISSION_DIR --report grade.json
+    python grade.py /autograder/submission --gradescope /autograder/results/results.json
+    python grade.py SUBMISSION_DIR --timeout-per-test 60 --budget 300
+
+SUBMISSION_DIR (default: .) is a complete copy of the repository as a student hands it in. It is
+copied to a scratch folder, and the instructor's tests/ (the folder next to this file, hidden tests
+included) and pyproject.toml are put over it: a submission that deletes or edits a test file is
+still graded by the instructor's tests. pytest runs there on the grading profile
+(tests/grading/profile.py: the rubric's tests that fit the budget), in its own process group,
+under a watchdog (tests/grading/runner.py): a test that runs past its timeout (default 60 s;
+some known-long tests more) is killed with its processes, recorded as failed, and pytest goes on
+with the tests left; so does a pytest that crashes. Once a test of an item hung, that item's
+other tests are not run (the item is lost already; they would hang too). Tests not reached
+within the budget (default 300 s) are "not run", with the reason. CI is unset, so tests that
+need what the machine lacks (the real MNIST, root for Slurm, a GPU) are skipped and their items
+"not assessed", never 0. The real MNIST comes from $OFFLINE_DATA_DIR, else from ./data next to
+this file, never from the submission.
+
+--report PATH: the grade report as JSON (the rubric plugin's, merged over restarts: items, marks,
+each test's outcome and, unless it passed, its output), with the SHA-256 of every submitted file,
+the profile, the runs, the time taken and the load average before and after.
+--gradescope PATH: Gradescope's results.json, one test per rubric item
+(tests/grading/gradescope.py); written even when nothing could be graded.
+Exit code 0 when grading ran, whatever the marks; 2 on bad input; 1 if the grader itself failed
+(results.json is still written, with the reason).
+"""
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+from tests.grading import gradescope, profile
+from tests.grading.merge import grade_report, test_entries
+from tests.grading.report import write_atomically
+from tests.grading.runner import Watchdog
+from tests.grading.submission import copy_submission, file_hashes
+
+INSTRUCTOR = os.path.dirname(os.path.abspath(__file__))  # its tests/ grade every submission
+MNIST_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+               "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad option is one line on stderr and exit code 2."""
+
+    def error(self, message):
+        """Leave with `message` alone."""
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def positive(text):
+    """An argparse type: a number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0: {text}")
+    return value
+
+
+def parse(argv):
+    """The command line."""
+    parser = OneLineParser(prog="grade.py", description=__doc__.split("\n")[0])
+    parser.add_argument("submission", nargs="?", default=".", metavar="SUBMISSION_DIR",
+                        help="the repository to grade (default: .)")
+    parser.add_argument("--report", metavar="PATH", help="write the grade report (JSON)")
+    parser.add_argument("--gradescope", metavar="PATH", help="write Gradescope's results.json")
+    parser.add_argument("--timeout-per-test", type=positive, default=profile.DEFAULT_TIMEOUT_S,
+                        metavar="S", help="seconds a test may run before it is killed "
+                        f"(default {profile.DEFAULT_TIMEOUT_S:g}; known-long tests more)")
+    parser.add_argument("--budget", type=positive, default=profile.BUDGET_S, metavar="S",
+                        help=f"seconds for the whole run (default {profile.BUDGET_S:g})")
+    return parser.parse_args(argv)
+
+
+def environment(instructor):
+    """The tests' environment: CI unset (a missing resource skips, not fails), no pytest options
+    from outside, and the instructor's MNIST where there is one."""
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("CI", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTHONPATH")}
+    raw = os.path.join(instructor, "data", "MNIST", "raw")
+    if not env.get("OFFLINE_DATA_DIR") and all(os.path.isfile(os.path.join(raw, name))
+                                               for name in MNIST_FILES):
+        env["OFFLINE_DATA_DIR"] = os.path.join(instructor, "data")
+    return env
+
+
+def grade(submission, timeout_s, budget_s, instructor=None):
+    """Grade the submission with the instructor's tests (default: INSTRUCTOR's); the report
+    (without the time taken)."""
+    instructor = instructor or INSTRUCTOR
+    load_before = os.getloadavg()
+    hashes = file_hashes(submission)
+    with tempfile.TemporaryDirectory(prefix="grade-") as work:
+        folder = os.path.join(work, "submission")
+        notes = copy_submission(submission, instructor, folder)
+        watchdog = Watchdog(folder, work, environment(instructor), budget_s,
+                            lambda nodeid: profile.timeout_for(nodeid, timeout_s),
+                            idle_s=timeout_s)
+        tests = watchdog.run()
+    report = grade_report(tests, watchdog.failure,
+                          os.path.join(instructor, "tests", "grading", "rubric.py"))
+    report["tests"] = test_entries(tests, report, profile.is_hidden)
+    report.update(submission=submission, files=hashes, notes=notes, failure=watchdog.failure,
+                  profile={"patterns": profile.PROFILE, "left_out": profile.LEFT_OUT,
+                           "timeouts": profile.TIMEOUTS,
+                           "default_timeout_s": timeout_s, "budget_s": budget_s,
+                           "selected": len(tests.members)},
+                  runs=watchdog.runs,
+                  load_average={"before": load_before, "after": os.getloadavg()})
+    return report
+
+
+def main(argv=None):
+    """Grade, write the reports, print the marks."""
+    args = parse(argv)
+    started = time.time()
+    submission = os.path.abspath(args.submission)
+    if not os.path.isdir(submission):
+        print(f"grade.py: error: no such folder: {args.submission}", file=sys.stderr)
+        return 2
+    try:
+        report = grade(submission, args.timeout_per_test, args.budget)
+    except Exception as error:  # the grader's own failure must still reach the student's page
+        reason = f"the grader failed: {type(error).__name__}: {error}"
+        if args.report:
+            write_atomically(os.path.abspath(args.report),
+                             {"submission": submission, "failure": reason, "items": []})
+        if args.gradescope:
+            write_atomically(os.path.abspath(args.gradescope),
+                             gradescope.failure_results(reason, time.time() - started))
+        print(f"grade.py: {reason}", file=sys.stderr)
+        return 1
+    elapsed = time.time() - started
+    report["elapsed_s"] = round(elapsed, 1)
+    if args.report:
+        write_atomically(os.path.abspath(args.report), report)
+    if args.gradescope:
+        write_atomically(os.path.abspath(args.gradescope), gradescope.results(report, elapsed))
+    print(gradescope.summary(report))
+    print(f"graded {len(report['tests'])} tests in {elapsed:.0f} s "
+          f"({len(report['runs'])} pytest run(s))")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""A tiny assignment for tests/test_grade.py: an instructor's repository and a submission.
+
+The instructor's repository has the real grading plugin with a small rubric and profile, and
+tests that pass, fail, hang, crash or fail slowly; the submission has the module the tests import,
+and what a submission must not be able to do: a conftest.py that would skip every test, and its
+own copy of a test file.
+"""
+import os
+import shutil
+import textwrap
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+RUBRIC = """
+from typing import NamedTuple
+
+
+class Item(NamedTuple):
+    id: str
+    title: str
+    marks: float
+    checks: str
+    needs_human: str
+
+
+ITEMS = [Item(name, name.title(), marks, f"checks {name}", "-")
+         for name, marks in (("core.fast", 2), ("core.hang", 3), ("core.crash", 1),
+                             ("core.fail", 4), ("core.later", 5), ("core.slow", 1))]
+TESTS = [("tests/test_crash.py::test_dies", "core.crash"),
+         ("tests/test_crash.py::", "core.fast"),
+         ("tests/test_fast.py::", "core.fast"),
+         ("tests/test_hang.py::", "core.hang"),
+         ("tests/test_integrity.py::", "core.fail"),  # a hidden module's name
+         ("tests/test_later.py::", "core.later"),
+         ("tests/test_slow.py::", "core.slow")]
+"""
+
+CONFTEST = """
+import launch_helpers  # the submission's code, as tests/harness.py imports runtime/
+
+pytest_plugins = ["tests.grading.plugin"]
+"""
+
+TESTS = {
+    "test_fast.py": """
+        from student import answer
+
+
+        def test_the_answer():
+            assert answer() == 42
+
+
+        def test_outside_profile_would_fail_if_it_ran():
+            assert False
+    """,
+    "test_hang.py": """
+        import os
+        import subprocess
+        import sys
+        import time
+
+
+        def test_hangs_with_a_child_in_its_own_session():
+            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                                     start_new_session=True)
+            with open(os.environ["CHILD_PID_FILE"], "w") as file:
+                file.write(str(child.pid))
+            time.sleep(600)
+
+
+        def test_hangs_as_well():
+            time.sleep(600)
+    """,
+    "test_crash.py": """
+        import os
+        import signal
+
+
+        def test_dies():
+            os.kill(os.getpid(), signal.SIGSEGV)
+
+
+        def test_survives():
+            pass
+    """,
+    "test_integrity.py": """
+        def test_hidden_check_fails():
+            assert False, "the hidden check's detail"
+    """,
+    "test_later.py": """
+        def test_runs_after_the_hang_and_the_crash():
+            print("printed by the later test")
+    """,
+    "test_not_in_profile.py": "import no_such_module\n",
+    "test_slow.py": """
+        import time
+
+
+        def test_fails_after_most_of_its_timeout():  # as a collective's own timeout does
+            time.sleep(2.5)
+            assert False
+
+
+        def test_would_fail_slowly_too():
+            time.sleep(2.5)
+    """,
+}
+
+SUBMISSION = {
+    "student.py": "def answer():\n    return 42\n",
+    "launch_helpers.py": "READY = True\n",
+    # What a submission must not be able to do: replace the tests, reconfigure pytest.
+    "conftest.py": "import pytest\n\n\ndef pytest_runtest_setup(item):\n"
+                   "    pytest.skip('the submission skips everything')\n",
+    "tests/test_hang.py": "def test_hangs_with_a_child_in_its_own_session():\n    pass\n",
+}
+
+PROFILE = """
+HIDDEN_TESTS = ("tests/test_integrity.py",)
+
+
+def in_profile(nodeid):
+    return "outside_profile" not in nodeid
+
+
+def collects(path):
+    return path != "tests/test_not_in_profile.py"
+"""
+
+
+def write_files(root, files):
+    """Write {relative path: text} under root."""
+    for relative, text in files.items():
+        path = os.path.join(root, relative)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as file:
+            file.write(textwrap.dedent(text).lstrip())
+
+
+def instructor_repository(root, tests=None):
+    """The real plugin with a small rubric and profile, and the given test modules."""
+    grading = os.path.join(root, "tests", "grading")
+    shutil.copytree(os.path.join(REPO, "tests", "grading"), grading,
+                    ignore=shutil.ignore_patterns("__pycache__", "rubric.py", "profile.py"))
+    write_files(root, {"tests/__init__.py": "", "tests/conftest.py": CONFTEST,
+                       "tests/grading/rubric.py": RUBRIC, "tests/grading/profile.py": PROFILE,
+                       "pyproject.toml": "[tool.pytest.ini_options]\ntestpaths = ['tests']\n"})
+    write_files(os.path.join(root, "tests"), tests or TESTS)
+    return root
