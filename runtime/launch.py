@@ -12,6 +12,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -248,3 +249,8 @@ def _run_placed(index, worker, placements, args):
     # the launcher held these signals while starting the ranks, and the ranks inherited that
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     worker(placements[index], args)
+    # Leave without interpreter teardown, as mlp_ddp.exit_now does: gloo's threads can abort the
+    # process there (SIGABRT, pytorch/pytorch#179291), which would read as this rank failing.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
