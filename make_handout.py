@@ -14,18 +14,18 @@ document, results/ and the instructor's tools. OUT_DIR/autograder/ is Gradescope
 same. The markers are described in handout/regions.py; a wrong one stops the build with its file
 and line, and writes nothing (exit 2).
 """
-import argparse
 import os
 import sys
 
 from handout import build, regions, self_check
+from runtime.options import OneLineParser
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 
 
 def main(argv=None):
     """Build the handout into OUT_DIR; exit 2 with one line where it cannot."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out_dir", metavar="OUT_DIR")
     parser.add_argument("--force", action="store_true",
                         help="replace student/, autograder/ and autograder.zip in a folder that "
