@@ -29,6 +29,8 @@ import torch.distributed as dist
 
 from benchmarks.common import int_list, run_world_sizes
 from manual_allreduce import ring_all_reduce
+from runtime import emulated_network
+from runtime.options import OneLineParser
 from runtime.results import write_json_atomic
 from runtime.timing import summarize
 
@@ -60,7 +62,7 @@ def size_list(text):
 
 def parse_args(argv=None):
     """The options, checked; `sizes` filled in from min/max/factor unless given."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__,
+    parser = OneLineParser(description=__doc__.split("\n\n")[0], epilog=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add = parser.add_argument
     add("--world-sizes", type=int_list, default=[2, 3, 4], help="processes per run, e.g. 2,3,4")
@@ -76,8 +78,14 @@ def parse_args(argv=None):
     add("--candidate", default=None, metavar="FILE",
         help="a .py file whose ring_all_reduce(tensor) is measured too")
     add("--timeout", type=float, default=300.0, help="seconds a collective may wait for a peer")
-    add("--output", default="results/allreduce-bench.json")
+    add("--output", default=None,
+        help="default results/allreduce-bench.json; with --emulate-link RATE "
+             "results/emulated/allreduce-RATE[-Kpn].json")
+    emulated_network.add_options(parser)  # --emulate-link RATE, --ranks-per-node K
     args = parser.parse_args(argv)
+    emulated_network.check_options(parser, args)
+    if args.output is None:
+        args.output = default_output(args)
     if args.sizes is None:
         args.sizes = []
         size = args.min_size
@@ -87,6 +95,14 @@ def parse_args(argv=None):
     if args.iterations < 1 or args.warmup < 0 or min(args.world_sizes) < 2:
         parser.error("--iterations must be >= 1, --warmup >= 0, every world size >= 2")
     return args
+
+
+def default_output(args):
+    """Where the results go unless --output says: emulated links apart from the reference run."""
+    if not args.emulate_link:
+        return "results/allreduce-bench.json"
+    per_node = f"-{args.ranks_per_node}pn" if args.ranks_per_node > 1 else ""
+    return f"results/emulated/allreduce-{args.emulate_link}{per_node}.json"
 
 
 def implementations(candidate):
@@ -142,7 +158,8 @@ def measure_size(functions, size, args, world):
 def bench_rank(placement, args):
     """One rank of one world size; rank 0 writes its measurements to args.part_path."""
     torch.set_num_threads(1)  # 2 cores shared by up to 4 ranks: more threads would only fight
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{placement.master_port}",
+    address = f"{placement.master_addr}:{placement.master_port}"  # rank 0's node's, if emulated
+    dist.init_process_group("gloo", init_method=f"tcp://{address}",
                             rank=placement.rank, world_size=placement.world_size,
                             timeout=timedelta(seconds=args.timeout))
     try:
@@ -248,6 +265,7 @@ def main(argv=None):
     created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     write_json_atomic(args.output, {"schema": SCHEMA, "created": created,
                                     "environment": environment_at_start, "config": config,
+                                    "link": emulated_network.describe(args),
                                     "measurements": measurements, "comparisons": ratios,
                                     "target": dict(TARGET, per_world_size=target)})
     print_table(measurements, ratios, target)

@@ -6,7 +6,7 @@ import os
 import sys
 import tempfile
 
-from runtime.launch import free_port, launch_local
+from runtime.launch import LaunchError, free_port, launch_local
 
 
 def run_world_sizes(bench_rank, args):
@@ -18,7 +18,11 @@ def run_world_sizes(bench_rank, args):
         for world in args.world_sizes:
             print(f"world size {world}:", flush=True)
             args.part_path = os.path.join(folder, f"world-{world}.json")
-            failure = launch_local(bench_rank, world, args, free_port())
+            try:
+                failure = launch_local(bench_rank, world, args, free_port())
+            except LaunchError as error:  # e.g. an emulated network that cannot be made
+                print(f"error: {error}", file=sys.stderr)
+                raise SystemExit(2) from None
             if failure:
                 print(f"error: rank {failure[0]} failed (exit code {failure[1]})", file=sys.stderr)
                 return None

@@ -22,6 +22,8 @@ import torch
 import torch.distributed as dist
 from torch import multiprocessing
 
+from runtime import emulated_network
+
 
 class LaunchError(Exception):
     """A launch environment or option that cannot work; reported as one line."""
@@ -200,12 +202,23 @@ def launch_local(worker, world_size, args, port=None):
     """Run `worker(placement, args)` in `world_size` fresh processes; returns (failed rank, exit
     code) or None.
 
-    When one rank fails the others are terminated rather than left blocked in a collective.
+    When one rank fails the others are terminated rather than left blocked in a collective. With
+    args.emulate_link the ranks run on an emulated network (runtime/emulated_network.py), made
+    before they start and removed after they end, whichever way they end.
     """
+    try:
+        with emulated_network.for_local_ranks(args, world_size) as network:
+            return _launch_local(worker, world_size, args, port, network)
+    except emulated_network.NetworkUnavailable as error:
+        raise LaunchError(str(error)) from None
+
+
+def _launch_local(worker, world_size, args, port, network):
     # We say which rank failed ourselves.
     logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
     port = port or free_port()
-    placements = [Placement(rank, world_size, rank, world_size, "127.0.0.1", port, "local")
+    master = network.address(0) if network else "127.0.0.1"
+    placements = [Placement(rank, world_size, rank, world_size, master, port, "local")
                   for rank in range(world_size)]
     # A signal while the ranks start would leave the started ones without a handle to stop them,
     # and the interpreter's exit would then wait for them forever: hold SIGINT/SIGTERM until every
@@ -213,7 +226,8 @@ def launch_local(worker, world_size, args, port=None):
     stops = {signal.SIGINT, signal.SIGTERM}
     signal.pthread_sigmask(signal.SIG_BLOCK, stops)
     try:
-        context = multiprocessing.start_processes(_run_placed, args=(worker, placements, args),
+        context = multiprocessing.start_processes(_run_placed,
+                                                  args=(worker, placements, args, network),
                                                   nprocs=world_size, join=False,
                                                   start_method="spawn")
     finally:
@@ -245,9 +259,11 @@ def stop_all(processes, grace_s=5.0):
             process.join()
 
 
-def _run_placed(index, worker, placements, args):
+def _run_placed(index, worker, placements, args, network=None):
     # the launcher held these signals while starting the ranks, and the ranks inherited that
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    if network:  # before any socket: the process group must start inside the rank's node
+        network.enter(emulated_network.host_of(index, args))
     worker(placements[index], args)
     # Leave without interpreter teardown, as mlp_ddp.exit_now does: gloo's threads can abort the
     # process there (SIGABRT, pytorch/pytorch#179291), which would read as this rank failing.

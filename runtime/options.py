@@ -7,6 +7,7 @@ import os
 import tempfile
 
 from manual_allreduce import DEFAULT_BUCKET_MB, STRATEGIES
+from runtime import emulated_network
 from runtime.data import DATASETS
 
 
@@ -112,6 +113,7 @@ def build_parser(description):
         help="torch threads per rank (0: cores / local ranks)")
     add("--master-port", type=bounded(int, 1, 65535), default=None,
         help="port for a local launch (default: a free one)")
+    emulated_network.add_options(parser)  # --emulate-link RATE, --ranks-per-node K
     add("--results-dir", default="results")
     add("--run-name", default=None,
         help="results file name (default: model-dataset-mode[-sync]-wN-time)")
@@ -148,6 +150,9 @@ def parse_args(argv=None, description=None):
     if args.mode == "single" and (args.world_size or 1) > 1:
         parser.error("--mode single runs one process; use --mode ddp or manual with "
                      "--world-size > 1")
+    if args.emulate_link and (args.world_size or 1) < 2:
+        parser.error("--emulate-link is for a local launch of --world-size 2 or more")
+    emulated_network.check_options(parser, args)
     if args.resume and not args.checkpoint_dir:
         parser.error("--resume needs --checkpoint-dir")
     if args.tensorboard:

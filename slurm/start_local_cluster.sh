@@ -9,13 +9,28 @@
 #   sinfo                                      # two nodes, idle
 #   sudo slurm/stop_local_cluster.sh
 #
+# With --link-rate RATE (tc syntax: 100mbit, 1gbit, 10gbit) the nodes are on
+# an emulated network instead (runtime/emulated_network.py): each slurmd in
+# its own network namespace, named and addressed SUBNET.1 and SUBNET.2, on a
+# Linux bridge (SUBNET.254, where slurmctld is reached) through a veth pair
+# shaped to RATE in both directions by tc tbf. A node's tasks talk over its
+# own loopback, unshaped; nodes talk over the shaped links. Every job task
+# gets GLOO_SOCKET_IFNAME=ddplink0, the node's shaped interface, from a
+# TaskProlog, so run_slurm.sh runs unchanged:
+#
+#   sudo slurm/start_local_cluster.sh --link-rate 1gbit
+#   sinfo                                      # 10.213.1.[1-2] idle
+#   sudo slurm/stop_local_cluster.sh           # also removes the network
+#
 # Everything (config, munge key and socket, state, spool, pid and log files)
 # lives under one folder, ${SLURM_LOCAL_DIR:-/tmp/ddp-local-slurm}; nothing
 # in /etc is changed. Needs root (it installs the Debian packages when they
 # are missing and starts the daemons itself). Running it twice leaves one
 # cluster up. Settings: SLURM_LOCAL_DIR, SLURM_LOCAL_PORT (slurmctld's port;
 # the nodes use the next two, default 6817), SLURM_LOCAL_CPUS (CPUs each
-# node declares, default 4, so 2 tasks per node fit on a 2-core machine).
+# node declares, default 4, so 2 tasks per node fit on a 2-core machine),
+# SLURM_LOCAL_SUBNET (with --link-rate: the first three octets, default
+# 10.213.1), PYTHON (runs runtime/emulated_network.py; default python3).
 set -euo pipefail
 
 # Daemons live in sbin, which some users' PATH lacks.
@@ -35,10 +50,34 @@ CONF=$DIR/slurm.conf
 MUNGE_DIR=$DIR/munge
 SOCKET=$MUNGE_DIR/munge.socket
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PYTHON=${PYTHON:-python3}
+LINK_RATE=""
+SUBNET=${SLURM_LOCAL_SUBNET:-10.213.1}
+CONTROLLER=127.0.0.1
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --link-rate) [ $# -ge 2 ] || die "--link-rate needs a rate, e.g. 1gbit"
+                     LINK_RATE=$2; shift 2 ;;
+        --link-rate=*) LINK_RATE=${1#*=}; shift ;;
+        *) die "unknown argument '$1' (the only option is --link-rate RATE)" ;;
+    esac
+done
 
 [ "$(id -u)" -eq 0 ] \
     || die "must run as root (it installs packages and starts slurmctld, slurmd and munged);" \
            "try: sudo $0"
+
+network() {  # network <command> [options]: runtime/emulated_network.py, from the repository
+    (cd "$HERE/.." && "$PYTHON" -m runtime.emulated_network "$@")
+}
+if [ -n "$LINK_RATE" ]; then
+    # Checked before anything is made: a bad rate, or no ip/tc, is one line here.
+    reason=$(network check --rate "$LINK_RATE" 2>&1) || die "${reason#*error: }"
+    NODES=("$SUBNET.1" "$SUBNET.2")
+    CONTROLLER=$SUBNET.254
+    TAG=ddpns$PORT  # runtime/emulated_network.py's prefix, unique per cluster (its port)
+fi
 
 # --- packages: install only what is missing --------------------------------
 missing=0
@@ -71,7 +110,8 @@ alive() {  # alive <pid file> <program name>
 all_alive() {
     alive "$MUNGE_DIR/munged.pid" munged && alive "$DIR/run/slurmctld.pid" slurmctld \
         && alive "$DIR/run/slurmd-${NODES[0]}.pid" slurmd \
-        && alive "$DIR/run/slurmd-${NODES[1]}.pid" slurmd
+        && alive "$DIR/run/slurmd-${NODES[1]}.pid" slurmd \
+        && [ "$(cat "$DIR/link-rate" 2>/dev/null)" = "$LINK_RATE" ]
 }
 
 last_error() {  # the last error line of a log, to say why a daemon stopped
@@ -125,6 +165,25 @@ for node in "${NODES[@]}"; do mkdir -p "$DIR/spool/$node"; done
 chmod 0755 "$DIR" "$DIR/spool" "$DIR"/spool/*
 chown munge:munge "$MUNGE_DIR"
 chmod 0755 "$MUNGE_DIR"
+echo "$LINK_RATE" >"$DIR/link-rate"  # what a second start compares with
+
+# --- the emulated network (--link-rate) ------------------------------------
+# Every object is recorded in $DIR/network.record before it is made, so
+# stop_local_cluster.sh removes it all, also after a start that failed here.
+TASK_PROLOG=""
+if [ -n "$LINK_RATE" ]; then
+    STARTED=1
+    reason=$(network up --tag "$TAG" --hosts 2 --rate "$LINK_RATE" --subnet "$SUBNET" \
+             --bridge-address --record "$DIR/network.record" 2>&1) \
+        || die "${reason#*error: }"
+    # gloo binds to what the host name resolves to, which is not in a node's
+    # namespace; without an interface it falls back to 127.0.0.1, which the
+    # other node cannot reach. Slurm adds a TaskProlog's "export" lines to
+    # every task's environment.
+    TASK_PROLOG=$DIR/task-prolog.sh
+    printf '#!/bin/sh\necho export GLOO_SOCKET_IFNAME=ddplink0\n' >"$TASK_PROLOG"
+    chmod 0755 "$TASK_PROLOG"
+fi
 
 # --- munge: own key, own socket --------------------------------------------
 if [ ! -s "$MUNGE_DIR/munge.key" ]; then
@@ -145,8 +204,9 @@ munge --socket="$SOCKET" --no-input | unmunge --socket="$SOCKET" >/dev/null \
 # --- slurm.conf ------------------------------------------------------------
 cat >"$CONF" <<EOF
 # Written by slurm/start_local_cluster.sh: two nodes on one machine.
+# Link rate between the nodes: ${LINK_RATE:-not shaped (loopback)}
 ClusterName=ddplocal
-SlurmctldHost=$(hostname -s)(127.0.0.1)
+SlurmctldHost=$(hostname -s)($CONTROLLER)
 SlurmctldPort=$PORT
 SlurmUser=root
 AuthType=auth/munge
@@ -175,6 +235,7 @@ EnforcePartLimits=ALL
 SlurmdParameters=config_overrides
 # Kill the rest of a step quickly once one task has failed.
 KillWait=5
+${TASK_PROLOG:+TaskProlog=$TASK_PROLOG}
 NodeName=${NODES[0]} Port=$((PORT + 1)) CPUs=$CPUS State=UNKNOWN
 NodeName=${NODES[1]} Port=$((PORT + 2)) CPUs=$CPUS State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
@@ -182,10 +243,17 @@ EOF
 
 # --- daemons (-c: start clean, forget jobs of an earlier cluster here) ------
 slurmctld -c -f "$CONF" || die "slurmctld did not start; see $DIR/log/slurmctld.log"
-for node in "${NODES[@]}"; do
-    slurmd -f "$CONF" -N "$node" || die "slurmd $node did not start; see $DIR/log/slurmd-$node.log"
+for index in 0 1; do
+    node=${NODES[$index]}
+    inside=()  # with --link-rate, each slurmd (and so its jobs) in its node's namespace
+    # nsenter, not `ip netns exec`: that remounts /sys, hiding the /sys/fs/cgroup
+    # slurmd looks for.
+    [ -n "$LINK_RATE" ] && inside=(nsenter "--net=/run/netns/$TAG-$index")
+    "${inside[@]}" slurmd -f "$CONF" -N "$node" \
+        || die "slurmd $node did not start; see $DIR/log/slurmd-$node.log"
 done
 
 wait_for_idle_nodes
-say "cluster up: nodes ${NODES[*]} idle; files under $DIR"
+say "cluster up: nodes ${NODES[*]} idle${LINK_RATE:+, links shaped to $LINK_RATE};" \
+    "files under $DIR"
 echo "export SLURM_CONF=$CONF"

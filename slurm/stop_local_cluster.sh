@@ -4,6 +4,9 @@
 # ${SLURM_LOCAL_DIR:-/tmp/ddp-local-slurm}. Jobs still running there are
 # cancelled first, so no slurmstepd is left behind. Safe to run twice.
 # Files (logs, config) stay for inspection; delete the folder to forget them.
+# A network made by --link-rate is removed after the daemons: exactly the
+# namespaces, veths and bridge named in $DIR/network.record (their qdiscs go
+# with the veths), also when the start failed halfway.
 #
 #   sudo slurm/stop_local_cluster.sh
 set -uo pipefail
@@ -93,4 +96,15 @@ done
 if pid=$(pid_of "$DIR/run/slurmctld.pid" slurmctld); then stop slurmctld 10 "$pid"; fi
 if pid=$(pid_of "$DIR/munge/munged.pid" munged); then stop munged 10 "$pid"; fi
 rm -f "$DIR"/run/*.pid "$DIR/munge/munged.pid"
+
+if [ -f "$DIR/network.record" ]; then
+    HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+    if (cd "$HERE/.." && "${PYTHON:-python3}" -m runtime.emulated_network down \
+            --record "$DIR/network.record"); then
+        say "removed the emulated network"
+    else
+        say "error: some of the emulated network is left (see $DIR/network.record)" >&2
+        exit 1
+    fi
+fi
 exit 0
