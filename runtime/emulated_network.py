@@ -65,13 +65,17 @@ def check_usable():
                                  "install iproute2)")
 
 
-def tbf_arguments(bits_per_s):
-    """tc tbf's parameters for a link of this rate."""
+def burst_bytes(bits_per_s):
+    """tbf's bucket: the bytes that may pass at once, above the rate."""
     # veth hands tbf GSO packets of up to 64 KiB: a burst below that makes tbf split each one
     # in software. 1 ms of line rate above that keeps the shaper's timer from limiting 10gbit.
-    burst = max(128 * 1024, int(bits_per_s / 8 * 1e-3))
+    return max(128 * 1024, int(bits_per_s / 8 * 1e-3))
+
+
+def tbf_arguments(bits_per_s):
+    """tc tbf's parameters for a link of this rate."""
     # A queue of 50 ms of line rate: TCP fills it instead of losing packets to a short one.
-    return ["rate", f"{bits_per_s}bit", "burst", str(burst), "latency", "50ms"]
+    return ["rate", f"{bits_per_s}bit", "burst", str(burst_bytes(bits_per_s)), "latency", "50ms"]
 
 
 class EmulatedNetwork:

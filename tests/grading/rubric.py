@@ -122,6 +122,7 @@ TESTS = [
     ("tests/test_ddp_parity.py::", "core.distributed"),
     ("tests/test_integrity.py::", "core.distributed"),
     ("tests/test_slurm.py::", "core.distributed"),
+    ("tests/test_emulated_network.py::", "core.distributed"),
     ("tests/test_cli.py::test_manual_mode_on_two_processes", ("core.distributed", "core.timing")),
     # Timing and communication overhead
     ("tests/test_cli.py::test_the_schema_check", "core.timing"),
