@@ -32,7 +32,8 @@ RESULTS=results/slurm/link-$RATE
 bash slurm/start_local_cluster.sh --link-rate "$RATE" >/dev/null
 trap 'bash slurm/stop_local_cluster.sh' EXIT
 export SLURM_CONF=${SLURM_LOCAL_DIR:-/tmp/ddp-local-slurm}/slurm.conf
-export SBATCH_EXCLUSIVE=exclusive  # sbatch --exclusive: one job at a time, so none times another's work
+# sbatch --exclusive: one job at a time, so that no job times another one's work
+export SBATCH_EXCLUSIVE=exclusive
 for model_steps in mlp:200 cnn:60; do
     "$PYTHON" -m slurm.submit_sweep --nodes 2 --tasks-per-node 1,2 \
         --strategies per-param,flat,bucketed --model "${model_steps%:*}" \

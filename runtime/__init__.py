@@ -2,6 +2,7 @@
 
     options.py      the command line: every option, its range, the checks before training
     launch.py       where the processes come from (local, torchrun, srun) and the process group
+      emulated_network.py  --emulate-link: ranks in network namespaces behind shaped links
     data.py         MNIST / FashionMNIST in memory, offline copies, each rank's shard
     models.py       the MLP and the CNN
     modes.py        the --mode wrappers: single, ddp, ddp-no-sync, manual (manual_allreduce.py)
