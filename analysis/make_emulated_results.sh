@@ -12,7 +12,8 @@
 # 3. Training through SLURM on a local two-node cluster whose links are shaped to LINK_RATE
 #    (slurm/start_local_cluster.sh --link-rate): 2 nodes x 1 and 2 nodes x 2 ranks, ddp and the
 #    per-param, flat and bucketed strategies, MLP (200 steps) and CNN (60 steps), one job at a
-#    time (--exclusive: the nodes share 2 cores) -> results/slurm/link-1gbit/*.json and plots/.
+#    time (--exclusive: the nodes share 2 cores), 3 interleaved repeats
+#    -> results/slurm/link-1gbit/*-r[123].json and plots/.
 # The cluster is stopped, and its network removed, however the script ends. Then commit
 # results/emulated/ and results/slurm/.
 set -euo pipefail
@@ -36,6 +37,6 @@ export SLURM_CONF=${SLURM_LOCAL_DIR:-/tmp/ddp-local-slurm}/slurm.conf
 export SBATCH_EXCLUSIVE=exclusive
 for model_steps in mlp:200 cnn:60; do
     "$PYTHON" -m slurm.submit_sweep --nodes 2 --tasks-per-node 1,2 \
-        --strategies per-param,flat,bucketed --model "${model_steps%:*}" \
-        --results-dir "$RESULTS" --limit 1800 -- --epochs 1 --max-steps "${model_steps#*:}"
+        --strategies per-param,flat,bucketed --model "${model_steps%:*}" --repeats 3 \
+        --results-dir "$RESULTS" --limit 3600 -- --epochs 1 --max-steps "${model_steps#*:}"
 done

@@ -3,11 +3,15 @@
     python -m slurm.submit_sweep --dry-run   # the sbatch commands, nothing submitted
     python -m slurm.submit_sweep             # nodes 1,2 x tasks per node 1,2 x ddp and strategies
     python -m slurm.submit_sweep --nodes 1,2,4 --strategies bucketed,ring --model cnn -- --epochs 1
+    python -m slurm.submit_sweep --nodes 2 --repeats 3   # each shape 3 times, interleaved
     LAUNCH=torchrun python -m slurm.submit_sweep   # the torchrun launch style (see run_slurm.sh)
 
 Every job runs run_slurm.sh with a run name that says its shape (slurm-mlp-manual-ring-n2x2: 2
 nodes x 2 tasks) and writes to --results-dir (default results/slurm, apart from the local sweep);
-the plots go to <results-dir>/plots. Arguments after `--` go to mlp_ddp.py. The state of each job
+the plots go to <results-dir>/plots. With --repeats R > 1 the names end in -r1..-rR and the jobs
+are submitted in rounds, every other round in reverse order, as analysis/sweep.py runs locally: with
+exclusive jobs (SBATCH_EXCLUSIVE=exclusive) they then run in that order, so slow spells of the
+machine spread over every configuration. Arguments after `--` go to mlp_ddp.py. The state of each job
 is polled with scontrol, which works without Slurm's accounting database.
 """
 import argparse
@@ -39,30 +43,37 @@ def parse_args(argv=None):
     parser.add_argument("--strategies", default="flat,bucketed,ring",
                         help="manual strategies; ddp always runs")
     parser.add_argument("--model", default="mlp")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="run every configuration this many times, interleaved")
     parser.add_argument("--results-dir", default=os.path.join("results", "slurm"))
     parser.add_argument("--limit", type=float, default=3600,
                         help="seconds to wait for all jobs")
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("trainer_args", nargs="*", help="after --: passed to mlp_ddp.py")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    return args
 
 
 def jobs(args):
-    """(run name, sbatch command) for every point of the sweep."""
+    """(run name, sbatch command) for every point of the sweep, round after round."""
     # (label in the run name, --mode, --sync arguments)
     series = [("ddp", "ddp", [])]
     series += [(f"manual-{strategy}", "manual", ["--sync", strategy])
                for strategy in args.strategies.split(",") if strategy]
-    for nodes in args.nodes:
-        for tasks in args.tasks_per_node:
-            for label, mode, sync in series:
-                name = f"slurm-{args.model}-{label}-n{nodes}x{tasks}"
-                command = ["sbatch", "--parsable", f"--nodes={nodes}",
-                           f"--ntasks-per-node={tasks}", f"--job-name={name}", "run_slurm.sh",
-                           "--model", args.model, "--mode", mode, *sync,
-                           "--results-dir", args.results_dir, "--run-name", name,
-                           *args.trainer_args]
-                yield name, command
+    shapes = [(nodes, tasks, label, mode, sync) for nodes in args.nodes
+              for tasks in args.tasks_per_node for label, mode, sync in series]
+    for repeat in range(1, args.repeats + 1):
+        suffix = f"-r{repeat}" if args.repeats > 1 else ""
+        for nodes, tasks, label, mode, sync in shapes if repeat % 2 else reversed(shapes):
+            name = f"slurm-{args.model}-{label}-n{nodes}x{tasks}{suffix}"
+            command = ["sbatch", "--parsable", f"--nodes={nodes}",
+                       f"--ntasks-per-node={tasks}", f"--job-name={name}", "run_slurm.sh",
+                       "--model", args.model, "--mode", mode, *sync,
+                       "--results-dir", args.results_dir, "--run-name", name,
+                       *args.trainer_args]
+            yield name, command
 
 
 def state_of(job_id):
