@@ -59,6 +59,9 @@ def build_parser(description):
              "for benchmarks)")
     add("--sync", choices=STRATEGIES, default="bucketed",
         help="hand-written strategy for --mode manual")
+    add("--comm-hook", choices=("none", "shm"), default="none",
+        help="how --mode ddp sums its buckets: none = DDP's own all-reduce (gloo/NCCL), shm = "
+             "the hand-written shared-memory all-reduce, ranks of a host through memory")
     add("--bucket-mb", type=bounded(float, 0, low_open=True), default=DEFAULT_BUCKET_MB,
         help="bucket size (bucketed, and DDP's)")
     add("--compress", choices=("none", "fp16", "bf16"), default="none",
@@ -148,6 +151,8 @@ def parse_args(argv=None, description=None):
     if args.mode == "single" and (args.world_size or 1) > 1:
         parser.error("--mode single runs one process; use --mode ddp or manual with "
                      "--world-size > 1")
+    if args.comm_hook != "none" and args.mode != "ddp":
+        parser.error("--comm-hook applies to --mode ddp (for --mode manual: --sync shm)")
     if args.resume and not args.checkpoint_dir:
         parser.error("--resume needs --checkpoint-dir")
     if args.tensorboard:
