@@ -79,14 +79,21 @@ def compare_with_library(rank, world_size):
     return mismatches, paths
 
 
+def all_cases(rank, world_size):
+    """Every case of one world size, in one launch: the sums, the paths, and at 3 ranks DDP."""
+    mismatches, paths = compare_with_library(rank, world_size)
+    ddp = train_ddp(rank, world_size) if world_size == DDP_WORLD_SIZE else None
+    return mismatches, paths, ddp
+
+
 @functools.lru_cache(maxsize=None)
 def outcomes(world_size):
-    return run_in_processes(world_size, compare_with_library, timeout_s=60)
+    return run_in_processes(world_size, all_cases, timeout_s=60)
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5])
 def test_shm_all_reduce_equals_dist_all_reduce_for_awkward_lengths_dtypes_and_hosts(world_size):
-    for rank, (mismatches, _) in enumerate(outcomes(world_size)):
+    for rank, (mismatches, _, _) in enumerate(outcomes(world_size)):
         for layout, found in mismatches.items():
             # each case as dist.all_reduce (integers), within one rounding (random values)
             assert found == [], f"rank {rank}, {layout}: (dtype, length, data, problem) {found}"
@@ -94,12 +101,15 @@ def test_shm_all_reduce_equals_dist_all_reduce_for_awkward_lengths_dtypes_and_ho
 
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_no_segment_is_left_in_dev_shm_after_the_collective_is_set_up(world_size):
-    for _, paths in outcomes(world_size):
+    for _, paths, _ in outcomes(world_size):
         # unlinked once every rank had mapped it: nothing to clean up, however the run ends
         assert paths and not any(os.path.exists(path) for path in paths), paths
 
 
 # --- DDP through the comm hook -----------------------------------------------------------------
+DDP_WORLD_SIZE = 3
+
+
 def train_ddp(rank, world_size):
     """Three SGD steps of DDP, with its own all-reduce and with the shm hook; the parameters after
     each, per hook."""
@@ -127,7 +137,7 @@ def train_ddp(rank, world_size):
 
 
 def test_ddp_with_the_shm_comm_hook_trains_exactly_as_ddp():
-    for rank, histories in enumerate(run_in_processes(3, train_ddp)):
+    for rank, (_, _, histories) in enumerate(outcomes(DDP_WORLD_SIZE)):
         for step, (theirs, mine) in enumerate(zip(histories["none"], histories["shm"])):
             # float32 sums of 3 values in different orders: a few roundings apart at most
             torch.testing.assert_close(mine, theirs, rtol=1e-6, atol=1e-7,
