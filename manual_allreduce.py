@@ -15,12 +15,17 @@ up to what DDP really does, in this order:
   5. compression  any strategy can send fp16 or bf16 (`compress`): half the bytes on the wire
   6. ring         the collective itself replaced: the flat buffer summed by `ring_all_reduce`,
                   built from point-to-point sends and receives
-runtime/manual_ddp.py puts these strategies behind the interface of torch's DDP.
+  7. shm          the flat buffer summed through memory shared by the ranks of a host
+Sections 6 and 7 are how the bytes move: their collectives are in manual_collectives.py, read
+it after this file; here, only the strategies that use them. runtime/manual_ddp.py puts these
+strategies behind the interface of torch's DDP.
 """
 import torch
 import torch.distributed as dist
 
-STRATEGIES = ("per-param", "flat", "bucketed", "ring")  # --sync, in the order built here
+from manual_collectives import SharedMemoryAllReduce, ring_all_reduce
+
+STRATEGIES = ("per-param", "flat", "bucketed", "ring", "shm")  # --sync, in the order built here
 DEFAULT_BUCKET_MB = 25.0  # as DDP's bucket_cap_mb
 FIRST_BUCKET_MB = 1.0  # as DDP: a small first bucket, so the first all-reduce starts early
 WIRE_DTYPES = {None: None, "none": None, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -304,68 +309,7 @@ def from_wire(wire, buffer, overflowed):
     # END SOLUTION
 
 
-# --- 6. Replacing the collective itself: an all-reduce from point-to-point messages -----------
-def ring_all_reduce(tensor):
-    """Sum `tensor` over all ranks in place, with sends and receives around a ring.
-
-    The buffer is cut into n chunks (n = world size; lengths differ by at most one, and may
-    be zero). Reduce-scatter: in each of n-1 steps every rank sends one chunk to its right
-    neighbour and adds the chunk arriving from its left, so after n-1 steps rank r holds
-    the complete sum of chunk (r+1) mod n. All-gather: n-1 more steps pass the finished
-    chunks around the ring. Each rank sends 2(n-1)/n of the buffer in all, whatever n is:
-    the bandwidth-optimal all-reduce (Patarasuk & Yuan 2009).
-    """
-    # BEGIN PROMPT
-    # Only point-to-point messages (dist.isend, dist.recv through _exchange), no collective;
-    # receive into receive_buffer's scratch tensor.
-    # END PROMPT
-    # BEGIN SOLUTION Task 3: the ring all-reduce
-    world, rank = dist.get_world_size(), dist.get_rank()
-    if world == 1 or tensor.numel() == 0:
-        return tensor
-    flat = tensor.view(-1)
-    bounds = [flat.numel() * i // world for i in range(world + 1)]
-    chunks = [flat[bounds[i]:bounds[i + 1]] for i in range(world)]
-    right, left = (rank + 1) % world, (rank - 1) % world
-    incoming = receive_buffer(chunks[-1])  # the last chunk is the longest
-    for step in range(world - 1):  # reduce-scatter
-        send, receive = chunks[(rank - step) % world], chunks[(rank - step - 1) % world]
-        _exchange(send, right, incoming[:receive.numel()], left)
-        receive.add_(incoming[:receive.numel()])
-    for step in range(world - 1):  # all-gather
-        send, receive = chunks[(rank + 1 - step) % world], chunks[(rank - step) % world]
-        _exchange(send, right, receive, left)
-    return tensor
-    # END SOLUTION
-
-
-_receive_buffers = {}
-
-
-def receive_buffer(like):
-    """A scratch tensor the size of `like`, kept between calls: allocating 64 MiB afresh for
-    each all-reduce costs page faults (measured: 0.71x gloo's bus bandwidth, 1.12x without)."""
-    key = (like.dtype, like.device)
-    if key not in _receive_buffers or _receive_buffers[key].numel() < like.numel():
-        _receive_buffers[key] = torch.empty(like.numel(), dtype=like.dtype, device=like.device)
-    return _receive_buffers[key][:like.numel()]
-
-
-def _exchange(send, right, receive, left):
-    """Send to the right while receiving from the left; posting the send first keeps the ring
-    from deadlocking. Both ends know when a chunk is empty, and skip it."""
-    # BEGIN PROMPT
-    # Post the send without waiting, receive, then wait for the send.
-    # END PROMPT
-    # BEGIN SOLUTION Task 3: one exchange of the ring
-    request = dist.isend(send, right) if send.numel() else None
-    if receive.numel():
-        dist.recv(receive, left)
-    if request is not None:
-        request.wait()
-    # END SOLUTION
-
-
+# --- 6. Replacing the collective itself: the ring (manual_collectives.py) ---------------------
 class RingSync(FlatSync):
     """The flat buffer, summed by `ring_all_reduce` instead of the library's all-reduce."""
 
@@ -373,4 +317,20 @@ class RingSync(FlatSync):
         """Sum `wire` around the ring; it returns when done, so its end is recorded then."""
         span = self.recorder.started("ring")
         ring_all_reduce(wire)
+        self.recorder.finished(span)
+
+
+# --- 7. Within one host: shared memory instead of sockets (manual_collectives.py) -------------
+class SharedMemorySync(FlatSync):
+    """The flat buffer, summed through a segment of memory shared by the ranks of each host:
+    no bytes through loopback TCP (between hosts, through the library)."""
+
+    def __init__(self, params, compress=None, recorder=None):
+        super().__init__(params, compress, recorder)
+        self.shared = SharedMemoryAllReduce()  # a collective: every rank builds it at once
+
+    def all_reduce(self, wire, name):
+        """Sum `wire` through shared memory; blocking, so its end is recorded on return."""
+        span = self.recorder.started("shm")
+        self.shared.all_reduce(wire)
         self.recorder.finished(span)

@@ -132,7 +132,7 @@ def train_rank(placement, args):
         timer = StepTimer(device, args.warmup_steps, args.trace_steps if args.trace else 0)
         device_ids = [device.index] if device.type == "cuda" else None
         wrapped = wrap_model(model, args.mode, timer.comm, args.sync, args.bucket_mb,
-                             args.compress, device_ids)
+                             args.compress, device_ids, args.comm_hook)
         optimizer, scheduler = build_optimizer(model, args)
         started = time.perf_counter()
         trainer = Trainer(wrapped, optimizer, scheduler, dataset, args, placement, timer)

@@ -186,7 +186,7 @@ def messages_per_step(strategy, param_bytes, bucket_mb=25.0, first_bucket_mb=FIR
     `first_bucket_mb` as in `bucket_sizes`."""
     if strategy == "per-param":
         return list(param_bytes)
-    if strategy in ("flat", "ring"):
+    if strategy in ("flat", "ring", "shm"):
         return [sum(param_bytes)]
     if strategy == "bucketed":
         return bucket_sizes(param_bytes, bucket_mb, first_bucket_mb)

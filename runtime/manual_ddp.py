@@ -18,10 +18,12 @@ from manual_allreduce import (
     FlatSync,
     PerParameterSync,
     RingSync,
+    SharedMemorySync,
     broadcast_parameters,
 )
 
-AFTER_BACKWARD = {"per-param": PerParameterSync, "flat": FlatSync, "ring": RingSync}
+AFTER_BACKWARD = {"per-param": PerParameterSync, "flat": FlatSync, "ring": RingSync,
+                  "shm": SharedMemorySync}
 
 
 def make_sync(strategy, params, bucket_mb=DEFAULT_BUCKET_MB, compress=None, recorder=None):

@@ -3,7 +3,9 @@
 Each wraps the model in a module with `forward`, `no_sync()` and
 `finish_gradient_synchronization()`:
   single       one process, nothing to synchronise: the baseline
-  ddp          torch's DistributedDataParallel, timed through a communication hook
+  ddp          torch's DistributedDataParallel, timed through a communication hook; with
+               --comm-hook shm its buckets are summed by manual_collectives' shared-memory
+               all-reduce instead of gloo's
   ddp-no-sync  DDP with every backward inside no_sync(): each rank keeps its own gradients, so the
                ranks drift apart. A benchmark, not training: the same processes with no
                communication, the compute baseline that tells contention for the cores from
@@ -18,6 +20,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from manual_allreduce import DEFAULT_BUCKET_MB, WIRE_DTYPES, from_wire, start_all_reduce, to_wire
+from manual_collectives import SharedMemoryAllReduce
 from runtime.manual_ddp import ManualDDP
 
 REDUCER_TIMES = ("compute", "comm", "compute_comm_overlap")  # DDP's backward_<name>_time fields
@@ -41,15 +44,28 @@ class SingleProcess(nn.Module):
         """Nothing to wait for."""
 
 
+def start_shared_memory_all_reduce(shared, tensor, name, recorder):
+    """As start_all_reduce, through `shared` (a SharedMemoryAllReduce). The bytes move in this
+    thread, so the sum is done, and its span recorded, when the (completed) future returns."""
+    span = recorder.started(name)
+    shared.all_reduce(tensor)
+    recorder.finished(span)
+    done = torch.futures.Future()
+    done.set_result([tensor])
+    return done
+
+
 class TimedDDP(DistributedDataParallel):
     """torch's DDP; its hook does what the default hook does (average by all-reduce) and records
-    each bucket's span."""
+    each bucket's span. With comm_hook="shm" the all-reduce goes through shared memory: blocking
+    inside backward, where gloo's runs on its own thread, and timed by the same calibration."""
 
     waits_inside_backward = True  # so the trainer calibrates backward without communication
 
     def __init__(self, module, recorder, bucket_mb=DEFAULT_BUCKET_MB, compress=None,
-                 device_ids=None):
+                 device_ids=None, comm_hook="none"):
         super().__init__(module, device_ids=device_ids, bucket_cap_mb=bucket_mb)
+        self.shared = SharedMemoryAllReduce() if comm_hook == "shm" else None
         self.wire_dtype = WIRE_DTYPES[compress]
         self.communicate = True
         self.overflowed = torch.zeros((), dtype=torch.bool, device=next(module.parameters()).device)
@@ -69,7 +85,11 @@ class TimedDDP(DistributedDataParallel):
             skipped.set_result(buffer)
             return skipped
         wire = to_wire(buffer, self.wire_dtype)
-        summed = start_all_reduce(wire, f"bucket {bucket.index()}", recorder)
+        name = f"bucket {bucket.index()}"
+        if self.shared is None:
+            summed = start_all_reduce(wire, name, recorder)
+        else:
+            summed = start_shared_memory_all_reduce(self.shared, wire, name, recorder)
         return summed.then(lambda done: self.write_back(done, wire, buffer))
 
     def write_back(self, done, wire, buffer):
@@ -132,13 +152,14 @@ class NoSyncDDP(DistributedDataParallel):
 
 
 def wrap_model(model, mode, comm, sync="bucketed", bucket_mb=DEFAULT_BUCKET_MB, compress=None,
-               device_ids=None):
+               device_ids=None, comm_hook="none"):
     """`model` wrapped for `mode` (see above); `comm` records the collectives' spans (a
-    timing.CommRecorder), `sync` is the hand-written strategy of mode manual."""
+    timing.CommRecorder), `sync` is the hand-written strategy of mode manual, `comm_hook` how
+    mode ddp sums its buckets ("none": gloo's all-reduce, "shm": shared memory)."""
     if mode == "single":
         return SingleProcess(model)
     if mode == "ddp":
-        return TimedDDP(model, comm, bucket_mb, compress, device_ids)
+        return TimedDDP(model, comm, bucket_mb, compress, device_ids, comm_hook)
     if mode == "ddp-no-sync":
         return NoSyncDDP(model, device_ids=device_ids, bucket_cap_mb=bucket_mb)
     return ManualDDP(model, sync, bucket_mb, compress, comm)

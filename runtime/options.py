@@ -60,6 +60,9 @@ def build_parser(description):
              "for benchmarks)")
     add("--sync", choices=STRATEGIES, default="bucketed",
         help="hand-written strategy for --mode manual")
+    add("--comm-hook", choices=("none", "shm"), default="none",
+        help="how --mode ddp sums its buckets: none = DDP's own all-reduce (gloo/NCCL), shm = "
+             "the hand-written shared-memory all-reduce, ranks of a host through memory")
     add("--bucket-mb", type=bounded(float, 0, low_open=True), default=DEFAULT_BUCKET_MB,
         help="bucket size (bucketed, and DDP's)")
     add("--compress", choices=("none", "fp16", "bf16"), default="none",
@@ -153,6 +156,8 @@ def parse_args(argv=None, description=None):
     if args.emulate_link and (args.world_size or 1) < 2:
         parser.error("--emulate-link is for a local launch of --world-size 2 or more")
     emulated_network.check_options(parser, args)
+    if args.comm_hook != "none" and args.mode != "ddp":
+        parser.error("--comm-hook applies to --mode ddp (for --mode manual: --sync shm)")
     if args.resume and not args.checkpoint_dir:
         parser.error("--resume needs --checkpoint-dir")
     if args.tensorboard:

@@ -11,8 +11,8 @@ nodes x 2 tasks) and writes to --results-dir (default results/slurm, apart from 
 the plots go to <results-dir>/plots. With --repeats R > 1 the names end in -r1..-rR and the jobs
 are submitted in rounds, every other round in reverse order, as analysis/sweep.py runs locally: with
 exclusive jobs (SBATCH_EXCLUSIVE=exclusive) they then run in that order, so slow spells of the
-machine spread over every configuration. Arguments after `--` go to mlp_ddp.py. The state of each job
-is polled with scontrol, which works without Slurm's accounting database.
+machine spread over every configuration. Arguments after `--` go to mlp_ddp.py. The state of each
+job is polled with scontrol, which works without Slurm's accounting database.
 """
 import argparse
 import os

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from benchmarks import allreduce_bench
+from manual_allreduce import STRATEGIES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALLREDUCE = "benchmarks.allreduce_bench"
@@ -52,7 +53,7 @@ def test_allreduce_benchmark_writes_verified_measurements_with_nccl_tests_bandwi
     assert document["config"]["sizes"] == [1028, 65536]
     rows = document["measurements"]
     assert sorted((row["bytes"], row["implementation"]) for row in rows) == \
-        [(1028, "gloo"), (1028, "ring"), (65536, "gloo"), (65536, "ring")]
+        [(size, name) for size in (1028, 65536) for name in ("gloo", "ring", "shm")]
     for row in rows:
         world = row["world_size"]
         assert world == 2 and row["verified"] and row["iterations"] == 2
@@ -62,11 +63,12 @@ def test_allreduce_benchmark_writes_verified_measurements_with_nccl_tests_bandwi
     busbw = {(row["bytes"], row["implementation"]): row["busbw_gbps"] for row in rows}
     for comparison in document["comparisons"]:
         size = comparison["bytes"]
-        ratio = busbw[size, "ring"] / busbw[size, "gloo"]
+        ratio = busbw[size, comparison["implementation"]] / busbw[size, "gloo"]
         assert comparison["busbw_ratio_to_gloo"] == pytest.approx(ratio)
-    verdict = document["target"]["per_world_size"]["2"]
-    # nothing >= 4 MiB was measured
-    assert verdict == {"sizes_checked": 0, "worst_ratio": None, "holds": False}
+    # nothing >= 4 MiB (the ring's target) or >= 1 MiB (shm's) was measured
+    for target in ("target", "shm_target"):
+        verdict = document[target]["per_world_size"]["2"]
+        assert verdict == {"sizes_checked": 0, "worst_ratio": None, "holds": False}
 
 
 def test_step_benchmark_times_every_configuration_against_ddp(tmp_path):
@@ -78,7 +80,7 @@ def test_step_benchmark_times_every_configuration_against_ddp(tmp_path):
     assert document["schema"] == "step-bench/2"
     assert document["environment"]["data"] == "random tensors of MNIST shape"
     rows = {row["configuration"]: row for row in document["measurements"]}
-    assert set(rows) == {"ddp", "ddp-no-sync", "per-param", "flat", "bucketed", "ring"}
+    assert set(rows) == {"ddp", "ddp-no-sync", *STRATEGIES}
     ddp_step = rows["ddp"]["mean_step_s"]
     for row in rows.values():
         assert row["world_size"] == 2 and row["model"] == "mlp"
@@ -96,4 +98,4 @@ def test_step_benchmark_times_every_configuration_against_ddp(tmp_path):
     # launched after backward: nothing to hide behind
     assert rows["flat"]["mean_comm_hidden_s"] == 0
     verdict, = document["target"]["per_world_size_and_model"]
-    assert verdict["best_strategy"] in ("per-param", "flat", "bucketed", "ring")
+    assert verdict["best_strategy"] in STRATEGIES

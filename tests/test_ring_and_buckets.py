@@ -4,7 +4,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from manual_allreduce import BucketedSync, ring_all_reduce
+from manual_allreduce import BucketedSync
+from manual_collectives import ring_all_reduce
 from runtime.manual_ddp import ManualDDP
 from runtime.models import MLP
 from tests.harness import run_in_processes

@@ -7,11 +7,12 @@ import shlex
 import sys
 
 from analysis import sweep
+from manual_allreduce import STRATEGIES
 from runtime.results import validate
 
 TINY = ["--models", "mlp", "--world-sizes", "1,2", "--strategies", "flat", "--bucket-mbs", "1",
         "--max-steps", "5", "--epochs", "1", "--train-samples", "1024", "--repeats", "1"]
-MODES = ["ddp", "ddp-no-sync", "manual-per-param", "manual-flat", "manual-bucketed", "manual-ring"]
+MODES = ["ddp", "ddp-no-sync"] + [f"manual-{strategy}" for strategy in STRATEGIES]
 
 
 def dry_run(capsys, argv):

@@ -174,6 +174,7 @@ TESTS = [
     (DOC + "test_no_template_types_", DESIGN),
     # Outside the rubric: robustness and plumbing beyond what the assignment asks.
     ("tests/test_reliability.py::", None),
+    ("tests/test_shared_memory.py::", None),  # a worked example (manual_collectives.py), no task
     ("tests/test_handout.py::", None),  # the instructor's tools, not the assignment
     ("tests/test_grade.py::", None),
     ("tests/test_cli.py::test_bad_options", None),

@@ -1,0 +1,199 @@
+"""The shared-memory all-reduce (manual_collectives.py, section 7): it sums as dist.all_reduce does
+for awkward lengths, dtypes and world sizes, on one host or several; DDP through its comm hook
+trains as DDP; a rank that dies or stalls ends the others within the timeout; and no segment is
+left in /dev/shm. One launch of processes per world size runs every case of that size."""
+import functools
+import os
+import signal
+import tempfile
+import time
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import multiprocessing, nn
+
+from manual_collectives import SharedMemoryAllReduce
+from runtime.launch import free_port
+from runtime.modes import TimedDDP
+from runtime.timing import CommRecorder
+from tests.harness import run_in_processes
+
+SLOT_BYTES = 64 * 2**10  # small slots, so that the large prime goes through in several pieces
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def lengths_for(world_size):
+    return sorted({0, 1, max(world_size - 1, 0), world_size + 1, 100_003})
+
+
+def layouts(world_size):
+    """Host names for each rank: one host, and from 3 ranks also two hosts (the hierarchical
+    path): the ranks of each host consecutive at 3 and 5, interleaved at 4."""
+    chosen = {"one host": None}
+    if world_size == 4:
+        chosen["two hosts, interleaved"] = [f"host{rank % 2}" for rank in range(world_size)]
+    elif world_size >= 3:
+        chosen["two hosts"] = [f"host{rank * 2 // world_size}" for rank in range(world_size)]
+    return chosen
+
+
+def compare_with_library(rank, world_size):
+    """{layout: [(dtype, length, data, what differs)]} for every case, and the segments' paths."""
+    mismatches = {}
+    paths = []
+    for layout, hosts in layouts(world_size).items():
+        shared = SharedMemoryAllReduce(SLOT_BYTES, host=None if hosts is None else hosts[rank])
+        paths.append(shared.path)
+        found = mismatches.setdefault(layout, [])
+        for dtype in DTYPES:
+            for length in lengths_for(world_size):
+                generator = torch.Generator().manual_seed(rank * 1000 + length)
+                # Small integers: every partial sum is exact in every dtype, so any order of
+                # addition gives the same bits as the library.
+                integers = torch.randint(-8, 9, (length,), generator=generator).to(dtype)
+                library = integers.clone()
+                dist.all_reduce(library)
+                mine = shared.all_reduce(integers.clone())
+                if not torch.equal(mine, library):
+                    found.append((str(dtype), length, "integers", "differs from dist.all_reduce"))
+                # Random values: 16-bit sums are made in float32 and rounded once, so they are
+                # within one rounding of the exact sum (the library rounds at each addition).
+                values = torch.randn(length, generator=generator).to(dtype)
+                exact = values.double()
+                dist.all_reduce(exact)
+                magnitude = values.double().abs()
+                dist.all_reduce(magnitude)
+                mine = shared.all_reduce(values.clone()).double()
+                # float32's roundings at each addition, then (16-bit) one rounding of the result
+                # on one host; between hosts the library adds the hosts' rounded sums
+                bound = world_size * torch.finfo(torch.float32).eps * magnitude
+                if dtype != torch.float32:
+                    roundings = 1 if hosts is None else world_size
+                    bound += roundings * torch.finfo(dtype).eps * magnitude
+                if length and ((mine - exact).abs() > bound).any():
+                    worst = (mine - exact).abs().max().item()
+                    found.append((str(dtype), length, "random", f"off by {worst}"))
+    return mismatches, paths
+
+
+def all_cases(rank, world_size):
+    """Every case of one world size, in one launch: the sums, the paths, and at 3 ranks DDP."""
+    mismatches, paths = compare_with_library(rank, world_size)
+    ddp = train_ddp(rank, world_size) if world_size == DDP_WORLD_SIZE else None
+    return mismatches, paths, ddp
+
+
+@functools.lru_cache(maxsize=None)
+def outcomes(world_size):
+    return run_in_processes(world_size, all_cases, timeout_s=60)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5])
+def test_shm_all_reduce_equals_dist_all_reduce_for_awkward_lengths_dtypes_and_hosts(world_size):
+    for rank, (mismatches, _, _) in enumerate(outcomes(world_size)):
+        for layout, found in mismatches.items():
+            # each case as dist.all_reduce (integers), within one rounding (random values)
+            assert found == [], f"rank {rank}, {layout}: (dtype, length, data, problem) {found}"
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_no_segment_is_left_in_dev_shm_after_the_collective_is_set_up(world_size):
+    for _, paths, _ in outcomes(world_size):
+        # unlinked once every rank had mapped it: nothing to clean up, however the run ends
+        assert paths and not any(os.path.exists(path) for path in paths), paths
+
+
+# --- DDP through the comm hook -----------------------------------------------------------------
+DDP_WORLD_SIZE = 3
+
+
+def train_ddp(rank, world_size):
+    """Three SGD steps of DDP, with its own all-reduce and with the shm hook; the parameters after
+    each, per hook."""
+    histories = {}
+    for hook in ("none", "shm"):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
+        wrapped = TimedDDP(model, CommRecorder(), bucket_mb=0.001, comm_hook=hook)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        history = []
+        for step in range(3):
+            generator = torch.Generator().manual_seed(100 * step + rank)
+            inputs = torch.randn(4, 8, generator=generator)
+            labels = torch.randint(0, 4, (4,), generator=generator)
+            F.cross_entropy(wrapped(inputs), labels).backward()
+            with wrapped.without_communication():  # the calibration's backward: no collective
+                F.cross_entropy(wrapped(inputs), labels).backward()
+            wrapped.zero_grad(set_to_none=True)
+            F.cross_entropy(wrapped(inputs), labels).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            history.append(torch.cat([param.detach().view(-1) for param in model.parameters()]))
+        histories[hook] = history
+    return histories
+
+
+def test_ddp_with_the_shm_comm_hook_trains_exactly_as_ddp():
+    for rank, (_, _, histories) in enumerate(outcomes(DDP_WORLD_SIZE)):
+        for step, (theirs, mine) in enumerate(zip(histories["none"], histories["shm"])):
+            # float32 sums of 3 values in different orders: a few roundings apart at most
+            torch.testing.assert_close(mine, theirs, rtol=1e-6, atol=1e-7,
+                                       msg=f"rank {rank} step {step}")
+
+
+# --- Failures: a stalled rank, a killed rank ---------------------------------------------------
+KILLED = 2  # the rank that dies
+TIMEOUT_S = 1.0
+
+
+def failing_rank(rank, world_size, port, folder):
+    """Phase 1: rank KILLED arrives late, so the others time out (and so does it, afterwards).
+    Phase 2, a new segment: rank KILLED is SIGKILLed in the middle of the calls. Each survivor
+    writes what it saw."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world_size, timeout=timedelta(seconds=30))
+    seen = {}
+    shared = SharedMemoryAllReduce(SLOT_BYTES, timeout_s=TIMEOUT_S)
+    if rank == KILLED:
+        time.sleep(2 * TIMEOUT_S)
+    began = time.monotonic()
+    try:
+        shared.all_reduce(torch.ones(1000))
+    except RuntimeError as error:
+        seen["stalled"] = (str(error), time.monotonic() - began)
+    shared = SharedMemoryAllReduce(SLOT_BYTES, timeout_s=30)  # ranks meet again in gloo
+    seen["path"] = shared.path
+    began = time.monotonic()
+    try:
+        for call in range(50):
+            if rank == KILLED and call == 5:
+                os.kill(os.getpid(), signal.SIGKILL)
+            shared.all_reduce(torch.ones(1000))
+    except RuntimeError as error:
+        seen["killed"] = (str(error), time.monotonic() - began)
+    torch.save(seen, os.path.join(folder, f"{rank}.pt"))
+    os._exit(0)  # no teardown: the process group has lost a rank
+
+
+def test_a_stalled_rank_times_out_and_a_killed_rank_ends_the_others_at_once():
+    with tempfile.TemporaryDirectory() as folder:
+        context = multiprocessing.start_processes(failing_rank, args=(3, free_port(), folder),
+                                                  nprocs=3, join=False, start_method="spawn")
+        for process in context.processes:
+            process.join(60)
+        assert not any(process.is_alive() for process in context.processes), "a rank hung"
+        survivors = [torch.load(os.path.join(folder, f"{rank}.pt")) for rank in (0, 1)]
+    for seen in survivors:
+        message, seconds = seen["stalled"]
+        # the deadline, not gloo's 30 s, ended the wait, with one line naming the late rank
+        assert f"[{KILLED}] did not arrive within" in message and "\n" not in message
+        assert TIMEOUT_S <= seconds < TIMEOUT_S + 1.5, seconds
+        message, seconds = seen["killed"]
+        # the dead peer's pid is noticed within a fraction of the 30 s timeout
+        assert f"rank {KILLED} (pid" in message and "exited" in message, message
+        assert seconds < 5, seconds
+        assert not os.path.exists(seen["path"])  # nothing left in /dev/shm after a SIGKILL
