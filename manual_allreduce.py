@@ -23,7 +23,7 @@ strategies behind the interface of torch's DDP.
 import torch
 import torch.distributed as dist
 
-from manual_collectives import SharedMemoryAllReduce, ring_all_reduce
+from manual_collectives import SLOT_BYTES, SharedMemoryAllReduce, ring_all_reduce
 
 STRATEGIES = ("per-param", "flat", "bucketed", "ring", "shm")  # --sync, in the order built here
 DEFAULT_BUCKET_MB = 25.0  # as DDP's bucket_cap_mb
@@ -327,7 +327,14 @@ class SharedMemorySync(FlatSync):
 
     def __init__(self, params, compress=None, recorder=None):
         super().__init__(params, compress, recorder)
-        self.shared = SharedMemoryAllReduce()  # a collective: every rank builds it at once
+        if self.buffer.device.type != "cpu":
+            raise ValueError("--sync shm sums CPU tensors; on GPUs use NCCL (--backend nccl with "
+                             "another strategy)")
+        buffer_bytes = self.buffer.numel() * self.buffer.element_size()
+        # a collective: every rank builds it at once, with a slot that holds the whole buffer
+        self.shared = SharedMemoryAllReduce(slot_bytes=max(SLOT_BYTES, -(-buffer_bytes // 64) * 64))
+        # the buffer kept in this rank's slot: packing the gradients is writing the slot
+        self.buffer = self.shared.own_slot(self.buffer.dtype, self.buffer.numel())
 
     def all_reduce(self, wire, name):
         """Sum `wire` through shared memory; blocking, so its end is recorded on return."""

@@ -98,7 +98,7 @@ def _exchange(send, right, receive, left):
 SHM_PREFIX = "mnist-ddp-shm-"  # every segment's name starts so (a test checks none is left over)
 SLOT_BYTES = 8 * 2**20  # per rank; a larger tensor goes through in pieces of this size
 HEADER_ROW = 8  # int64 per rank: arrivals, pid, pid namespace; 64 bytes, a cache line of its own
-SPIN_POLLS = 100  # polls that only yield the core, before waiting sleeps
+SPIN_S = 1e-3  # a wait this short only yields the core between polls; a longer one sleeps
 LONGEST_NAP_S = 250e-6  # a waiting rank sleeps at most this long between polls
 LIVENESS_EVERY_S = 0.05  # how often a waiting rank checks that the ranks it waits for still live
 ORDERED_MACHINES = ("x86_64", "amd64", "i386", "i686")
@@ -243,6 +243,14 @@ class SharedMemoryAllReduce:
                     self.broadcast_on_host(piece)
         return tensor
 
+    def own_slot(self, dtype, length):
+        """This rank's slot as a tensor of `length` `dtype`s, for a caller that keeps its buffer
+        there: writing the buffer then is writing the slot, and a call skips the first copy."""
+        if length * dtype.itemsize > self.slot_bytes:
+            raise ValueError(f"{length} {dtype} elements do not fit a slot of {self.slot_bytes} "
+                             "bytes")
+        return self.region(self.local_rank, dtype, length)
+
     def region(self, index, dtype, length):
         """Slot `index` (the result region: index = local world size) as `length` `dtype`s."""
         start = index * self.slot_bytes
@@ -252,7 +260,9 @@ class SharedMemoryAllReduce:
         """Sum `piece` over the ranks of this host, in place: reduce-scatter, then all-gather."""
         length = piece.numel()
         world = self.local_world
-        self.region(self.local_rank, piece.dtype, length).copy_(piece)
+        slot = self.region(self.local_rank, piece.dtype, length)
+        if slot.data_ptr() != piece.data_ptr():  # a buffer kept in the slot needs no copy
+            slot.copy_(piece)
         self.arrive_and_wait()  # every slot written
         slots = self.data[:world * self.slot_bytes].view(piece.dtype).view(world, -1)
         result = self.region(world, piece.dtype, length)
@@ -285,17 +295,16 @@ class SharedMemoryAllReduce:
             return
         now = time.monotonic()
         deadline = now + self.timeout_s
+        stop_spinning = now + SPIN_S
         next_check = now + LIVENESS_EVERY_S
-        polls = 0
         nap = 20e-6
         while counters.min().item() < self.arrivals:
-            polls += 1
-            if polls < SPIN_POLLS:  # a peer is about to arrive: give the core away, stay awake
+            now = time.monotonic()
+            if now < stop_spinning:  # a peer is about to arrive: give the core away, stay awake
                 os.sched_yield()
                 continue
             time.sleep(nap)  # a long wait: more ranks than cores must not spin the workers off
             nap = min(2 * nap, LONGEST_NAP_S)
-            now = time.monotonic()
             if now >= next_check:
                 self.check_peers(now > deadline)
                 next_check = now + LIVENESS_EVERY_S

@@ -16,8 +16,9 @@ as the plots read them.
 
 What §1-§3 say is in design_sections.py; §4's measurements in design_performance.py (the sweep)
 and design_benchmarks.py (bucket sweep, step benchmark); the α-β fits and their predictions in
-design_fits.py; the projections of §5 in design_scaling.py (all over cost_model.py); the registry
-of numbers and their formatting in design_numbers.py.
+design_fits.py; the projections of §5 in design_scaling.py (all over cost_model.py); §5.6's runs on
+the emulated network (results/emulated/, results/slurm/link-1gbit/) in design_emulated.py; the
+registry of numbers and their formatting in design_numbers.py.
 """
 import argparse
 import difflib
@@ -29,8 +30,10 @@ import sys
 
 from analysis import design_numbers
 from analysis.design_benchmarks import bucket_sweep_section, step_bench_section
+from analysis.design_emulated import emulated_section
 from analysis.design_fits import allreduce_section, prediction_section
 from analysis.design_numbers import NOT_MEASURED, REPO, BuildError, Numbers, repo_relative
+from analysis.design_one_machine import one_machine_section
 from analysis.design_performance import sweep_section
 from analysis.design_scaling import projection_section
 from analysis.design_sections import (
@@ -128,7 +131,9 @@ def build(results_dir, out_dir):
              step_bench_section(numbers, results_dir),
              bucket_sweep_section(numbers, grouped),
              projection_section(numbers, layouts, first_bucket_mb),
+             emulated_section(numbers, results_dir, layouts),
              main_job_section(numbers, results_dir),
+             one_machine_section(numbers, results_dir),
              reference_commands(numbers),
              figures(results_dir, out_dir))
     for part in parts:

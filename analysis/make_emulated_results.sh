@@ -8,12 +8,15 @@
 #    2 and 4 ranks each on a node of its own -> results/emulated/allreduce-1gbit.json;
 #    4 ranks as 2 nodes x 2 (a node's ranks share its loopback) -> allreduce-1gbit-2pn.json.
 # 2. The highest rate at which the link, not the CPU, bounds the all-reduce: 16 MiB at 2 ranks
-#    on 1, 2, 5, 10gbit and unshaped -> results/emulated/allreduce-<rate>.json, link-ceiling.json.
+#    on 1, 2, 5, 10gbit and unshaped -> results/emulated/ceiling/*.json, link-ceiling.json.
 # 3. Training through SLURM on a local two-node cluster whose links are shaped to LINK_RATE
 #    (slurm/start_local_cluster.sh --link-rate): 2 nodes x 1 and 2 nodes x 2 ranks, ddp and the
 #    per-param, flat and bucketed strategies, MLP (200 steps) and CNN (60 steps), one job at a
 #    time (--exclusive: the nodes share 2 cores), 3 interleaved repeats
 #    -> results/slurm/link-1gbit/*-r[123].json and plots/.
+# Both emulated nodes share this machine's cores, so every rank gets one thread (--threads 1):
+# the default, cores / ranks of the node, would give each node all the cores, and the two nodes'
+# OpenMP threads would then fight over them (measured: 65 ms of compute per MLP step, not 12).
 # The cluster is stopped, and its network removed, however the script ends. Then commit
 # results/emulated/ and results/slurm/.
 set -euo pipefail
@@ -38,5 +41,6 @@ export SBATCH_EXCLUSIVE=exclusive
 for model_steps in mlp:200 cnn:60; do
     "$PYTHON" -m slurm.submit_sweep --nodes 2 --tasks-per-node 1,2 \
         --strategies per-param,flat,bucketed --model "${model_steps%:*}" --repeats 3 \
-        --results-dir "$RESULTS" --limit 3600 -- --epochs 1 --max-steps "${model_steps#*:}"
+        --results-dir "$RESULTS" --limit 3600 -- --epochs 1 --max-steps "${model_steps#*:}" \
+        --threads 1
 done

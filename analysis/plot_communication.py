@@ -13,6 +13,8 @@ from runtime.models import build_model
 from runtime.results import across_repeats
 
 MOST_SIZE_TICKS = 8  # message sizes labelled on the all-reduce axes; more would overlap
+MARKERS = {"gloo": "o", "ring": "s", "shm": "^"}  # each all-reduce implementation's points
+LINE_STYLES = {"gloo": "-", "ring": "--", "shm": ":"}  # and its fitted line
 
 
 def size_label(nbytes):
@@ -25,13 +27,13 @@ def size_label(nbytes):
 
 def draw_fit(latency, bandwidth, measured, implementation, world, style):
     """The α-β model fitted to one implementation at one world size, as a thin line on both axes
-    (solid gloo, dashed ring); returns the legend's note on the fitted α and 1/β."""
+    (solid gloo, dashed ring, dotted shm); returns the legend's note on the fitted α and 1/β."""
     sizes = np.array([row["bytes"] for row in measured], dtype=float)
     seconds = np.array([row["median_s"] for row in measured])
     fit = cost_model.fit_alpha_beta([world] * len(sizes), sizes, seconds)
     grid = np.geomspace(sizes[0], sizes[-1], 50)
     model = np.array([cost_model.allreduce_time(size, world, fit.alpha, fit.beta) for size in grid])
-    line = dict(style, linewidth=0.8, linestyle="-" if implementation == "gloo" else "--")
+    line = dict(style, linewidth=0.8, linestyle=LINE_STYLES.get(implementation, "--"))
     bus_gbps = grid / model * 2 * (world - 1) / world / 1e9  # as the benchmark defines busbw
     latency.plot(grid, MS * model, gid=f"fit {implementation} {world}", **line)
     bandwidth.plot(grid, bus_gbps, gid=f"fit {implementation} {world}", **line)
@@ -40,7 +42,7 @@ def draw_fit(latency, bandwidth, measured, implementation, world, style):
 
 def plot_allreduce(rows):
     """Median latency and bus bandwidth against message size (points), and the α-β model fitted to
-    each implementation and world size (thin lines: solid gloo, dashed ring)."""
+    each implementation and world size (thin lines: solid gloo, dashed ring, dotted shm)."""
     groups = defaultdict(list)
     for row in rows:
         groups[(row["implementation"], row["world_size"])].append(row)
@@ -55,7 +57,7 @@ def plot_allreduce(rows):
         label = f"{implementation}, {processes(world)}"
         if len(measured) >= 2 and world > 1:
             label += draw_fit(latency, bandwidth, measured, implementation, world, style)
-        marker = "o" if implementation == "gloo" else "s"
+        marker = MARKERS.get(implementation, "s")
         busbw = [row["busbw_gbps"] for row in measured]
         latency.plot(sizes, MS * seconds, marker, fillstyle="none", label=label, **style)
         bandwidth.plot(sizes, busbw, marker, fillstyle="none", **style)
@@ -70,8 +72,8 @@ def plot_allreduce(rows):
         axis.minorticks_off()
         axis.grid(alpha=0.3, which="both")
     latency.legend(fontsize=8)
-    figure.suptitle("All-reduce: gloo's collective (circles, solid fit) vs the hand-written ring "
-                    "(squares, dashed fit); lines: the fitted α-β model")
+    figure.suptitle("All-reduce: gloo's collective (circles, solid fit), the hand-written ring "
+                    "(squares, dashed) and shared memory (triangles, dotted); lines: α-β fits")
     figure.tight_layout()
     return figure
 

@@ -4,7 +4,8 @@
     python -m benchmarks.link_ceiling --rates 500mbit,1gbit --size 64M --iterations 20
 
 Runs benchmarks.allreduce_bench at 2 ranks, each in its own namespace behind a link of each rate
-(one file per rate: results/emulated/allreduce-<rate>.json, unshaped: allreduce-unshaped.json),
+(one file per rate: results/emulated/ceiling/allreduce-<rate>.json; "unshaped" is a plain local
+run, no namespaces, over loopback),
 then compares each implementation's bus bandwidth with the configured rate: achieved = busbw /
 rate. A 2-rank all-reduce puts 2(n-1)/n x N = N bytes on each link each way, so busbw can reach
 the link's rate and no more. A rate is link-bound when gloo achieves at least --bound (0.8) of it:
@@ -53,7 +54,8 @@ def parse_args(argv=None):
 
 def measure(rate, args):
     """allreduce_bench at one rate; its results file's measurements."""
-    output = os.path.join(args.output_dir, f"allreduce-{rate}.json")
+    # a folder of their own: allreduce-1gbit.json beside them is the full benchmark's
+    output = os.path.join(args.output_dir, "ceiling", f"allreduce-{rate}.json")
     link = [] if rate == UNSHAPED else ["--emulate-link", rate]
     command = ["--world-sizes", "2", "--sizes", args.size, "--iterations", str(args.iterations),
                "--output", output, *link]
