@@ -19,10 +19,11 @@ def build_optimizer(model, args, steps_per_epoch):
                                     fused=True)
     scheduler = None
     if args.lr_schedule == "onecycle":
-        # Warm-up over the first 25 % of the steps, then cosine down to lr / 1e4: reaches a given
-        # accuracy in fewer samples than StepLR here (benchmarks/time_to_accuracy.py).
+        # Warm-up over the first 25 % of the steps, then cosine down to lr / 25 / 1e4: reaches a
+        # given accuracy in fewer samples than StepLR here (benchmarks/time_to_accuracy.py). One
+        # step more than the run takes: the step after the last one lands on the schedule's end.
         scheduler = torch.optim.lr_scheduler.OneCycleLR(
-            optimizer, args.lr, total_steps=max(1, args.epochs * steps_per_epoch),
+            optimizer, args.lr, total_steps=args.epochs * steps_per_epoch + 1,
             pct_start=0.25, cycle_momentum=args.optimizer == "sgd")
         scheduler.per_step = True
     elif args.lr_step:
