@@ -45,7 +45,7 @@ from runtime.launch import (
 )
 from runtime.models import build_model, count_parameters
 from runtime.modes import wrap_model
-from runtime.optimizers import build_optimizer, speed_up, steps_per_epoch
+from runtime.optimizers import build_optimizer, steps_per_epoch
 from runtime.options import parse_args
 from runtime.results import SCHEMA, write_json_atomic
 from runtime.timing import StepTimer
@@ -130,7 +130,6 @@ def train_rank(placement, args):
         device = device_for(backend, placement.local_rank)
         dataset = prepare_data(placement, args)
         model = build_model(args.model, args.hidden_sizes, args.dropout).to(device)
-        speed_up(model, args.channels_last)
         timer = StepTimer(device, args.warmup_steps, args.trace_steps if args.trace else 0)
         device_ids = [device.index] if device.type == "cuda" else None
         wrapped = wrap_model(model, args.mode, timer.comm, args.sync, args.bucket_mb,

@@ -1,5 +1,5 @@
-"""The optimizer, its learning-rate schedule and the model's memory layout (--channels-last):
-what mlp_ddp.py and benchmarks/time_to_accuracy.py build the same way."""
+"""The optimizer and its learning-rate schedule, which mlp_ddp.py and
+benchmarks/time_to_accuracy.py build the same way."""
 import torch
 
 SCHEDULES = ("step", "onecycle")
@@ -36,11 +36,3 @@ def steps_per_epoch(train_samples, args, world_size):
     --max-steps."""
     steps = train_samples // (args.batch_size * args.accum_steps * world_size)
     return min(steps, args.max_steps) if args.max_steps else steps
-
-
-def speed_up(model, channels_last=False):
-    """The model, in place: with `channels_last` its weights in NHWC, where oneDNN's CPU
-    convolutions run faster (a one-channel image batch is already laid out both ways)."""
-    if channels_last:
-        model.to(memory_format=torch.channels_last)
-    return model

@@ -100,8 +100,6 @@ def build_parser(description):
         help="StepLR: decay every this many epochs (0: constant)")
     add("--lr-gamma", type=bounded(float, 0, 1, low_open=True), default=0.3,
         help="StepLR decay factor")
-    add("--channels-last", action="store_true",
-        help="CNN: weights in NHWC, where oneDNN's CPU convolutions run faster")
     add("--seed", type=bounded(int, 0), default=0)
     add("--warmup-steps", type=bounded(int, 0), default=5,
         help="first steps left out of the timing statistics")

@@ -1,6 +1,5 @@
 """benchmarks/time_to_accuracy.py and what it brought: the time-to-target arithmetic, a tiny
-run end to end (and resumed), the one-cycle schedule and channels-last. No speed is asserted."""
-import copy
+run end to end (and resumed), and the one-cycle schedule. No speed is asserted."""
 import json
 import math
 import os
@@ -8,12 +7,8 @@ import subprocess
 import sys
 
 import pytest
-import torch
-import torch.nn.functional as F
 
 from benchmarks import time_to_accuracy as tta
-from runtime.models import build_model
-from runtime.optimizers import speed_up
 from tests.harness import REPO, run_ok
 
 
@@ -112,15 +107,3 @@ def test_onecycle_warms_up_then_decays_every_step_to_almost_nothing(tiny_data, t
     assert 0.004 < epochs[0]["lr"] < 0.01
     # and at the end it is the peak / (25 x 1e4)
     assert math.isclose(epochs[1]["lr"], 0.01 / 25 / 1e4, rel_tol=1e-3)
-
-
-def test_channels_last_trains_the_cnn_as_the_default_layout_does():
-    torch.manual_seed(0)
-    default = build_model("cnn", dropout=0)
-    nhwc = speed_up(copy.deepcopy(default), channels_last=True)
-    images, labels = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
-    for model in (default, nhwc):
-        F.cross_entropy(model(images), labels).backward()
-    # the same gradients up to float32 rounding: only the memory layout differs
-    for (name, left), right in zip(default.named_parameters(), nhwc.parameters(), strict=True):
-        torch.testing.assert_close(left.grad, right.grad, rtol=1e-4, atol=1e-6, msg=name)
