@@ -2,14 +2,15 @@ r"""Time to accuracy: wall-clock seconds from the start of training until the te
 reaches the target (MLP 98.0 %, CNN 99.0 %), ours at world sizes 1, 2 and 4 beside the classic
 MNIST recipe, interleaved and repeated; medians and ratios to the recipe are printed.
 
-    python -m benchmarks.time_to_accuracy                 # the full run: about 45 minutes
+    python -m benchmarks.time_to_accuracy                 # the full run: about 40 minutes
     python -m benchmarks.time_to_accuracy --models cnn --world-sizes 2 --repeats 1
     python -m benchmarks.time_to_accuracy --resume        # finish an interrupted run
     python -m benchmarks.time_to_accuracy --configs "bucketed=--mode manual --sync bucketed" \
         "ddp=--mode ddp" --world-sizes 2,4
 
-The full run (--repeats 3, both models, world sizes 1, 2, 4) on 2 cores: the classic recipe
-about 4 min a repeat, our CNN 1.5-2 min per world size, our MLP under a minute: about 45 min.
+The full run (--repeats 3, both models, world sizes 1, 2, 4) on a quiet 2-core machine: per
+repeat the recipe about 3.5 min (99 % after about 2.5 epochs of 71 s), our CNN 2-2.5 min per
+world size, our MLP under a minute per world size: about 40 min; on a busy machine up to twice.
 
 Ours: mlp_ddp.py's model, wrappers (runtime/modes.py), optimizer and schedule
 (runtime/optimizers.py) and in-memory data, in a loop that is the trainer's step without its
