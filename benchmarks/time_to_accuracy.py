@@ -38,6 +38,7 @@ import json
 import os
 import platform
 import shlex
+import signal
 import statistics
 import sys
 import tempfile
@@ -412,6 +413,8 @@ def print_summary(rows):
 def main(argv=None):
     """Run every repeat's runs interleaved, writing the results after each; 1 if a run failed."""
     args = parse_args(argv)
+    # SIGTERM as an exception, so that launch_local's clean-up stops the ranks of the run too
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     data.fetch("mnist", args.data_dir, args.offline_data_dir)
     environment = {"torch": torch.__version__, "python": platform.python_version(),
                    "platform": platform.platform(), "cores": os.cpu_count(),
