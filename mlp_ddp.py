@@ -45,6 +45,7 @@ from runtime.launch import (
 )
 from runtime.models import build_model, count_parameters
 from runtime.modes import wrap_model
+from runtime.optimizers import build_optimizer, steps_per_epoch
 from runtime.options import parse_args
 from runtime.results import SCHEMA, write_json_atomic
 from runtime.timing import StepTimer
@@ -133,7 +134,8 @@ def train_rank(placement, args):
         device_ids = [device.index] if device.type == "cuda" else None
         wrapped = wrap_model(model, args.mode, timer.comm, args.sync, args.bucket_mb,
                              args.compress, device_ids, args.comm_hook)
-        optimizer, scheduler = build_optimizer(model, args)
+        steps = steps_per_epoch(len(dataset.train), args, placement.world_size)
+        optimizer, scheduler = build_optimizer(model, args, steps)
         started = time.perf_counter()
         trainer = Trainer(wrapped, optimizer, scheduler, dataset, args, placement, timer)
         outcome = trainer.fit()
@@ -167,20 +169,6 @@ def prepare_data(placement, args):
         raise data.DataError(f"the global batch ({global_batch}) is larger than the training set "
                              f"({len(dataset.train)} samples)")
     return dataset
-
-
-def build_optimizer(model, args):
-    """The --optimizer over the model's parameters, and its StepLR schedule (None: constant)."""
-    # fused: one kernel for all parameters; the per-tensor loop took a third of an MLP step on CPU.
-    if args.optimizer == "adam":
-        optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, fused=True)
-    else:
-        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
-                                    fused=True)
-    scheduler = None
-    if args.lr_step:
-        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, args.lr_step, args.lr_gamma)
-    return optimizer, scheduler
 
 
 def describe_environment(placement, backend, device, hosts, model):

@@ -9,6 +9,7 @@ import tempfile
 from manual_allreduce import DEFAULT_BUCKET_MB, STRATEGIES
 from runtime import emulated_network
 from runtime.data import DATASETS
+from runtime.optimizers import SCHEDULES
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -96,6 +97,9 @@ def build_parser(description):
     add("--optimizer", choices=("adam", "sgd"), default="adam")
     add("--lr", type=bounded(float, 0, low_open=True), default=1e-3)
     add("--momentum", type=bounded(float, 0, 1), default=0.9, help="SGD momentum")
+    add("--lr-schedule", choices=SCHEDULES, default="step",
+        help="step: StepLR per epoch (--lr-step, --lr-gamma); onecycle: warm-up to --lr, then "
+             "cosine decay over the run, per step")
     add("--lr-step", type=bounded(int, 0), default=5,
         help="StepLR: decay every this many epochs (0: constant)")
     add("--lr-gamma", type=bounded(float, 0, 1, low_open=True), default=0.3,

@@ -35,6 +35,8 @@ class Trainer:
         self.model = model
         self.optimizer = optimizer
         self.scheduler = scheduler
+        # OneCycleLR moves every optimizer step; StepLR once an epoch (runtime/optimizers.py)
+        self.schedule_per_step = getattr(scheduler, "per_step", False)
         self.dataset = dataset
         self.args = args
         self.placement = placement
@@ -106,7 +108,7 @@ class Trainer:
         # The calibrations are left out of the epoch's time: the throughput is training's alone.
         train_time = time.perf_counter() - started - self.calibration.take_seconds()
         self.guard.check_losses()
-        if self.scheduler is not None:
+        if self.scheduler is not None and not self.schedule_per_step:
             self.scheduler.step()
         record = self.finish_epoch(epoch, steps, sums, train_time)
         self.progress.epoch = epoch + 1
@@ -137,6 +139,8 @@ class Trainer:
             self.scaler.update()
             # Last, as nanoGPT does: timing.py counts zeroing the gradients in the optimizer phase.
             self.optimizer.zero_grad(set_to_none=True)
+            if self.schedule_per_step:
+                self.scheduler.step()
         return loss
 
     @contextmanager

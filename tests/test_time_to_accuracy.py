@@ -1,0 +1,109 @@
+"""benchmarks/time_to_accuracy.py and what it brought: the time-to-target arithmetic, a tiny
+run end to end (and resumed), and the one-cycle schedule. No speed is asserted."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import time_to_accuracy as tta
+from tests.harness import REPO, run_ok
+
+
+def curve(*points):
+    """A curve from (time_s, accuracy) pairs, 100 samples apart."""
+    return [{"time_s": time, "samples": 100 * (index + 1), "test_accuracy": accuracy}
+            for index, (time, accuracy) in enumerate(points)]
+
+
+def test_time_to_target_is_the_first_evaluation_at_or_above_it():
+    points = curve((1.0, 0.95), (2.0, 0.99), (3.0, 0.98), (4.0, 0.995))
+    # 0.99 is reached at the second point, not at the later, higher one
+    assert tta.time_to_target(points, 0.99) == (2.0, 200)
+    # a target met exactly counts as reached
+    assert tta.time_to_target(points, 0.95) == (1.0, 100)
+
+
+def test_a_target_never_reached_has_no_time_and_a_median_of_such_repeats_is_none():
+    assert tta.time_to_target(curve((1.0, 0.5)), 0.99) == (None, None)
+    # one repeat of three never reached: it counts as slowest, the median is the other two's max
+    assert tta.median_or_none([3.0, None, 1.0]) == 3.0
+    assert tta.median_or_none([None, None, 1.0]) is None
+    assert tta.median_or_none([]) is None
+
+
+def test_evaluations_are_evenly_spaced_and_the_last_ends_the_epoch():
+    assert tta.evaluation_steps(100, 4) == {25, 50, 75, 100}
+    assert tta.evaluation_steps(3, 4) == {1, 2, 3}  # fewer steps than evaluations: each step
+
+
+def run_benchmark(*options):
+    """The benchmark as a user runs it; its output, after checking it succeeded."""
+    environment = {name: value for name, value in os.environ.items()
+                   if name != "OFFLINE_DATA_DIR"}
+    done = subprocess.run([sys.executable, "-m", "benchmarks.time_to_accuracy", *map(str, options)],
+                          cwd=REPO, capture_output=True, text=True, timeout=120, env=environment)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_a_tiny_run_writes_curves_times_to_target_and_ratios_and_resumes(tiny_data, tmp_path):
+    output = tmp_path / "tta.json"
+    options = ("--data-dir", tiny_data, "--models", "mlp", "--world-sizes", "1,2", "--repeats", 1,
+               "--mlp-target", 0.3, "--classic-epochs", 1, "--evals-per-epoch", 2,
+               "--mlp-options", "--batch-size 32 --epochs 2 --lr-schedule onecycle",
+               "--output", output)
+    printed = run_benchmark(*options)
+    assert "target:" in printed
+    document = json.loads(output.read_text())
+    assert document["schema"] == tta.SCHEMA and document["targets"]["mlp"] == 0.3
+    runs = {(run["name"], run["world_size"]): run for run in document["runs"]}
+    # the recipe, one process of ours, and the default config at 2 ranks
+    assert set(runs) == {("classic", 1), ("single", 1), ("bucketed", 2)}
+    for run in runs.values():
+        times = [point["time_s"] for point in run["curve"]]
+        assert times == sorted(times) and run["evaluation_s"] > 0 and run["setup_s"] > 0
+        # the time to target is the curve's first crossing (the learnable tiny data passes 30 %)
+        first = next(point for point in run["curve"] if point["test_accuracy"] >= 0.3)
+        assert run["time_to_target_s"]["mlp"] == first["time_s"]
+        assert run["samples_to_target"]["mlp"] == first["samples"]
+    # ours' samples: the global batch (32) per step, whatever the world size
+    assert runs[("bucketed", 2)]["curve"][0]["samples"] % 32 == 0
+    summary = {(row["name"], row["world_size"]): row for row in document["summary"]}
+    classic = summary[("classic", 1)]["median_time_to_target_s"]
+    ours = summary[("bucketed", 2)]
+    assert ours["ratio_to_classic"] == pytest.approx(ours["median_time_to_target_s"] / classic)
+    # resumed: every run is kept, none runs again
+    assert run_benchmark(*options, "--resume").count("kept from") == 3
+    assert len(json.loads(output.read_text())["runs"]) == 3
+
+
+BAD_OPTIONS = {
+    "unknown model": ("--models", "rnn"),
+    "config without a name": ("--configs", "--mode ddp"),
+    "bad training option": ("--cnn-options", "--lr-schedule cosine"),
+    "global batch not divisible": ("--world-sizes", "3", "--models", "mlp"),
+    "no repeats": ("--repeats", "0"),
+}
+
+
+@pytest.mark.parametrize("options", BAD_OPTIONS.values(), ids=BAD_OPTIONS.keys())
+def test_bad_options_exit_2_with_one_line(options, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        tta.parse_args(list(options))
+    assert exit_.value.code == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_onecycle_warms_up_then_decays_every_step_to_almost_nothing(tiny_data, tmp_path):
+    run_ok("--mode", "single", "--data-dir", tiny_data, "--val-samples", 100, "--epochs", 2,
+           "--batch-size", 50, "--lr-schedule", "onecycle", "--lr", 0.01, "--results-dir",
+           tmp_path, "--run-name", "onecycle")
+    epochs = json.loads((tmp_path / "onecycle.json").read_text())["epochs"]
+    # stepped per optimizer step: halfway through the run the rate is past its peak, on its way
+    # down (stepped per epoch, it would still be near its start, 0.01 / 25)
+    assert 0.004 < epochs[0]["lr"] < 0.01
+    # and at the end it is the peak / (25 x 1e4)
+    assert math.isclose(epochs[1]["lr"], 0.01 / 25 / 1e4, rel_tol=1e-3)
