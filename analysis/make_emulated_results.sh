@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The measurements on emulated links (issue 15), as root, on a quiet machine, in this order:
 #
-#   sudo OFFLINE_DATA_DIR=DIR ./analysis/make_emulated_results.sh       # about 25 minutes, 2 cores
+#   sudo OFFLINE_DATA_DIR=DIR ./analysis/make_emulated_results.sh       # about 40 minutes, 2 cores
 #   sudo LINK_RATE=10gbit ./analysis/make_emulated_results.sh           # another rate
 #
 # 1. The all-reduce, gloo and the hand-written ring, 4 KiB..64 MiB, on LINK_RATE (1gbit) links:
@@ -17,6 +17,7 @@
 # Both emulated nodes share this machine's cores, so every rank gets one thread (--threads 1):
 # the default, cores / ranks of the node, would give each node all the cores, and the two nodes'
 # OpenMP threads would then fight over them (measured: 65 ms of compute per MLP step, not 12).
+# 4. The CNN with 4 MiB buckets, beside flat: results/slurm/link-1gbit-bucket-4mb/.
 # The cluster is stopped, and its network removed, however the script ends. Then commit
 # results/emulated/ and results/slurm/.
 set -euo pipefail
@@ -44,3 +45,9 @@ for model_steps in mlp:200 cnn:60; do
         --results-dir "$RESULTS" --limit 3600 -- --epochs 1 --max-steps "${model_steps#*:}" \
         --threads 1
 done
+# 4: the CNN's 4.7 MB fc1 gradient shares the 25 MiB default bucket with both convolutions, so it
+#    is sent only when backward ends; with 4 MiB buckets it goes alone, as soon as it is ready.
+#    flat, bucketed and ddp at 2 nodes x 1, interleaved -> results/slurm/link-1gbit-bucket-4mb/
+"$PYTHON" -m slurm.submit_sweep --nodes 2 --tasks-per-node 1 --strategies flat,bucketed \
+    --model cnn --repeats 3 --results-dir "$RESULTS-bucket-4mb" --limit 3600 \
+    -- --epochs 1 --max-steps 60 --threads 1 --bucket-mb 4

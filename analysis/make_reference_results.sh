@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Regenerates every reference figure in results/ and every number of design_doc/, in this order:
 #
-#   ./analysis/make_reference_results.sh                               # about 35 minutes on 2 cores
+#   ./analysis/make_reference_results.sh                               # about 90 minutes on 2 cores
 #   OFFLINE_DATA_DIR=DIR ./analysis/make_reference_results.sh          # MNIST from DIR/MNIST/raw
 #
 # Run it on a quiet machine: the figures are timings. Then commit results/ and design_doc/.
+# The emulated network's figures (§5.6) need root: ./analysis/make_emulated_results.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 
 "$PYTHON" -m analysis.sweep  # results/sweep-*-r*.json, bucket-*-r*.json (3 repeats)
+# One machine (§4.7): one process, DDP, flat and shared memory side by side, and time to accuracy
+"$PYTHON" -m analysis.sweep --models mlp --strategies flat,shm --bucket-mbs "" \
+    --results-dir results/one-machine
+"$PYTHON" -m benchmarks.time_to_accuracy  # results/time-to-accuracy.json, about 40 minutes
 "$PYTHON" -m benchmarks.allreduce_bench  # results/allreduce-bench.json
 "$PYTHON" -m benchmarks.step_bench  # results/step-bench.json
 "$PYTHON" -m benchmarks.dataloader_bench  # results/dataloader-bench.json

@@ -1,5 +1,6 @@
 """A small, complete results folder for the design-document tests, written by the tests: every
-configuration of the sweep repeated, the bucket sweep, both benchmarks and a trace."""
+configuration of the sweep repeated, the bucket sweep, both benchmarks and a trace; the emulated
+network's all-reduce and SLURM runs (§5.6) and the one-machine sweep (§4.7)."""
 import json
 import os
 
@@ -25,7 +26,10 @@ REPEATS = 3
 # against bucketed's and ddp's (indistinguishable).
 SERIES = {"single": (1.0, 0.0, 0.0), "ddp-no-sync": (1.3, 0.0, 0.0), "ddp": (1.3, 0.35, 0.1),
           "per-param": (1.3, 0.9, 0.9), "flat": (1.3, 0.35, 0.35), "bucketed": (1.3, 0.35, 0.12),
-          "ring": (1.3, 0.45, 0.45)}  # (compute, comm busy, comm exposed) x the base
+          "ring": (1.3, 0.45, 0.45), "shm": (1.3, 0.1, 0.1)}
+# (compute, comm busy, comm exposed) x the base
+LINK_BETA = 8e-9  # the emulated 1 Gbit/s link's seconds per byte
+EMULATED_ALPHA = 300e-6
 BASE = {"mlp": 0.008, "cnn": 0.09}
 STEPS_PER_EPOCH = 20
 BATCH = 64
@@ -102,14 +106,15 @@ def allreduce_row(world, size, implementation, time):
             "busbw_gbps": algbw * 2 * (world - 1) / world, "verified": True}
 
 
-def allreduce_bench(noise=0.0, seed=0):
-    """The α-β model's times at ALPHAS and BETA for gloo, 1.3x those for the ring."""
+def allreduce_bench(noise=0.0, seed=0, alphas=ALPHAS, beta=BETA):
+    """The α-β model's times at `alphas` (per world size) and `beta` for gloo, 1.3x those for
+    the ring."""
     rng = np.random.default_rng(seed)
     rows = []
-    for world in (2, 3, 4):
+    for world in alphas:
         for size in (4096 * 4**power for power in range(7)):
             for implementation in ("gloo", "ring"):
-                time = cost_model.allreduce_time(size, world, ALPHAS[world], BETA)
+                time = cost_model.allreduce_time(size, world, alphas[world], beta)
                 time *= 1.3 if implementation == "ring" else 1.0
                 time *= 1 + noise * rng.standard_normal()
                 rows.append(allreduce_row(world, size, implementation, time))
@@ -144,7 +149,8 @@ def trace():
 
 
 def write(path, document):
-    """`document` as JSON at `path`."""
+    """`document` as JSON at `path` (its folder made if missing)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as file:
         json.dump(document, file)
 
@@ -152,7 +158,7 @@ def write(path, document):
 def sweep_configurations():
     """(series, world) of the sweep: the single process, then every series at 2 and 4 ranks."""
     return [("single", 1)] + [(series, world) for world in (2, 4) for series in SERIES
-                              if series != "single"]
+                              if series not in ("single", "shm")]  # shm: one_machine_results
 
 
 def make_results(folder, bench=True):
@@ -177,9 +183,43 @@ def make_results(folder, bench=True):
                       run_document("mlp", series, 4, seed, bucket_mb=size))
     if bench:
         write(os.path.join(folder, "allreduce-bench.json"), allreduce_bench())
+    emulated_results(folder)
+    one_machine_results(folder)
     write(os.path.join(folder, "step-bench.json"), step_bench())
     write(os.path.join(folder, "trace-bucketed-w2.json"), trace())
     return folder
+
+
+def emulated_results(folder):
+    """§5.6's inputs: the all-reduce on shaped links (gloo exactly the α-β model at the link's β),
+    and the SLURM runs of 2 nodes x 1 and x 2, repeated."""
+    emulated = os.path.join(folder, "emulated")
+    alphas = {2: EMULATED_ALPHA, 4: 2 * EMULATED_ALPHA}
+    write(os.path.join(emulated, "allreduce-1gbit.json"),
+          allreduce_bench(alphas=alphas, beta=LINK_BETA))
+    write(os.path.join(emulated, "allreduce-1gbit-2pn.json"),
+          allreduce_bench(alphas={4: EMULATED_ALPHA}, beta=LINK_BETA))
+    seed = 1000
+    for repeat in range(1, REPEATS + 1):
+        for model in ("mlp", "cnn"):
+            for series in ("ddp", "per-param", "flat", "bucketed"):
+                for world in (2, 4):
+                    seed += 1
+                    write(os.path.join(folder, "slurm", "link-1gbit",
+                                       f"slurm-{model}-{series}-w{world}-r{repeat}.json"),
+                          run_document(model, series, world, seed))
+
+
+def one_machine_results(folder):
+    """§4.7's sweep: one process, and ddp, flat and shm at 2 and 4 ranks, repeated."""
+    seed = 2000
+    for repeat in range(1, REPEATS + 1):
+        for series, world in [("single", 1)] + [(series, world) for world in (2, 4)
+                                                for series in ("ddp", "flat", "shm")]:
+            seed += 1
+            name = f"sweep-mlp-{series}-w{world}-r{repeat}.json"
+            write(os.path.join(folder, "one-machine", name),
+                  run_document("mlp", series, world, seed))
 
 
 def build_synthetic(tmp_path_factory):

@@ -80,7 +80,7 @@ def test_step_benchmark_times_every_configuration_against_ddp(tmp_path):
     assert document["schema"] == "step-bench/2"
     assert document["environment"]["data"] == "random tensors of MNIST shape"
     rows = {row["configuration"]: row for row in document["measurements"]}
-    assert set(rows) == {"ddp", "ddp-no-sync", *STRATEGIES}
+    assert set(rows) == {"ddp", "ddp-shm", "ddp-no-sync", *STRATEGIES}
     ddp_step = rows["ddp"]["mean_step_s"]
     for row in rows.values():
         assert row["world_size"] == 2 and row["model"] == "mlp"
@@ -99,3 +99,8 @@ def test_step_benchmark_times_every_configuration_against_ddp(tmp_path):
     assert rows["flat"]["mean_comm_hidden_s"] == 0
     verdict, = document["target"]["per_world_size_and_model"]
     assert verdict["best_strategy"] in STRATEGIES
+    # the best strategy is also set against DDP on its own transport (shm: the shm comm hook)
+    same = "ddp-shm" if verdict["best_strategy"] == "shm" else "ddp"
+    assert verdict["same_transport_ddp"] == same
+    assert verdict["step_ratio_to_same_transport_ddp"] == pytest.approx(
+        rows[verdict["best_strategy"]]["mean_step_s"] / rows[same]["mean_step_s"])
