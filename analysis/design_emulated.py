@@ -12,7 +12,7 @@ import os
 
 from analysis import cost_model
 from analysis.design_fits import predicted_busy, predicted_time, register_fit
-from analysis.design_numbers import load, ratio, table, unchanged
+from analysis.design_numbers import largest, load, ratio, smallest, table, unchanged
 from analysis.design_performance import register_run_spreads
 from manual_allreduce import DEFAULT_BUCKET_MB
 from runtime import results
@@ -21,9 +21,9 @@ RATE = "1gbit"  # the link every training run and the fitted all-reduce used
 LINK_BITS_PER_S = 1e9
 LARGE_BYTES = 2**20  # the target: the model within TARGET_ERROR for messages of 1 MiB and more
 TARGET_ERROR = 0.25
-# (file, label in names, how the text names the layout, ranks per node)
-ALLREDUCE_FILES = ((f"allreduce-{RATE}.json", "", "{n} nodes × 1 rank", 1),
-                   (f"allreduce-{RATE}-2pn.json", ".2pn", "2 nodes × 2 ranks", 2))
+# (file, label in names, how the text names the layout)
+ALLREDUCE_FILES = ((f"allreduce-{RATE}.json", "", "{n} nodes × 1 rank"),
+                   (f"allreduce-{RATE}-2pn.json", ".2pn", "2 nodes × 2 ranks"))
 IMPLEMENTATIONS = ("gloo", "ring")
 RING_VARIANT = f"ring-receive-first-{RATE}.json"  # benchmarks/ring_variants/receive_first.py
 RING_NAMES = {"ring": "lesson", "candidate": "receive_first"}
@@ -53,9 +53,7 @@ def emulated_section(numbers, results_dir, layouts):
     context = {"table.emulated.fits": fits_table(numbers, folder),
                "table.emulated.ceiling": ceiling_table(numbers, folder)}
     training = os.path.join(results_dir, "slurm", f"link-{RATE}")
-    runs, _ = results.load_folder(training, note=lambda _: None) if os.path.isdir(training) \
-        else ([], {})
-    grouped = results.repeats(runs)
+    grouped = repeats_in(training)
     numbers.stated("emulated.default_bucket_mb", DEFAULT_BUCKET_MB, "MiB", "code",
                    "manual_allreduce.DEFAULT_BUCKET_MB, as DDP's bucket_cap_mb")
     numbers.stated("emulated.cnn.buckets", cost_model.bucket_sizes(layouts["cnn"],
@@ -67,8 +65,25 @@ def emulated_section(numbers, results_dir, layouts):
         context[f"table.emulated.training.{model}"] = training_table(
             numbers, grouped, model, layouts[model])
         overlap_numbers(numbers, model)
+    ratios = [name for name in numbers.entries if name.startswith("emulated.")
+              and name.endswith(".busy_vs_predicted")]
+    for label, pick in (("low", smallest), ("high", largest)):
+        numbers.derived(f"emulated.predict.{label}", pick, ratios, "ratio",
+                        f"the {label}est measured / predicted busy of §5.6")
     smaller_buckets(numbers, training + f"-bucket-{SMALL_BUCKET_MB:g}mb")
     return context
+
+
+def print_nothing(note):
+    """results.load_folder's notes of files skipped: plots and other schemas, expected here."""
+
+
+def repeats_in(folder):
+    """results.repeats of the training runs in `folder`; none if it does not exist."""
+    if not os.path.isdir(folder):
+        return {}
+    runs, _ = results.load_folder(folder, note=print_nothing)
+    return results.repeats(runs)
 
 
 def large_errors(rows, alpha, beta):
@@ -83,7 +98,7 @@ def fits_table(numbers, folder):
     largest error at 1 MiB and more of the fit and of the model with the link's β."""
     rows = []
     worst = {implementation: [] for implementation in IMPLEMENTATIONS}
-    for name, label, layout, _ in ALLREDUCE_FILES:
+    for name, label, layout in ALLREDUCE_FILES:
         path = os.path.join(folder, name)
         if not os.path.exists(path):
             continue
@@ -228,9 +243,7 @@ def overlap_numbers(numbers, model):
 def smaller_buckets(numbers, folder):
     """The CNN at 2 nodes x 1 with 4 MiB buckets (flat, bucketed and ddp run side by side):
     'emulated.bucket4.<series>.*', and bucketed's and DDP's exposed time over flat's."""
-    runs, _ = results.load_folder(folder, note=lambda _: None) if os.path.isdir(folder) \
-        else ([], {})
-    grouped = results.repeats(runs)
+    grouped = repeats_in(folder)
     for series in ("manual flat", "manual bucketed", "ddp"):
         found = grouped.get(("cnn", series, 2, SMALL_BUCKET_MB), [])
         register_run_spreads(numbers, f"emulated.bucket4.{series.replace('manual ', '')}", found)

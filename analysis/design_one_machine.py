@@ -10,9 +10,9 @@ one reads "not measured".
 import os
 import statistics
 
-from analysis.design_numbers import load, ratio, table
+from analysis.design_emulated import repeats_in
+from analysis.design_numbers import load, ratio, table, unchanged
 from analysis.design_performance import register_run_spreads
-from runtime import results
 
 SHM_WORLDS = (2, 3, 4)
 SWEEP_SERIES = ("single", "ddp", "manual flat", "manual shm")
@@ -43,9 +43,7 @@ def one_machine_section(numbers, results_dir):
 def one_machine_sweep(numbers, folder):
     """Every series' spreads ('one_machine.<model>.<series>.w<n>.<field>') and, per model and
     world size, shm's median throughput over one process's and over DDP's."""
-    runs, _ = results.load_folder(folder, note=lambda _: None) if os.path.isdir(folder) \
-        else ([], {})
-    grouped = results.repeats(runs)
+    grouped = repeats_in(folder)
     rows = []
     for model in ("mlp", "cnn"):
         single = f"{prefix(model, 'single', 1)}.throughput.median"
@@ -161,7 +159,7 @@ def time_to_accuracy_table(numbers, path):
         chosen = best.get(model, (None, None))[1]
         classic = f"tta.{model}.classic.w1"
         for field in ("vs_classic", "samples"):
-            numbers.derived(f"tta.{model}.best.{field}", lambda value: value,
+            numbers.derived(f"tta.{model}.best.{field}", unchanged,
                             [f"{chosen}.{field}"] if chosen else [], "ratio" if field ==
                             "vs_classic" else "count", "ours' run with the smallest ratio")
         numbers.derived(f"tta.{model}.best.samples_vs_classic", ratio,

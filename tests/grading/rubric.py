@@ -49,9 +49,9 @@ ITEMS = [
          "within the wire precision; the ring equals dist.all_reduce; buckets overlap backward in "
          "the same order on every rank; a two-process run completes; a real two-node Slurm job "
          "matches a local run.",
-         "Read manual_allreduce.py and runtime/manual_ddp.py: the synchronisation is the "
-         "student's own and readable, not a call into DDP. The Slurm tests need root (skipped "
-         "without it; failed instead when CI is set)."),
+         "Read manual_allreduce.py, manual_collectives.py (the ring) and runtime/manual_ddp.py: "
+         "the synchronisation is the student's own and readable, not a call into DDP. The Slurm "
+         "tests need root (skipped without it; failed instead when CI is set)."),
     Item("core.timing", "Per-epoch timing and communication-overhead measurement", 2,
          "Results files carry per-epoch compute, exposed and busy communication and data times "
          "and pass the schema; the benchmarks write verified all-reduce and per-step "
