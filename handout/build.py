@@ -18,7 +18,9 @@ from handout import assignment, regions
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The instructor's tools and their tests: in neither the student's copy nor the autograder.
-INSTRUCTOR_ONLY = ("make_handout.py", "grade.py", "handout/", "tests/test_handout.py")
+INSTRUCTOR_ONLY = ("make_handout.py", "grade.py", "handout/", "tests/test_handout.py",
+                   # a working variant of the ring's exchange, which Task 3 asks for
+                   "benchmarks/ring_variants/")
 AUTOGRADER_SCRIPTS = ("setup.sh", "run_autograder")  # in handout/, copied as they are
 GRADING_FILES = ("requirements.txt", "pyproject.toml")
 RESULTS_README = ("Your runs write their results files here: see ASSIGNMENT.md, "

@@ -111,6 +111,8 @@ def test_hidden_tests_instructor_files_and_generated_ones_stay_out_of_the_studen
         assert path not in student and path in autograder
     assert not {"make_handout.py", "grade.py", "tests/test_handout.py"} & student
     assert not any(path.startswith("handout/") for path in student)
+    # a working variant of the ring's exchange would hand Task 3 out
+    assert not any(path.startswith("benchmarks/ring_variants/") for path in student)
     assert {path for path in student if path.startswith("results/")} == {"results/README.md"}
     design = {path for path in student if path.startswith("design_doc/")}
     assert design and all(path.startswith("design_doc/templates/") for path in design)
