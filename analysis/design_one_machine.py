@@ -174,4 +174,4 @@ def median_samples(document, model, name, world):
                if run["name"] == name and run["world_size"] == world
                and (run["model"] in (model, None))]
     reached = sorted(value for value in samples if value is not None)
-    return statistics.median(reached) if reached else None
+    return round(statistics.median(reached)) if reached else None  # samples are whole
