@@ -16,7 +16,7 @@
 #    -> results/slurm/link-1gbit/*-r[123].json and plots/.
 # Both emulated nodes share this machine's cores, so every rank gets one thread (--threads 1):
 # the default, cores / ranks of the node, would give each node all the cores, and the two nodes'
-# OpenMP threads would then fight over them (measured: 65 ms of compute per MLP step, not 12).
+# OpenMP threads would then fight over them (measured: 65 ms of compute per MLP step, not 13).
 # 4. The CNN with 4 MiB buckets, beside flat: results/slurm/link-1gbit-bucket-4mb/.
 # The cluster is stopped, and its network removed, however the script ends. Then commit
 # results/emulated/ and results/slurm/.
