@@ -61,7 +61,7 @@ def test_a_tiny_run_writes_curves_times_to_target_and_ratios_and_resumes(tiny_da
     assert document["schema"] == tta.SCHEMA and document["targets"]["mlp"] == 0.3
     runs = {(run["name"], run["world_size"]): run for run in document["runs"]}
     # the recipe, one process of ours, and the default config at 2 ranks
-    assert set(runs) == {("classic", 1), ("single", 1), ("bucketed", 2)}
+    assert set(runs) == {("classic", 1), ("single", 1), ("shm", 2)}
     for run in runs.values():
         times = [point["time_s"] for point in run["curve"]]
         assert times == sorted(times) and run["evaluation_s"] > 0 and run["setup_s"] > 0
@@ -70,10 +70,10 @@ def test_a_tiny_run_writes_curves_times_to_target_and_ratios_and_resumes(tiny_da
         assert run["time_to_target_s"]["mlp"] == first["time_s"]
         assert run["samples_to_target"]["mlp"] == first["samples"]
     # ours' samples: the global batch (32) per step, whatever the world size
-    assert runs[("bucketed", 2)]["curve"][0]["samples"] % 32 == 0
+    assert runs[("shm", 2)]["curve"][0]["samples"] % 32 == 0
     summary = {(row["name"], row["world_size"]): row for row in document["summary"]}
     classic = summary[("classic", 1)]["median_time_to_target_s"]
-    ours = summary[("bucketed", 2)]
+    ours = summary[("shm", 2)]
     assert ours["ratio_to_classic"] == pytest.approx(ours["median_time_to_target_s"] / classic)
     # resumed: every run is kept, none runs again
     assert run_benchmark(*options, "--resume").count("kept from") == 3

@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 
+from manual_allreduce import STRATEGIES
 from runtime import results
 from tests.harness import REPO, run_cli, run_ok
 
@@ -56,7 +57,8 @@ def test_busy_hidden_and_exposed_keep_their_invariants_for_every_strategy_and_dd
     assert done.returncode == 0, done.stderr
     rows = json.loads(output.read_text())["measurements"]
     assert {(row["world_size"], row["configuration"]) for row in rows} == \
-        {(world, name) for world in (2, 4) for name in ("ddp", "ddp-no-sync") + tuple(MODES)[1:]}
+        {(world, name) for world in (2, 4)
+         for name in ("ddp", "ddp-shm", "ddp-no-sync", *STRATEGIES)}
     for row in rows:
         where = f"{row['configuration']} at {row['world_size']} ranks"
         fields = ("data", "compute", "comm_busy", "comm_hidden", "comm_exposed", "step")
@@ -65,7 +67,7 @@ def test_busy_hidden_and_exposed_keep_their_invariants_for_every_strategy_and_dd
         parts = mean["data"] + mean["compute"] + mean["comm_exposed"]
         assert parts == pytest.approx(mean["step"]), where
         # launched after backward: nothing can hide
-        if row["configuration"] in ("flat", "per-param", "ring"):
+        if row["configuration"] in ("flat", "per-param", "ring", "shm"):
             assert mean["comm_hidden"] == 0, where
         if row["configuration"] != "ddp-no-sync":
             assert mean["comm_busy"] > 0, where

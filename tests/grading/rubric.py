@@ -139,6 +139,8 @@ TESTS = [
     (COST + "test_overlap_hides_", "design.scalability"),  # 5.2: projected exposed communication
     (COST + "test_communication_dominates_", "design.scalability"),  # 5.3: where it dominates
     (DOC + "test_a_missing_results_file_", None),  # the build's error messages, as for the CLI
+    (DOC + "test_the_emulated_links_", "design.scalability"),  # 5.6: the emulated network
+    (DOC + "test_the_one_machine_sweep_", "design.performance"),  # 4.7: shared memory
     # 4.3: verdicts only beyond the spreads
     (CLAIMS + "test_a_strategy_is_called_faster_", "design.performance"),
     (CLAIMS + "test_the_verdicts_against_", "design.performance"),
