@@ -86,6 +86,13 @@ def repeats_in(folder):
     return results.repeats(runs)
 
 
+def runs_of(grouped, model, series, world):
+    """The repeated runs of one configuration in `grouped` (results.repeats), whatever their
+    bucket size; [] if there are none."""
+    return next((runs for (run_model, run_series, run_world, _), runs in grouped.items()
+                 if (run_model, run_series, run_world) == (model, series, world)), [])
+
+
 def large_errors(rows, alpha, beta):
     """The largest |predicted − measured| / measured over the rows of 1 MiB and more."""
     errors = [abs(predicted_time(row["bytes"], row["world_size"], alpha, beta) - row["median_s"])
@@ -198,9 +205,7 @@ def training_table(numbers, grouped, model, layout):
     rows = []
     for world, shape in SHAPES.items():
         for series in SERIES:
-            runs = next((found for (run_model, run_series, run_world, _), found
-                         in grouped.items() if (run_model, run_series, run_world)
-                         == (model, series, world)), [])
+            runs = runs_of(grouped, model, series, world)
             prefix = f"emulated.{model}.{series.replace('manual ', '')}.w{world}"
             register_run_spreads(numbers, prefix, runs)
             bucket_mb = float(runs[0]["config"]["bucket_mb"]) if runs else None

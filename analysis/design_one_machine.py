@@ -10,7 +10,7 @@ one reads "not measured".
 import os
 import statistics
 
-from analysis.design_emulated import repeats_in
+from analysis.design_emulated import repeats_in, runs_of
 from analysis.design_numbers import load, ratio, table, unchanged
 from analysis.design_performance import register_run_spreads
 
@@ -49,14 +49,13 @@ def one_machine_sweep(numbers, folder):
         single = f"{prefix(model, 'single', 1)}.throughput.median"
         for series in SWEEP_SERIES:
             for world in (1,) if series == "single" else (2, 4):
-                found = [runs for (run_model, run_series, run_world, _), runs in grouped.items()
-                         if (run_model, run_series, run_world) == (model, series, world)]
+                found = runs_of(grouped, model, series, world)
                 name = prefix(model, series, world)
-                register_run_spreads(numbers, name, found[0] if found else [])
+                register_run_spreads(numbers, name, found)
                 numbers.derived(f"{name}.vs_single", ratio, [f"{name}.throughput.median", single],
                                 "ratio", "median throughput / one process's median throughput")
                 if found:
-                    rows.append([f"{model.upper()} {series}", world, len(found[0])]
+                    rows.append([f"{model.upper()} {series}", world, len(found)]
                                 + [numbers.spread_text(f"{name}.{field}") for field in
                                    ("step", "comm_exposed", "comm_busy", "throughput")]
                                 + [numbers.text(f"{name}.vs_single")])
