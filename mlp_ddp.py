@@ -135,9 +135,9 @@ def train_rank(placement, args):
         wrapped = wrap_model(model, args.mode, timer.comm, args.sync, args.bucket_mb,
                              args.compress, device_ids, args.comm_hook)
         steps = steps_per_epoch(len(dataset.train), args, placement.world_size)
-        optimizer, scheduler = build_optimizer(model, args, steps)
+        optimizer, schedule = build_optimizer(model, args, steps)
         started = time.perf_counter()
-        trainer = Trainer(wrapped, optimizer, scheduler, dataset, args, placement, timer)
+        trainer = Trainer(wrapped, optimizer, schedule, dataset, args, placement, timer)
         outcome = trainer.fit()
         hosts = sorted(set(gather(host_name())))
         if placement.rank == 0:
@@ -238,4 +238,8 @@ def exit_now(code, placement):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Without interpreter teardown: torch's takes half a second and frees nothing the OS would not.
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -24,6 +24,7 @@ import argparse
 import difflib
 import glob
 import json
+import math
 import os
 import re
 import sys
@@ -47,6 +48,7 @@ from analysis.design_sections import (
 )
 from manual_allreduce import DEFAULT_BUCKET_MB
 from runtime import results
+from runtime.atomic import write_atomic
 
 TEMPLATES = os.path.join(REPO, "design_doc", "templates")
 PLACEHOLDER = re.compile(r"\{\{\s*([\w.\-]+)\s*\}\}")
@@ -59,6 +61,11 @@ ABOUT = ("every number in the design document: its value, the text shown, and wh
          "file#field; fit: the file the alpha-beta model was fitted to; model/code: how it was "
          "computed; assumption: a constant of cost_model.py; publication: the paper; file: a "
          "results file's name)")
+# numbers.json's numbers are compared at this relative tolerance, its text and the Markdown exactly.
+# Least-squares fits come out a few units in the last place apart on two machines with the same
+# numpy (the BLAS takes another path): up to 2.5e-13 relative, where a difference of two close
+# numbers cancels. A real change to a results file moves them by far more (0.1 % is 1e-3).
+RELATIVE_TOLERANCE = 1e-9
 OPTIONAL_INPUTS = {"step-bench.json": "python -m benchmarks.step_bench",
                    "bucket-*.json": "python -m analysis.sweep",
                    "trace-*.json": "python mlp_ddp.py ... --trace (see design_doc/README.md)",
@@ -162,20 +169,45 @@ def changed_lines(old, new):
                if line.startswith(("+", "-")) and not line.startswith(("+++", "---")))
 
 
+def same_json(old, new):
+    """Whether two decoded JSON documents are equal, their numbers within RELATIVE_TOLERANCE."""
+    if isinstance(old, float) or isinstance(new, float):
+        return (isinstance(old, (int, float)) and isinstance(new, (int, float))
+                and math.isclose(old, new, rel_tol=RELATIVE_TOLERANCE))
+    if isinstance(old, dict) and isinstance(new, dict):
+        return old.keys() == new.keys() and all(same_json(old[key], new[key]) for key in old)
+    if isinstance(old, list) and isinstance(new, list):
+        return len(old) == len(new) and all(same_json(a, b) for a, b in zip(old, new))
+    return old == new
+
+
+def same_document(name, old, new):
+    """Whether the committed text of file `name` says what the build made: Markdown exactly,
+    numbers.json with its numbers at the precision they carry."""
+    if name.endswith(".json"):
+        return same_json(json.loads(old), json.loads(new))
+    return old == new
+
+
 def differences(documents, out_dir):
-    """'name (k lines)' for each file whose committed text differs from `documents` ('missing' if
-    absent)."""
-    changed = []
+    """{name: 'k lines' or 'missing'} for each file whose committed text does not say what
+    `documents` says."""
+    changed = {}
     for name, text in documents.items():
         path = os.path.join(out_dir, name)
         if not os.path.exists(path):
-            changed.append(f"{name} (missing)")
+            changed[name] = "missing"
             continue
         with open(path) as file:
             old = file.read()
-        if old != text:
-            changed.append(f"{name} ({changed_lines(old, text)} lines)")
+        if not same_document(name, old, text):
+            changed[name] = f"{changed_lines(old, text)} lines"
     return changed
+
+
+def write_text(path, text):
+    """`text` to `path`, whole or not at all (runtime/atomic.py)."""
+    write_atomic(path, lambda file: file.write(text))
 
 
 def missing_optional(results_dir):
@@ -204,17 +236,20 @@ def main(argv=None):
         changed = differences(documents, args.out_dir)
         if changed:
             print(f"design document out of date: {len(changed)} of {len(documents)} files differ "
-                  f"from a build from {args.results_dir}: {', '.join(changed)}; "
+                  f"from a build from {args.results_dir}: "
+                  f"{', '.join(f'{name} ({how})' for name, how in changed.items())}; "
                   "rebuild with python -m analysis.build_design_doc", file=sys.stderr)
             return 1
         print(f"design document up to date with {args.results_dir} ({len(documents)} files)")
         return 0
     print("\n".join(missing_optional(args.results_dir)) or "every optional input is present")
     os.makedirs(args.out_dir, exist_ok=True)
-    for name, text in documents.items():
-        with open(os.path.join(args.out_dir, name), "w") as file:
-            file.write(text)
-    print(f"wrote {len(documents)} files to {args.out_dir} from {args.results_dir}")
+    # A file that says the same is left as it is: a rebuild on another machine changes nothing.
+    changed = differences(documents, args.out_dir)
+    for name in changed:
+        write_text(os.path.join(args.out_dir, name), documents[name])
+    print(f"wrote {len(changed)} of {len(documents)} files to {args.out_dir} from "
+          f"{args.results_dir} (the others were the same)")
     return 0
 
 

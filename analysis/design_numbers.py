@@ -74,7 +74,10 @@ def show_seconds(value):
 
 
 def show_percent(value):
-    """A fraction as a percentage: two significant figures below 10%, three above."""
+    """A fraction as a percentage: two significant figures below 10%, three above, and none below
+    0.005 %, where a fit's error is the floating point's rounding, not a measurement."""
+    if 0 < abs(value) < 5e-5:
+        return "0.00%"
     return significant(100 * value, 2 if abs(value) < 0.1 else 3) + "%"
 
 

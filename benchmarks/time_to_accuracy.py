@@ -172,8 +172,7 @@ def ours_rank(placement, job):
         recorder = CommRecorder()
         wrapped = wrap_model(model, args.mode, recorder, args.sync, args.bucket_mb, args.compress)
         steps = steps_per_epoch(len(dataset.train), args, world)
-        optimizer, scheduler = build_optimizer(model, args, steps)
-        per_step = getattr(scheduler, "per_step", False)
+        optimizer, schedule = build_optimizer(model, args, steps)
         evaluate_after = evaluation_steps(steps, job.evals_per_epoch)
         setup_s = time.perf_counter() - begun
         sum_over_ranks({"ready": 1}, torch.device("cpu"))  # every rank starts the clock together
@@ -192,16 +191,14 @@ def ours_rank(placement, job):
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 recorder.take()  # the spans are not needed: keep the list from growing
-                if per_step:
-                    scheduler.step()
+                schedule.after_step()
                 curve.step_done()
                 if step in evaluate_after and curve.evaluate(epoch + step / steps):
                     reached = True
                     break
             if reached:
                 break
-            if scheduler is not None and not per_step:
-                scheduler.step()
+            schedule.after_epoch()
         if placement.rank == 0:
             write_part(job, curve, setup_s)
 

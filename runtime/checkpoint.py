@@ -83,7 +83,7 @@ def training_state(trainer, rng_per_rank, world_size):
     return {
         "model": trainer.model.module.state_dict(),
         "optimizer": trainer.optimizer.state_dict(),
-        "scheduler": trainer.scheduler.state_dict() if trainer.scheduler else None,
+        "scheduler": trainer.schedule.state_dict(),
         "scaler": trainer.scaler.state_dict(),
         "epoch": progress.epoch,
         "step_in_epoch": progress.step_in_epoch,
@@ -100,8 +100,7 @@ def restore_training(trainer, state, rank, world_size):
     model_state = {key.removeprefix("module."): value for key, value in state["model"].items()}
     trainer.model.module.load_state_dict(model_state)
     trainer.optimizer.load_state_dict(state["optimizer"])
-    if trainer.scheduler and state["scheduler"]:
-        trainer.scheduler.load_state_dict(state["scheduler"])
+    trainer.schedule.load_state_dict(state["scheduler"])
     if state.get("scaler"):
         trainer.scaler.load_state_dict(state["scaler"])
     if state["world_size"] == world_size:  # each rank's generator state is its own

@@ -31,12 +31,10 @@ EPOCH_TIME_FIELDS = ("data", "compute") + COMM_FIELDS  # each rank's epoch total
 class Trainer:
     """Trains a wrapped model on one rank's share of the in-memory data (see `fit`)."""
 
-    def __init__(self, model, optimizer, scheduler, dataset, args, placement, timer):
+    def __init__(self, model, optimizer, schedule, dataset, args, placement, timer):
         self.model = model
         self.optimizer = optimizer
-        self.scheduler = scheduler
-        # OneCycleLR moves every optimizer step; StepLR once an epoch (runtime/optimizers.py)
-        self.schedule_per_step = getattr(scheduler, "per_step", False)
+        self.schedule = schedule  # runtime/optimizers.py's Schedule: the learning rate over the run
         self.dataset = dataset
         self.args = args
         self.placement = placement
@@ -108,8 +106,7 @@ class Trainer:
         # The calibrations are left out of the epoch's time: the throughput is training's alone.
         train_time = time.perf_counter() - started - self.calibration.take_seconds()
         self.guard.check_losses()
-        if self.scheduler is not None and not self.schedule_per_step:
-            self.scheduler.step()
+        self.schedule.after_epoch()
         record = self.finish_epoch(epoch, steps, sums, train_time)
         self.progress.epoch = epoch + 1
         self.progress.step_in_epoch = 0
@@ -139,8 +136,7 @@ class Trainer:
             self.scaler.update()
             # Last, as nanoGPT does: timing.py counts zeroing the gradients in the optimizer phase.
             self.optimizer.zero_grad(set_to_none=True)
-            if self.schedule_per_step:
-                self.scheduler.step()
+            self.schedule.after_step()
         return loss
 
     @contextmanager

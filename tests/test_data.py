@@ -33,6 +33,27 @@ def test_splits_are_normalised_float_tensors_held_in_memory(tiny_data):
     assert abs(pixels.min().item() - raw_min) < 1e-5  # uint8 0 maps to -mean/std
 
 
+def test_the_files_read_as_torchvision_reads_them(tiny_data):
+    mnist = data.dataset_class("mnist")
+    for train, split in ((True, "train"), (False, "test")):
+        reference = mnist(tiny_data, train=train, download=False)
+        images, labels = (data.read_idx(os.path.join(tiny_data, "MNIST", "raw", name), dimensions)
+                          for name, dimensions in zip(data.RAW_FILES[split], (3, 1)))
+        assert torch.equal(images, reference.data) and torch.equal(labels, reference.targets)
+
+
+@pytest.mark.parametrize("damage, message", [(lambda raw: raw[:-1], "truncated"),
+                                             (lambda raw: b"\x1f\x8b" + raw[2:], "not a 1-dim")])
+def test_a_damaged_extracted_file_is_one_clear_error(tiny_data, damage, message):
+    labels = os.path.join(tiny_data, "MNIST", "raw", "t10k-labels-idx1-ubyte")
+    with open(labels, "rb") as file:
+        raw = file.read()
+    with open(labels, "wb") as file:
+        file.write(damage(raw))
+    with pytest.raises(data.DataError, match=message):
+        data.load("mnist", tiny_data, val_samples=10)
+
+
 def test_validation_split_is_seeded_and_disjoint_from_training(tiny_data):
     first = data.load("mnist", tiny_data, val_samples=100, seed=1)
     again = data.load("mnist", tiny_data, val_samples=100, seed=1)

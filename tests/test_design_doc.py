@@ -1,6 +1,7 @@
 """The design document is built from the results files, every number in it can be traced back to
 one, and the build fails clearly where it cannot; §3's bucket layouts are those of the code."""
 import json
+import math
 import os
 import re
 import subprocess
@@ -18,9 +19,11 @@ from tests.design_doc_results import (
     MISSING_RUN,
     REPO,
     SECTIONS,
+    allreduce_bench,
     build_synthetic,
     make_results,
     numbers_of,
+    write,
 )
 
 COMMITTED = os.path.join(REPO, "design_doc", "numbers.json")
@@ -178,6 +181,38 @@ def test_check_reports_a_stale_document_in_one_line_and_exits_1(synthetic, tmp_p
     assert completed.returncode == 1
     assert completed.stderr.count("\n") == 1
     assert "4-performance.md (1 lines)" in completed.stderr
+
+
+def nudge_allreduce_times(folder, change, rows=slice(None)):
+    """Apply `change` to the times of the all-reduce benchmark in `folder` (the fits' input), to
+    its measurements `rows`."""
+    path = os.path.join(folder, "allreduce-bench.json")
+    with open(path) as file:
+        bench = json.load(file)
+    for row in bench["measurements"][rows]:
+        row["median_s"] = change(row["median_s"])
+    with open(path, "w") as file:
+        json.dump(bench, file)
+
+
+def test_the_check_ignores_last_bit_noise_in_the_fits_and_catches_a_change_of_a_tenth_percent(
+        tmp_path):
+    folder = make_results(str(tmp_path / "results"))
+    # measured times scatter about the model, so the fits' errors are percents, not rounding
+    write(os.path.join(folder, "allreduce-bench.json"), allreduce_bench(noise=0.05))
+    out = str(tmp_path / "doc")
+    built = builder.build(folder, out)
+    os.makedirs(out)
+    for name, text in built.items():
+        builder.write_text(os.path.join(out, name), text)
+    # another machine's BLAS: every time one unit in the last place up
+    nudge_allreduce_times(folder, lambda seconds: math.nextafter(seconds, math.inf))
+    noisy = builder.build(folder, out)
+    assert noisy["numbers.json"] != built["numbers.json"]  # the noise reached the fitted numbers
+    assert builder.differences(noisy, out) == {}
+    # a real change: one measurement 0.1 % slower
+    nudge_allreduce_times(folder, lambda seconds: seconds * 1.001, rows=slice(0, 1))
+    assert "numbers.json" in builder.differences(builder.build(folder, out), out)
 
 
 @pytest.mark.parametrize("remove, message", [

@@ -35,21 +35,48 @@ def assert_identical(left, right):
 
 @pytest.fixture
 def uninterrupted(tiny_data, tmp_path):
-    """Three epochs in one go, dropout on (so the RNG state must be restored too)."""
+    """Three epochs in one go under the default one-cycle schedule, dropout on (so the RNG state
+    must be restored too)."""
     run_ok("--data-dir", tiny_data, *EXACT, "--epochs", 3, "--results-dir", tmp_path,
            "--save-model", tmp_path / "a.pt")
     return torch.load(tmp_path / "a.pt")
 
 
 def test_a_run_stopped_after_an_epoch_and_resumed_ends_with_the_same_parameters(
-        tiny_data, tmp_path, uninterrupted):
+        tiny_data, tmp_path):
+    # StepLR: its rate does not depend on the run's length, so a 1-epoch run is a 3-epoch run cut
+    step_lr = (*EXACT, "--lr-schedule", "step", "--lr-step", 1, "--results-dir", tmp_path)
+    run_ok("--data-dir", tiny_data, *step_lr, "--epochs", 3, "--save-model", tmp_path / "a.pt")
     checkpoints = tmp_path / "ckpt"
-    run_ok("--data-dir", tiny_data, *EXACT, "--epochs", 1, "--results-dir", tmp_path,
-           "--checkpoint-dir", checkpoints)
-    done = run_ok("--data-dir", tiny_data, *EXACT, "--epochs", 3, "--results-dir", tmp_path,
-                  "--checkpoint-dir", checkpoints, "--resume", "--save-model", tmp_path / "b.pt")
+    run_ok("--data-dir", tiny_data, *step_lr, "--epochs", 1, "--checkpoint-dir", checkpoints)
+    done = run_ok("--data-dir", tiny_data, *step_lr, "--epochs", 3, "--checkpoint-dir",
+                  checkpoints, "--resume", "--save-model", tmp_path / "b.pt")
     assert "resumed from" in done.stdout
+    assert_identical(torch.load(tmp_path / "b.pt"), torch.load(tmp_path / "a.pt"))
+
+
+def test_a_one_cycle_run_that_died_mid_epoch_resumes_to_the_same_parameters(
+        tiny_data, tmp_path, uninterrupted):
+    options = ("--data-dir", tiny_data, *EXACT, "--epochs", 3, "--results-dir", tmp_path,
+               "--checkpoint-dir", tmp_path / "ckpt", "--checkpoint-every", 4)
+    died = run_cli(*options, "--debug-exit-rank", 1, "--debug-exit-step", 9)
+    assert died.returncode != 0 and "exiting at step 9" in died.stderr
+    done = run_ok(*options, "--resume", "--save-model", tmp_path / "b.pt")
+    # the checkpoint after step 8 holds the schedule's step count: it goes on from there
+    assert "epoch 2, step 2" in done.stdout
     assert_identical(torch.load(tmp_path / "b.pt"), uninterrupted)
+
+
+def test_a_one_cycle_run_resumed_for_more_epochs_stretches_the_schedule_to_its_new_end(
+        tiny_data, tmp_path):
+    options = ("--data-dir", tiny_data, *EXACT, "--results-dir", tmp_path, "--checkpoint-dir",
+               tmp_path / "ckpt")
+    run_ok(*options, "--epochs", 1)
+    run_ok(*options, "--epochs", 3, "--resume", "--run-name", "longer")
+    epochs = json.loads((tmp_path / "longer.json").read_text())["epochs"]
+    # torch's OneCycleLR kept the first run's length and stepped past its end here
+    assert [epoch["epoch"] for epoch in epochs] == [1, 2, 3]
+    assert epochs[-1]["lr"] == pytest.approx(3e-3 / 25e4)
 
 
 def test_a_rank_killed_mid_epoch_under_torchrun_restarts_from_the_checkpoint(

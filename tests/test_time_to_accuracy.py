@@ -1,7 +1,6 @@
-"""benchmarks/time_to_accuracy.py and what it brought: the time-to-target arithmetic, a tiny
-run end to end (and resumed), and the one-cycle schedule. No speed is asserted."""
+"""benchmarks/time_to_accuracy.py: the time-to-target arithmetic and a tiny run end to end (and
+resumed). No speed is asserted. One-cycle: test_learning_rate_schedule.py."""
 import json
-import math
 import os
 import subprocess
 import sys
@@ -9,7 +8,7 @@ import sys
 import pytest
 
 from benchmarks import time_to_accuracy as tta
-from tests.harness import REPO, run_ok
+from tests.harness import REPO
 
 
 def curve(*points):
@@ -95,15 +94,3 @@ def test_bad_options_exit_2_with_one_line(options, capsys):
         tta.parse_args(list(options))
     assert exit_.value.code == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
-
-
-def test_onecycle_warms_up_then_decays_every_step_to_almost_nothing(tiny_data, tmp_path):
-    run_ok("--mode", "single", "--data-dir", tiny_data, "--val-samples", 100, "--epochs", 2,
-           "--batch-size", 50, "--lr-schedule", "onecycle", "--lr", 0.01, "--results-dir",
-           tmp_path, "--run-name", "onecycle")
-    epochs = json.loads((tmp_path / "onecycle.json").read_text())["epochs"]
-    # stepped per optimizer step: halfway through the run the rate is past its peak, on its way
-    # down (stepped per epoch, it would still be near its start, 0.01 / 25)
-    assert 0.004 < epochs[0]["lr"] < 0.01
-    # and at the end it is the peak / (25 x 1e4)
-    assert math.isclose(epochs[1]["lr"], 0.01 / 25 / 1e4, rel_tol=1e-3)
