@@ -77,7 +77,9 @@ def main(argv=None):
         if args.master_port and not port_is_free(args.master_port):
             raise LaunchError(f"--master-port {args.master_port} is already in use; choose "
                               "another or omit it")
-        failure = launch_local(run_rank, world_size, args, args.master_port)
+        # This process has only imported torch: on Linux the ranks can be forked from it.
+        failure = launch_local(run_rank, world_size, args, args.master_port,
+                               fork=sys.platform == "linux")
     except (data.DataError, LaunchError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

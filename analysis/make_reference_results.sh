@@ -22,6 +22,10 @@ PYTHON=${PYTHON:-python3}
 # the sweep's plots.
 "$PYTHON" mlp_ddp.py --mode manual --world-size 4 \
     --results-dir results/main --run-name mlp-manual-bucketed-w4
+for seed in 1 2 3 4; do  # the main job's accuracy over seeds (§4.6)
+    "$PYTHON" mlp_ddp.py --mode manual --world-size 4 --seed "$seed" \
+        --results-dir results/main-seeds --run-name "mlp-manual-bucketed-w4-seed$seed"
+done
 "$PYTHON" mlp_ddp.py --mode manual --sync bucketed --world-size 2 --epochs 1 --max-steps 40 \
     --trace-steps 10 \
     --results-dir results/main --run-name trace-bucketed-w2 --trace results/trace-bucketed-w2.json

@@ -101,14 +101,30 @@ def fetch(name, data_dir, offline_dir=None):
             if not check_integrity(target, md5):
                 copy_atomic(os.path.join(source_dir, file), target)
     try:
-        for train in (True, False):  # finds the verified .gz files, checks them again and extracts
-            dataset_type(data_dir, train=train, download=True)
-    except Exception as error:
+        download(dataset_type, raw_dir)
+    except (RuntimeError, OSError) as error:
         raise DataError(
             f"{name} is not in {raw_dir} and could not be downloaded ({type(error).__name__}); "
             "offline, pass --offline-data-dir DIR (or set OFFLINE_DATA_DIR) naming a folder with "
             f"{folder}/raw/*.gz"
         ) from None
+
+
+def download(dataset_type, raw_dir):
+    """Each of the dataset's .gz files from the first mirror that serves it, verified and
+    extracted; one already there with the right MD5 is only extracted. torchvision's MNIST.download
+    loop, without loading the tensors: mlp_ddp.py's launcher forks the ranks, and must not have
+    run a tensor operation before (OpenMP's threads do not survive a fork)."""
+    from torchvision.datasets.utils import download_and_extract_archive
+    for file, md5 in dataset_type.resources:
+        for mirror in dataset_type.mirrors:
+            try:
+                download_and_extract_archive(mirror + file, raw_dir, filename=file, md5=md5)
+                break
+            except (RuntimeError, OSError) as error:
+                failure = error
+        else:
+            raise failure
 
 
 def copy_atomic(source, target):

@@ -55,18 +55,6 @@ def test_a_run_stopped_after_an_epoch_and_resumed_ends_with_the_same_parameters(
     assert_identical(torch.load(tmp_path / "b.pt"), torch.load(tmp_path / "a.pt"))
 
 
-def test_a_one_cycle_run_that_died_mid_epoch_resumes_to_the_same_parameters(
-        tiny_data, tmp_path, uninterrupted):
-    options = ("--data-dir", tiny_data, *EXACT, "--epochs", 3, "--results-dir", tmp_path,
-               "--checkpoint-dir", tmp_path / "ckpt", "--checkpoint-every", 4)
-    died = run_cli(*options, "--debug-exit-rank", 1, "--debug-exit-step", 9)
-    assert died.returncode != 0 and "exiting at step 9" in died.stderr
-    done = run_ok(*options, "--resume", "--save-model", tmp_path / "b.pt")
-    # the checkpoint after step 8 holds the schedule's step count: it goes on from there
-    assert "epoch 2, step 2" in done.stdout
-    assert_identical(torch.load(tmp_path / "b.pt"), uninterrupted)
-
-
 def test_a_one_cycle_run_resumed_for_more_epochs_stretches_the_schedule_to_its_new_end(
         tiny_data, tmp_path):
     options = ("--data-dir", tiny_data, *EXACT, "--results-dir", tmp_path, "--checkpoint-dir",
@@ -81,6 +69,7 @@ def test_a_one_cycle_run_resumed_for_more_epochs_stretches_the_schedule_to_its_n
 
 def test_a_rank_killed_mid_epoch_under_torchrun_restarts_from_the_checkpoint(
         tiny_data, tmp_path, uninterrupted):
+    # one-cycle: the checkpoint after step 8 holds the schedule's step, and it goes on from there
     options = ("--data-dir", tiny_data, *FLAT[:4], *RUN, "--max-steps", 6, "--epochs", 3,
                "--results-dir", tmp_path, "--checkpoint-dir", tmp_path / "ckpt",
                "--checkpoint-every", 4, "--resume", "--save-model", tmp_path / "c.pt",

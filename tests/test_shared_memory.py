@@ -19,7 +19,7 @@ from manual_collectives import SharedMemoryAllReduce
 from runtime.launch import free_port
 from runtime.modes import TimedDDP
 from runtime.timing import CommRecorder
-from tests.harness import run_in_processes
+from tests.harness import START_METHOD, run_in_processes
 
 SLOT_BYTES = 64 * 2**10  # small slots, so that the large prime goes through in several pieces
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -182,7 +182,7 @@ def failing_rank(rank, world_size, port, folder):
 def test_a_stalled_rank_times_out_and_a_killed_rank_ends_the_others_at_once():
     with tempfile.TemporaryDirectory() as folder:
         context = multiprocessing.start_processes(failing_rank, args=(3, free_port(), folder),
-                                                  nprocs=3, join=False, start_method="spawn")
+                                                  nprocs=3, join=False, start_method=START_METHOD)
         for process in context.processes:
             process.join(60)
         assert not any(process.is_alive() for process in context.processes), "a rank hung"

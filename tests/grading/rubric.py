@@ -182,6 +182,8 @@ TESTS = [
     ("tests/test_cli.py::test_bad_options", None),
     ("tests/test_cli.py::test_missing_data_offline", None),
     ("tests/test_data.py::test_torchvision_imports", None),
+    ("tests/test_data.py::test_the_files_read_as", None),
+    ("tests/test_data.py::test_a_damaged_extracted_file", None),
     ("tests/test_data.py::test_fashion_mnist", None),
     ("tests/test_data.py::test_an_offline_folder", None),
     ("tests/test_data.py::test_a_corrupt_offline_file", None),
