@@ -66,7 +66,8 @@ def build_optimizer(model, args, steps_per_epoch):
     if args.lr_schedule == "onecycle":
         # Reaches a given accuracy in fewer samples than StepLR here (time_to_accuracy.py).
         factor = one_cycle(args.epochs * steps_per_epoch)
-        return optimizer, Schedule(torch.optim.lr_scheduler.LambdaLR(optimizer, factor), True)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+        return optimizer, Schedule(scheduler, per_step=True)
     if args.lr_step:
         scheduler = torch.optim.lr_scheduler.StepLR(optimizer, args.lr_step, args.lr_gamma)
         return optimizer, Schedule(scheduler, per_step=False)
