@@ -4,7 +4,7 @@
 
 Needs root and apt-get (or Slurm and munge already installed); otherwise the tests are
 skipped, or fail when CI is set, so a CI machine cannot pass them by skipping.
-About 1.5 minutes on 2 cores shared with other work: four jobs (both launch styles, succeeding
+About a minute on 2 cores shared with other work: four jobs (both launch styles, succeeding
 and failing) and the local reference run all run at once.
 """
 import json
