@@ -130,7 +130,8 @@ def test_the_zip_holds_the_autograder_folder_with_its_scripts_executable(out):
         assert os.access(os.path.join(autograder, script), os.X_OK)
 
 
-def test_run_autograder_uses_the_instructors_tests_and_always_writes_results_json(out, tmp_path):
+def test_run_autograder_writes_nothing_into_the_submission_and_always_writes_results_json(
+        out, tmp_path):
     root = tmp_path / "autograder"
     shutil.copytree(os.path.join(out, "autograder"), root / "source")
     (root / "source" / "grade.py").write_text("print('grader crashed here')\nraise SystemExit(3)\n")
@@ -144,8 +145,9 @@ def test_run_autograder_uses_the_instructors_tests_and_always_writes_results_jso
     results = json.loads((root / "results" / "results.json").read_text())
     assert results["score"] == 0 and results["tests"] == []
     assert "exit status 3" in results["output"] and "grader crashed here" in results["output"]
-    with open(os.path.join(REPO, "tests", "test_models.py")) as file:
-        assert tampered.read_text() == file.read()
+    # grade.py puts the instructor's tests over a copy (tests/test_grade.py); a link in the
+    # submission must find nothing written through it
+    assert tampered.read_text() == "def test_nothing():\n    pass\n"
 
 
 def make_source(tmp_path, name, text):

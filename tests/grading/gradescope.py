@@ -100,6 +100,7 @@ def summary(report):
     lines.append(f"total: {report['total_earned']:g} of {report['total_assessed']:g} assessed "
                  f"marks ({report['total_available']:g} available)")
     lines += [f"incomplete: {reason}" for reason in report["incomplete_because"]]
+    lines += [f"note: {note}" for note in report.get("notes", []) if note.startswith("refused")]
     lines.append("The design document's writing, and what each item's 'needs a human' names, "
                  "are graded by hand.")
     return "\n".join(lines)

@@ -17,7 +17,8 @@ import fnmatch
 
 HIDDEN_TESTS = ("tests/test_integrity.py", "tests/test_ddp_parity.py")
 # The instructor's tools and their tests: neither in the student's copy nor in the autograder.
-INSTRUCTOR_ONLY = ("tests/test_grade.py", "tests/grading/synthetic.py")
+INSTRUCTOR_ONLY = ("tests/test_grade.py", "tests/test_grader_security.py",
+                   "tests/grading/synthetic.py")
 
 BUDGET_S = 300  # the whole run: a Gradescope machine gives 10 minutes by default
 # One test, set-up and teardown included: twice the slowest seen on a busy machine, and below the

@@ -82,6 +82,20 @@ class Tests:
         return [nodeid for nodeid in self.members
                 if nodeid not in self.started and nodeid not in self.not_run]
 
+    def fail_skips(self, excused):
+        """Under the grader a test may not skip (student code could make a required one skip):
+        each skipped test fails, with its reason, unless `excused(reason)` or its items are lost
+        already (lost_items.py skips those, and then it changes nothing)."""
+        lost = {item for nodeid, outcome in self.outcomes.items() if outcome == "failed"
+                for item in self.members.get(nodeid, ())} | self.lost_to_hang
+        for nodeid, outcome in self.outcomes.items():
+            reason = self.outputs.get(nodeid, "")
+            items = set(self.members.get(nodeid, ()))
+            if outcome == "skipped" and not (excused(reason) or (items and items <= lost)):
+                self.outcomes[nodeid] = "failed"
+                self.outputs[nodeid] = ("skipped, and under the grader a test may not skip "
+                                        f"(only for a resource the grader lacks): {reason}")
+
     def leave_out(self, nodeids, why, budget=False):
         """Tests that will not run, and why."""
         for nodeid in nodeids:

@@ -10,6 +10,7 @@ only for items already lost are not run: one hanging strategy must not eat the b
 other item. When the budget runs out, the tests not reached are "not run", with the reason.
 """
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -23,6 +24,12 @@ RESTART_MIN_S = 5  # budget left below which a restart could not even start pyte
 SLOW_FAILURE = 0.5  # a failure after this share of its timeout counts as a hang
 POLL_S = 0.1
 LOG_TAIL = 3000  # characters of pytest's own output kept when it could not run
+# Limits on pytest and every process it starts, where student code runs: no file over this size
+# (a flood of output fills neither the log nor the disk: the writer dies of SIGXFSZ, and its test
+# fails), no process over this much address space (torch and 4 gloo ranks of the tests need well
+# under a gigabyte each).
+FILE_SIZE_LIMIT = 256 * 2**20
+ADDRESS_SPACE_LIMIT = 3 * 2**30
 
 
 class Watchdog:
@@ -106,7 +113,8 @@ class Watchdog:
         with open(log, "wb") as output:
             process = subprocess.Popen(command, cwd=self.folder, env=self.env,
                                        stdin=subprocess.DEVNULL, stdout=output,
-                                       stderr=subprocess.STDOUT, start_new_session=True)
+                                       stderr=subprocess.STDOUT, start_new_session=True,
+                                       preexec_fn=limit_resources)
         ended = self.watch(process, progress, began, deadline)
         kill_tree(process)
         returncode = process.wait()
@@ -167,6 +175,17 @@ class Watchdog:
                    "budget": "the budget ran out during collection"}.get(ended,
                                                                          describe_exit(returncode))
             self.failure = f"pytest could not collect the tests: {why}\n{log_tail(log)}"
+
+
+def limit_resources():
+    """In the child, before pytest starts: FILE_SIZE_LIMIT and ADDRESS_SPACE_LIMIT, or the
+    system's own hard limits where those are lower."""
+    for kind, limit in ((resource.RLIMIT_FSIZE, FILE_SIZE_LIMIT),
+                        (resource.RLIMIT_AS, ADDRESS_SPACE_LIMIT)):
+        _, hard = resource.getrlimit(kind)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(kind, (limit, limit))
 
 
 def kill_tree(process):

@@ -1,42 +1,78 @@
 """A submission made ready to grade: copied, with the instructor's tests over it, and fingerprinted.
 
 The tests that grade are the instructor's, whatever the submission holds: its tests/ folder is
-replaced whole (a deleted or edited test file changes nothing), pyproject.toml (pytest's
-configuration) is the instructor's, and what would let a submission reconfigure pytest from its
-top folder is removed: a conftest.py, another pytest configuration file, a module that would
-shadow pytest itself. Code a student writes still runs inside the tests' processes; what needs a
-human reader (the report's needs_human) remains the backstop against code written to fool them.
+replaced whole (a deleted or edited test file changes nothing) and pyproject.toml (pytest's
+configuration) is the instructor's. What would run code before or beside the tests, or change
+what runs, is refused: not copied, and named in the report's notes. That is a symbolic link
+(it could point at the grader's own files), a conftest.py or a start-up hook (sitecustomize.py,
+usercustomize.py, *.pth) anywhere, another pytest configuration file, and at the top, where
+Python looks first, a module named like one of the standard library or of the installed
+packages (iniconfig.py, pytest.py, _pytest/, torch.py). Code a student writes in the assignment's
+own modules still runs inside the tests' processes; what needs a human reader (the report's
+needs_human) remains the backstop against code written to fool them.
 """
 import hashlib
 import os
 import shutil
+import sys
 
 # Not the student's work, or too large to copy for each grading: never copied nor fingerprinted.
 NOT_SUBMITTED = {".git", "__pycache__", ".venv", "venv", "data", ".pytest_cache", ".ruff_cache",
                  ".ipynb_checkpoints", "node_modules"}
-# At the top of a submission these would reconfigure pytest or replace it.
-PYTEST_OVERRIDES = ("conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "__init__.py",
-                    "pytest.py", "_pytest", "pluggy", "py.py")
+# Anywhere in a submission these would run code at start-up or reconfigure pytest.
+REFUSED_ANYWHERE = {"conftest.py", "sitecustomize.py", "usercustomize.py", "pytest.ini",
+                    "tox.ini", "setup.cfg"}
 INSTRUCTOR_FILES = ("pyproject.toml",)
 
 
+def installed_module_names():
+    """The top-level module names of the standard library and of the installed packages: a
+    submission's module of the same name would be imported in their place."""
+    names = set(sys.stdlib_module_names) | set(sys.builtin_module_names)
+    for entry in sys.path:
+        if os.path.basename(entry) in ("site-packages", "dist-packages") and os.path.isdir(entry):
+            names.update(name.split(".")[0] for name in os.listdir(entry))
+    return names
+
+
+def refusal(folder, name, top, shadowed):
+    """Why the entry `name` of `folder` may not be copied (`top`: the submission's top folder),
+    or None."""
+    path = os.path.join(folder, name)
+    if os.path.islink(path):
+        return "a symbolic link (it could point at the grader's files): submit the file itself"
+    if name in REFUSED_ANYWHERE or name.endswith(".pth") or (top and name == "__init__.py"):
+        return "it would run code or configure pytest before the instructor's tests"
+    module = name[:-3] if name.endswith(".py") else name
+    if top and module in shadowed and (name.endswith(".py") or os.path.isdir(path)):
+        return f"it would be imported in place of the installed module {module!r}"
+    return None
+
+
 def copy_submission(submission, instructor, folder):
-    """Copy `submission` to `folder` and put the instructor's tests over it; returns what was
-    replaced or removed, one line each."""
-    ignore = shutil.ignore_patterns(*NOT_SUBMITTED)
-    shutil.copytree(submission, folder, symlinks=True, ignore=ignore)
+    """Copy `submission` to `folder` without what is refused, and put the instructor's tests over
+    it; returns what was refused, replaced or removed, one line each."""
     notes = []
-    for name in PYTEST_OVERRIDES:
-        path = os.path.join(folder, name)
-        if os.path.lexists(path):
-            remove(path)
-            notes.append(f"removed the submission's {name}: pytest runs as the instructor "
-                         "configured it")
+    shadowed = installed_module_names() - {"tests"}
+
+    def ignore(directory, names):
+        top = os.path.samefile(directory, submission)
+        left_out = {name for name in names if name in NOT_SUBMITTED}
+        for name in sorted(set(names) - left_out):
+            why = refusal(directory, name, top, shadowed)
+            if why:
+                relative = os.path.relpath(os.path.join(directory, name), submission)
+                notes.append(f"refused {relative}: {why}")
+                left_out.add(name)
+        return left_out
+
+    shutil.copytree(submission, folder, ignore=ignore)
     tests = os.path.join(folder, "tests")
     if os.path.lexists(tests):
         remove(tests)
         notes.append("replaced the submission's tests/ with the instructor's")
-    shutil.copytree(os.path.join(instructor, "tests"), tests, ignore=ignore)
+    shutil.copytree(os.path.join(instructor, "tests"), tests,
+                    ignore=shutil.ignore_patterns(*NOT_SUBMITTED))
     for name in INSTRUCTOR_FILES:
         target = os.path.join(folder, name)
         if os.path.lexists(target):

@@ -1,0 +1,194 @@
+"""Submissions that try to fool grade.py, on a tiny synthetic assignment: each must earn nothing,
+and still leave a valid results.json that names what was refused.
+
+The instructor's repository (tests/grading/synthetic.py's plugin and rubric) grades one item,
+core.fast (2 marks), with two tests of `student.answer()`: one alone, one on "the real MNIST"
+(a folder the grader holds). Every submission here answers 41 on the real data, or not at all,
+and adds one trick. grade.py runs as it does on Gradescope: a process of its own, here with a
+fake MNIST folder and a small budget, so each grading takes a few seconds.
+
+What these tricks cannot reach is not claimed here: student code still runs inside the pytest
+process whose events make the grade (handout/WHAT_THE_GRADER_TRUSTS.md, for instructors).
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.grading.synthetic import PROFILE, REPO, instructor_repository, write_files
+
+TESTS = {
+    "test_fast.py": """
+        import os
+
+        import pytest
+
+        from student import answer
+
+
+        @pytest.fixture
+        def real_data():
+            folder = os.environ.get("OFFLINE_DATA_DIR")
+            if not folder:
+                pytest.skip("the real MNIST is not here: set OFFLINE_DATA_DIR")
+            return folder
+
+
+        def test_the_answer():
+            assert answer() == 42
+
+
+        def test_the_answer_on_the_real_data(real_data):
+            assert answer(real_data) == 42
+    """,
+}
+# Right without the data, wrong with it: earns 2 marks only if the real-data test does not fail.
+WRONG_ON_DATA = "def answer(data=None):\n    return 41 if data else 42\n"
+
+# A process that leaves its session, waits for grade.py to exit, then writes full marks into the
+# results.json named on grade.py's command line.
+DAEMON = """
+import os, sys, time
+
+
+def grader():
+    pid = os.getppid()
+    while pid > 1:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            words = file.read().decode().split("\\0")
+        if "--gradescope" in words:
+            return pid, words[words.index("--gradescope") + 1]
+        with open(f"/proc/{pid}/stat") as file:
+            stat = file.read()
+        pid = int(stat[stat.rfind(")") + 2:].split()[1])
+    return None, None
+
+
+pid, results = grader()
+if results and os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        with open(os.environ["DAEMON_PID_FILE"], "w") as file:
+            file.write(str(os.getpid()))
+        while os.path.exists(f"/proc/{pid}"):
+            time.sleep(0.05)
+        time.sleep(0.5)
+        with open(results, "w") as file:
+            file.write('{"score": 25, "tests": []}')
+    os._exit(0)
+"""
+
+TRICKS = {
+    # the real-data test skips, and its item used to be earned on the other test
+    "pops the data variable": {"student.py": "import os\nos.environ.pop('OFFLINE_DATA_DIR')\n"
+                                             + WRONG_ON_DATA},
+    "links to the rubric": {"student.py": WRONG_ON_DATA, "pyproject.toml": "LINK:rubric"},
+    "shadows pytest's dependency": {
+        "student.py": WRONG_ON_DATA,
+        "iniconfig.py": "import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\n"
+                        "def pytest_runtest_makereport(item, call):\n    outcome = yield\n"
+                        "    outcome.get_result().outcome = 'passed'\n",
+    },
+    "hooks python's start-up": {"student.py": WRONG_ON_DATA,
+                                "sitecustomize.py": "print('hooked')\n",
+                                "evil.pth": "import os\n",
+                                "runtime/conftest.py": "print('hooked')\n"},
+    "a daemon rewrites the results": {"student.py": DAEMON + WRONG_ON_DATA},
+    "writes 300 MiB": {"student.py": "def answer(data=None):\n"
+                                     "    with open('big', 'wb') as file:\n"
+                                     "        file.write(bytes(300 * 2**20))\n"
+                                     "    return 42\n"},
+    "needs 4 GiB": {"student.py": "def answer(data=None):\n    memory = bytearray(4 * 2**30)\n"
+                                  "    return 42 + memory[-1]\n"},
+}
+
+
+# synthetic.py's profile, with what grade.py reads of one when it runs as a command
+PROFILE_OF_GRADE_PY = PROFILE + """
+PROFILE = LEFT_OUT = TIMEOUTS = ()
+DEFAULT_TIMEOUT_S = 60
+BUDGET_S = 300
+
+
+def timeout_for(nodeid, default):
+    return default
+
+
+def is_hidden(nodeid):
+    return nodeid.startswith(HIDDEN_TESTS)
+"""
+
+
+def fake_mnist(folder):
+    """The grader's MNIST folder: the four file names are all it checks."""
+    raw = os.path.join(folder, "MNIST", "raw")
+    os.makedirs(raw)
+    for name in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                 "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        open(os.path.join(raw, name), "wb").close()
+    return folder
+
+
+def grade_in_a_process(root, files):
+    """grade.py, copied into a synthetic instructor's repository, on a submission of `files`
+    ("LINK:rubric" makes a link to the instructor's rubric); (report, results.json, output)."""
+    instructor = instructor_repository(str(root / "instructor"), TESTS)
+    shutil.copy(os.path.join(REPO, "grade.py"), instructor)
+    write_files(instructor, {"tests/grading/profile.py": PROFILE_OF_GRADE_PY})
+    rubric = os.path.join(instructor, "tests", "grading", "rubric.py")
+    submission = root / "submission"
+    files = {"launch_helpers.py": "READY = True\n", **files}  # the synthetic conftest imports it
+    write_files(str(submission), {name: text for name, text in files.items()
+                                  if not text.startswith("LINK:")})
+    for name, text in files.items():
+        if text == "LINK:rubric":
+            os.symlink(rubric, submission / name)
+    report, results = root / "report.json", root / "results.json"
+    env = dict(os.environ, OFFLINE_DATA_DIR=fake_mnist(str(root / "mnist")),
+               DAEMON_PID_FILE=str(root / "daemon.pid"))
+    done = subprocess.run([sys.executable, "grade.py", str(submission), "--report", str(report),
+                           "--gradescope", str(results), "--timeout-per-test", "20",
+                           "--budget", "60"], cwd=instructor, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    time.sleep(1)  # what outlived grade.py has had time to act
+    return (json.loads(report.read_text()), json.loads(results.read_text()),
+            done.stdout + done.stderr)
+
+
+def test_the_honest_submission_earns_its_marks(tmp_path):
+    report, results, _ = grade_in_a_process(tmp_path, {"student.py": "def answer(data=None):\n"
+                                                                     "    return 42\n"})
+    assert report["total_earned"] == results["score"] == 2
+
+
+@pytest.mark.parametrize("trick", TRICKS)
+def test_a_trick_earns_nothing_and_results_json_says_what_was_refused(tmp_path, trick):
+    report, results, output = grade_in_a_process(tmp_path, TRICKS[trick])
+    # nothing earned, in the report and in what Gradescope reads
+    assert report["total_earned"] == 0 and results["score"] == 0, output
+    assert [test["name"] for test in results["tests"]][0].startswith("core.fast")
+    refused = [note for note in report["notes"] if note.startswith("refused")]
+    if trick == "links to the rubric":
+        assert refused == ["refused pyproject.toml: a symbolic link (it could point at the "
+                           "grader's files): submit the file itself"]
+        assert "refused pyproject.toml" in results["output"]
+    if trick == "shadows pytest's dependency":
+        assert refused == ["refused iniconfig.py: it would be imported in place of the installed "
+                           "module 'iniconfig'"]
+    if trick == "hooks python's start-up":
+        assert sorted(note.split(":")[0] for note in refused) == [
+            "refused evil.pth", "refused runtime/conftest.py", "refused sitecustomize.py"]
+    if trick == "pops the data variable":
+        lost = [test for test in report["tests"] if test["outcome"] == "failed"]
+        assert "under the grader a test may not skip" in lost[0]["output"]
+    if trick == "a daemon rewrites the results":
+        with open(tmp_path / "daemon.pid") as file:
+            assert not os.path.exists(f"/proc/{int(file.read())}")  # killed and reaped
+    if trick in ("writes 300 MiB", "needs 4 GiB"):  # right answers, past the limits
+        lost = [test for test in report["tests"] if test["outcome"] == "failed"]
+        assert ("File too large" if "MiB" in trick else "MemoryError") in lost[0]["output"]
