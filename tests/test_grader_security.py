@@ -98,9 +98,10 @@ TRICKS = {
                                 "evil.pth": "import os\n",
                                 "runtime/conftest.py": "print('hooked')\n"},
     "a daemon rewrites the results": {"student.py": DAEMON + WRONG_ON_DATA},
-    "writes 300 MiB": {"student.py": "def answer(data=None):\n"
+    "writes 1.1 GiB": {"student.py": "def answer(data=None):\n"
                                      "    with open('big', 'wb') as file:\n"
-                                     "        file.write(bytes(300 * 2**20))\n"
+                                     "        for _ in range(1100):\n"
+                                     "            file.write(bytes(2**20))\n"
                                      "    return 42\n"},
     "needs 4 GiB": {"student.py": "def answer(data=None):\n    memory = bytearray(4 * 2**30)\n"
                                   "    return 42 + memory[-1]\n"},
@@ -189,6 +190,6 @@ def test_a_trick_earns_nothing_and_results_json_says_what_was_refused(tmp_path, 
     if trick == "a daemon rewrites the results":
         with open(tmp_path / "daemon.pid") as file:
             assert not os.path.exists(f"/proc/{int(file.read())}")  # killed and reaped
-    if trick in ("writes 300 MiB", "needs 4 GiB"):  # right answers, past the limits
+    if trick in ("writes 1.1 GiB", "needs 4 GiB"):  # right answers, past the limits
         lost = [test for test in report["tests"] if test["outcome"] == "failed"]
-        assert ("File too large" if "MiB" in trick else "MemoryError") in lost[0]["output"]
+        assert ("File too large" if "writes" in trick else "MemoryError") in lost[0]["output"]
