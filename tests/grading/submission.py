@@ -58,6 +58,8 @@ def copy_submission(submission, instructor, folder):
     def ignore(directory, names):
         top = os.path.samefile(directory, submission)
         left_out = {name for name in names if name in NOT_SUBMITTED}
+        if top and "tests" in names:  # replaced whole below: nothing of it is copied
+            left_out.add("tests")
         for name in sorted(set(names) - left_out):
             why = refusal(directory, name, top, shadowed)
             if why:
@@ -68,8 +70,7 @@ def copy_submission(submission, instructor, folder):
 
     shutil.copytree(submission, folder, ignore=ignore)
     tests = os.path.join(folder, "tests")
-    if os.path.lexists(tests):
-        remove(tests)
+    if os.path.lexists(os.path.join(submission, "tests")):
         notes.append("replaced the submission's tests/ with the instructor's")
     shutil.copytree(os.path.join(instructor, "tests"), tests,
                     ignore=shutil.ignore_patterns(*NOT_SUBMITTED))
