@@ -26,7 +26,7 @@ POLL_S = 0.1
 LOG_TAIL = 3000  # characters of pytest's own output kept when it could not run
 # Limits on pytest and every process it starts, where student code runs: no file over this size
 # (a flood of output fills neither the log nor the disk: the write fails, and so does its test;
-# the largest file the tests write is the parity matrix's 4-rank record, about 300 MB), no process
+# the largest file the tests write, the parity matrix's 4-rank record, is over 256 MiB), no process
 # over this much address space (torch and a gloo rank of the tests need well under a gigabyte).
 FILE_SIZE_LIMIT = 2**30
 ADDRESS_SPACE_LIMIT = 3 * 2**30
