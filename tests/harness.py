@@ -1,5 +1,6 @@
 """What the tests share: small IDX datasets, the real MNIST where present, the command line in a
 subprocess, and a function run in N real processes joined by a gloo process group."""
+import functools
 import os
 import pickle
 import struct
@@ -89,6 +90,37 @@ def without_offline_data():
 START_METHOD = "forkserver"
 multiprocessing.get_context(START_METHOD).set_forkserver_preload(
     ["torch", "torch.distributed", "tests.harness"])
+
+
+class LaunchFailed(Exception):
+    """A launch shared by several tests failed in an earlier one."""
+
+
+def launch_once(function):
+    """Cache `function`'s result by its arguments, and its failure too: the first test that needs
+    a launch that fails sees its error; each later one fails at once, naming it, instead of
+    starting the processes again for every parametrised case (15-90 s each)."""
+    done = {}
+
+    @functools.wraps(function)
+    def once(*args):
+        if args in done:
+            succeeded, value = done[args]
+            if not succeeded:
+                # the last line of a rank's traceback says what went wrong
+                last_line = (str(value).strip().splitlines() or [type(value).__name__])[-1]
+                raise LaunchFailed(f"{function.__name__}{args} failed in an earlier test: "
+                                   f"{last_line}")
+            return value
+        try:
+            value = function(*args)
+        except Exception as error:
+            done[args] = (False, error)
+            raise
+        done[args] = (True, value)
+        return value
+
+    return once
 
 
 def run_in_processes(world_size, function, *args, timeout_s=60):

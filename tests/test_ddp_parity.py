@@ -8,7 +8,6 @@ the same parameters on the same per-rank data; every rank returns what it saw; t
   order      ranks whose gradients become ready in different orders
   twice      two forward and backward passes before one finish, after a no_sync() one
 """
-import functools
 
 import pytest
 import torch
@@ -19,7 +18,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from manual_allreduce import STRATEGIES, WIRE_DTYPES
 from runtime.manual_ddp import ManualDDP
-from tests.harness import run_in_processes
+from tests.harness import launch_once, run_in_processes
 
 VARIANTS = [(strategy, wire) for strategy in STRATEGIES for wire in (None, "fp16", "bf16")]
 STEPS = 3  # training steps per case
@@ -165,7 +164,7 @@ def all_cases(rank, world_size):
     return outcome
 
 
-@functools.lru_cache(maxsize=None)
+@launch_once
 def outcomes(world_size):
     return run_in_processes(world_size, all_cases, timeout_s=120)
 

@@ -21,7 +21,7 @@ from runtime.manual_ddp import make_sync
 from runtime.models import CNN, MLP
 from runtime.modes import wrap_model
 from runtime.timing import CommRecorder
-from tests.harness import run_in_processes
+from tests.harness import launch_once, run_in_processes
 
 STEPS = 3
 BATCH_PER_RANK = 8
@@ -139,7 +139,7 @@ def configurations():
     return exact + compressed
 
 
-@functools.lru_cache(maxsize=None)
+@launch_once
 def outcomes(world_size):
     return run_in_processes(world_size, run_all, configurations(), timeout_s=120)
 

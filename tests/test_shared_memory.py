@@ -2,7 +2,6 @@
 for awkward lengths, dtypes and world sizes, on one host or several; DDP through its comm hook
 trains as DDP; a rank that dies or stalls ends the others within the timeout; and no segment is
 left in /dev/shm. One launch of processes per world size runs every case of that size."""
-import functools
 import os
 import signal
 import tempfile
@@ -19,7 +18,7 @@ from manual_collectives import SharedMemoryAllReduce
 from runtime.launch import free_port
 from runtime.modes import TimedDDP
 from runtime.timing import CommRecorder
-from tests.harness import START_METHOD, run_in_processes
+from tests.harness import START_METHOD, launch_once, run_in_processes
 
 SLOT_BYTES = 64 * 2**10  # small slots, so that the large prime goes through in several pieces
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -86,7 +85,7 @@ def all_cases(rank, world_size):
     return mismatches, paths, ddp
 
 
-@functools.lru_cache(maxsize=None)
+@launch_once
 def outcomes(world_size):
     return run_in_processes(world_size, all_cases, timeout_s=60)
 

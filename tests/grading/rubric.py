@@ -181,6 +181,7 @@ TESTS = [
     ("tests/test_handout.py::", None),  # the instructor's tools, not the assignment
     ("tests/test_grade.py::", None),
     ("tests/test_grader_security.py::", None),
+    ("tests/test_harness.py::", None),  # the tests' own harness
     ("tests/test_cli.py::test_bad_options", None),
     ("tests/test_cli.py::test_missing_data_offline", None),
     ("tests/test_data.py::test_torchvision_imports", None),
