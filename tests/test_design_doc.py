@@ -22,6 +22,7 @@ from tests.design_doc_results import (
     allreduce_bench,
     build_synthetic,
     make_results,
+    nudge_allreduce_times,
     numbers_of,
     write,
 )
@@ -181,18 +182,6 @@ def test_check_reports_a_stale_document_in_one_line_and_exits_1(synthetic, tmp_p
     assert completed.returncode == 1
     assert completed.stderr.count("\n") == 1
     assert "4-performance.md (1 lines)" in completed.stderr
-
-
-def nudge_allreduce_times(folder, change, rows=slice(None)):
-    """Apply `change` to the times of the all-reduce benchmark in `folder` (the fits' input), to
-    its measurements `rows`."""
-    path = os.path.join(folder, "allreduce-bench.json")
-    with open(path) as file:
-        bench = json.load(file)
-    for row in bench["measurements"][rows]:
-        row["median_s"] = change(row["median_s"])
-    with open(path, "w") as file:
-        json.dump(bench, file)
 
 
 def test_the_check_ignores_last_bit_noise_in_the_fits_and_catches_a_change_of_a_tenth_percent(
