@@ -163,8 +163,7 @@ def nudge_allreduce_times(folder, change, rows=slice(None)):
         bench = json.load(file)
     for row in bench["measurements"][rows]:
         row["median_s"] = change(row["median_s"])
-    with open(path, "w") as file:
-        json.dump(bench, file)
+    write(path, bench)
 
 
 def sweep_configurations():
