@@ -54,11 +54,19 @@ def check_untouched(report, budget_s):
 
 
 def check_solved(report):
-    """Problems with the solved handout's grade: an assessed item short of its marks."""
-    return [f"handout with the solution: {item['id']} earned {item['earned'] or 0:g} of "
-            f"{item['marks']:g} ({item.get('because') or item['status']})"
-            for item in report["items"]
-            if item["status"] != "not assessed" and item["earned"] != item["marks"]]
+    """Problems with the solved handout's grade: an assessed item short of its marks, with the
+    first line of each of its tests that did not pass (CI's log is all there is to go on)."""
+    problems = []
+    for item in report["items"]:
+        if item["status"] == "not assessed" or item["earned"] == item["marks"]:
+            continue
+        problems.append(f"handout with the solution: {item['id']} earned {item['earned'] or 0:g}"
+                        f" of {item['marks']:g} ({item.get('because') or item['status']})")
+        problems += [f"  {test['nodeid']}: {test['outcome']}: "
+                     + ((test.get("output") or "").strip().splitlines() or [""])[0][:300]
+                     for test in report.get("tests", [])
+                     if item["id"] in test["items"] and test["outcome"] != "passed"]
+    return problems
 
 
 def summary(name, report):

@@ -27,7 +27,7 @@ def real_mnist():
     for folder in (os.environ.get("OFFLINE_DATA_DIR"), os.path.join(REPO, "data")):
         raw = os.path.join(folder or "", "MNIST", "raw")
         if folder and all(os.path.isfile(os.path.join(raw, name)) for name in MNIST_FILES):
-            return folder
+            return os.path.abspath(folder)  # the tests' processes may run in another folder
     return None
 
 

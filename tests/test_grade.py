@@ -218,3 +218,17 @@ def test_every_profile_pattern_selects_rubric_tests_and_every_item_keeps_tests()
     for line in done.stdout.splitlines():
         if " marks): " in line:  # "core.mlp (2 marks): 10 tests"
             assert not line.endswith(": 0 tests"), line
+
+
+def test_the_real_mnist_reaches_the_tests_as_an_absolute_path_from_a_relative_variable(
+        tmp_path, monkeypatch):
+    """CI sets OFFLINE_DATA_DIR=../shared/data; the tests run in a scratch folder, where that
+    named nothing and the accuracy test skipped (the solution lost core.mlp)."""
+    instructor = str(tmp_path / "instructor")
+    for name in grade.MNIST_FILES:
+        write_files(str(tmp_path / "data" / "MNIST" / "raw"), {name: ""})
+    monkeypatch.chdir(tmp_path / "data")
+    monkeypatch.setenv("OFFLINE_DATA_DIR", os.path.join("..", "data"))
+    assert grade.environment(instructor)["OFFLINE_DATA_DIR"] == str(tmp_path / "data")
+    monkeypatch.setenv("OFFLINE_DATA_DIR", "no-such-folder")
+    assert "OFFLINE_DATA_DIR" not in grade.environment(instructor)
