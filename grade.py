@@ -36,6 +36,7 @@ import tempfile
 import time
 
 from tests.grading import gradescope, profile
+from tests.grading.judge import make_judge
 from tests.grading.merge import grade_report, test_entries
 from tests.grading.report import write_atomically
 from tests.grading.runner import Watchdog, descendants_of
@@ -118,9 +119,11 @@ def grade(submission, timeout_s, budget_s, instructor=None):
     hashes = file_hashes(submission)
     env = environment(instructor)
     with tempfile.TemporaryDirectory(prefix="grade-") as work:
-        folder = os.path.join(work, "submission")
-        notes = copy_submission(submission, instructor, folder)
-        watchdog = Watchdog(folder, work, env, budget_s,
+        sandbox, judge = os.path.join(work, "submission"), os.path.join(work, "judge")
+        notes = copy_submission(submission, instructor, sandbox)
+        make_judge(instructor, judge)
+        env["GRADE_SANDBOX"] = sandbox
+        watchdog = Watchdog(judge, work, env, budget_s,
                             lambda nodeid: profile.timeout_for(nodeid, timeout_s),
                             idle_s=timeout_s)
         tests = watchdog.run()

@@ -1,8 +1,8 @@
 """What the tests share: small IDX datasets, the real MNIST where present, the command line in a
 subprocess, and a function run in N real processes joined by a gloo process group."""
 import functools
+import importlib
 import os
-import pickle
 import struct
 import subprocess
 import sys
@@ -56,12 +56,12 @@ def write_dataset(root, folder="MNIST", train=600, test=200, seed=0):
 
 
 def run_cli(*args, timeout=180, env=None):
-    """`python mlp_ddp.py ARGS` from the repository root, without any OFFLINE_DATA_DIR of the
+    """`python mlp_ddp.py ARGS` in SANDBOX (the code under test), without any OFFLINE_DATA_DIR of the
     caller's."""
     environment = without_offline_data()
     environment.update(env or {})
-    command = [sys.executable, os.path.join(REPO, "mlp_ddp.py"), *map(str, args)]
-    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+    command = [sys.executable, os.path.join(SANDBOX, "mlp_ddp.py"), *map(str, args)]
+    return subprocess.run(command, cwd=SANDBOX, capture_output=True, text=True, timeout=timeout,
                           env=environment)
 
 
@@ -84,12 +84,17 @@ def without_offline_data():
     return {name: value for name, value in os.environ.items() if name != "OFFLINE_DATA_DIR"}
 
 
+# Where the code under test lives and runs. Under grade.py this is the submission (GRADE_SANDBOX),
+# and the process running the tests (the judge) never imports a module of it: student code runs
+# only in the child processes below, and only data comes back. Otherwise it is this repository.
+SANDBOX = os.path.abspath(os.environ.get("GRADE_SANDBOX") or REPO)
+
 # Ranks are forked from one server process that imports torch once for the whole session, not
 # started as fresh interpreters that import it at every launch (a second of CPU per rank). The
 # server never runs a tensor operation, so forking it is safe, as forking pytest would not be.
+# It preloads nothing of the project: a child imports the code under test from SANDBOX.
 START_METHOD = "forkserver"
-multiprocessing.get_context(START_METHOD).set_forkserver_preload(
-    ["torch", "torch.distributed", "tests.harness"])
+multiprocessing.get_context(START_METHOD).set_forkserver_preload(["torch", "torch.distributed"])
 
 
 class LaunchFailed(Exception):
@@ -124,29 +129,59 @@ def launch_once(function):
 
 
 def run_in_processes(world_size, function, *args, timeout_s=60):
-    """`function(rank, world_size, *args)` on every rank; returns the list of results in rank
-    order."""
+    """`function(rank, world_size, *args)` on every rank, each a child process joined to the others
+    by a gloo process group, with the code under test imported from SANDBOX; returns the list of
+    results in rank order. A result may hold tensors, numbers, strings, and lists, tuples and dicts
+    of them: it comes back through torch.load(weights_only=True), which runs no code of the child's
+    (pickle would)."""
+    return _launch(world_size, function, args, timeout_s, with_group=True)
+
+
+def run_alone(function, *args):
+    """`function(*args)` in one child process with the code under test (no process group); its
+    result, as run_in_processes returns one. Student code is called this way, never in pytest's own
+    process, so that what decides a test (this process) runs none of it."""
+    return _launch(1, function, args, None, with_group=False)[0]
+
+
+def _launch(world_size, function, args, timeout_s, with_group):
+    target = (function.__module__, function.__qualname__)
     with tempfile.TemporaryDirectory() as folder:
-        worker_args = (world_size, free_port(), folder, function, args, timeout_s)
+        worker_args = (world_size, free_port(), folder, target, args, timeout_s, with_group,
+                       SANDBOX)
         multiprocessing.start_processes(_worker, args=worker_args, nprocs=world_size,
                                         start_method=START_METHOD)
-        results = []
-        for rank in range(world_size):
-            with open(os.path.join(folder, f"{rank}.pkl"), "rb") as file:
-                results.append(pickle.load(file))
-        return results
+        return [torch.load(os.path.join(folder, f"{rank}.pt"), weights_only=True)
+                for rank in range(world_size)]
 
 
-def _worker(rank, world_size, port, folder, function, args, timeout_s):
+def _worker(rank, world_size, port, folder, target, args, timeout_s, with_group, sandbox):
+    enter_sandbox(sandbox)
+    module, name = target
+    function = functools.reduce(getattr, name.split("."), importlib.import_module(module))
     torch.set_num_threads(1)  # up to 5 ranks share 2 cores
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world_size, timeout=timedelta(seconds=timeout_s))
+    if with_group:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=world_size, timeout=timedelta(seconds=timeout_s))
     try:
-        result = function(rank, world_size, *args)
+        result = function(rank, world_size, *args) if with_group else function(*args)
     finally:
-        dist.destroy_process_group()
-    with open(os.path.join(folder, f"{rank}.pkl"), "wb") as file:
-        pickle.dump(result, file)
+        if with_group:
+            dist.destroy_process_group()
+    torch.save(result, os.path.join(folder, f"{rank}.pt"))
     # Skip interpreter teardown, as mlp_ddp.py does: gloo's threads can abort the process there
     # (SIGABRT, pytorch/pytorch#179291), which the parent would report as this rank failing.
     os._exit(0)
+
+
+def enter_sandbox(sandbox):
+    """Make this child import the project from `sandbox`: forget what it imported from the judge's
+    folder (REPO), and look in `sandbox` first. Nothing to do where the two are one folder."""
+    if os.path.samefile(sandbox, REPO):
+        return
+    for name, module in list(sys.modules.items()):
+        if (getattr(module, "__file__", None) or "").startswith(REPO + os.sep):
+            del sys.modules[name]
+    sys.path[:] = [sandbox] + [entry for entry in sys.path
+                              if entry not in ("", ".") and os.path.abspath(entry) != REPO]
+    os.chdir(sandbox)

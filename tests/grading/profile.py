@@ -20,6 +20,11 @@ HIDDEN_TESTS = ("tests/test_integrity.py", "tests/test_ddp_parity.py")
 INSTRUCTOR_ONLY = ("tests/test_grade.py", "tests/test_grader_security.py",
                    "tests/grading/synthetic.py")
 
+# The assignment's task modules: the files holding solution regions (tests/test_handout.py checks
+# this against the markers). The judge's folder never holds them (tests/grading/judge.py).
+TASK_FILES = ("manual_allreduce.py", "manual_collectives.py", "runtime/data.py",
+              "runtime/manual_ddp.py", "runtime/models.py", "runtime/timing.py")
+
 BUDGET_S = 300  # the whole run: a Gradescope machine gives 10 minutes by default
 # One test, set-up and teardown included: twice the slowest seen on a busy machine, and below the
 # tests' own 120 s collective timeout, so that a hang costs a minute, not two, of the budget.

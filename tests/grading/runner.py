@@ -36,7 +36,7 @@ class Watchdog:
     """Runs pytest in `folder` until every selected test ran, or the budget is spent."""
 
     def __init__(self, folder, work, env, budget_s, timeout_for, idle_s):
-        self.folder = folder  # the submission, with the instructor's tests over it
+        self.folder = folder  # the judge's: the instructor's tests and code (tests/grading/judge.py)
         self.work = work  # where the progress files and pytest's logs go
         self.env = env
         self.budget_s = budget_s

@@ -1,0 +1,70 @@
+"""The judge's folder: the instructor's code, with the task modules as the handout has them.
+
+grade.py runs pytest in this folder, with GRADE_SANDBOX naming the submission's copy. The tests
+decide there, in a process that never imports a module of the submission: nothing of it is on
+that process's path. The task modules (profile.TASK_FILES) are there as the student received
+them, every solution region a `raise NotImplementedError`: their names and constants import, and
+a test that calls a task's code in-process fails (the self-check's solution would lose marks)
+instead of quietly testing the instructor's own solution. Student code runs only in the children
+the tests start in GRADE_SANDBOX (tests/harness.py: run_in_processes, run_alone, run_cli), and only
+data comes back.
+
+    python -m tests.grading.judge tests/test_models.py ...   # those tests as grade.py runs them
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from tests.grading import profile
+from tests.grading.submission import NOT_SUBMITTED, copy_submission
+
+# Student data the judge reads from the sandbox, never from its own folder.
+NOT_IN_THE_JUDGE = NOT_SUBMITTED | {"results", "design_doc", "handout", ".git", ".ci"}
+
+
+def make_judge(instructor, folder):
+    """Copy the instructor's Python code, tests/ and pyproject.toml to `folder`, without data, and
+    with each task module's solution regions replaced by their prompts."""
+    def ignore(directory, names):
+        relative = os.path.relpath(directory, instructor)
+        return {name for name in names if name in NOT_IN_THE_JUDGE or (
+            os.path.isfile(os.path.join(directory, name)) and not name.endswith(".py")
+            and os.path.normpath(os.path.join(relative, name)) != "pyproject.toml")}
+
+    shutil.copytree(instructor, folder, ignore=ignore, symlinks=True)
+    for path in profile.TASK_FILES:
+        with open(os.path.join(folder, path)) as file:
+            text = file.read()
+        with open(os.path.join(folder, path), "w") as file:
+            file.write(as_handed_out(instructor, path, text))
+
+
+def as_handed_out(instructor, path, text):
+    """The student's version of a task module. The autograder's copies are that already; in the
+    solution's checkout, handout/regions.py (an instructor's tool) replaces the regions."""
+    if not os.path.isdir(os.path.join(instructor, "handout")):
+        return text
+    from handout import regions
+    from tests.grading import rubric
+    titles = [item.title for item in rubric.ITEMS]
+    return regions.replace_regions(text, regions.find_regions(path, text, len(titles)), titles)
+
+
+def main(argv):
+    """Run pytest ARGS in a judge's folder made from this repository, against a copy of it."""
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with tempfile.TemporaryDirectory(prefix="judge-") as work:
+        sandbox, judge = os.path.join(work, "submission"), os.path.join(work, "judge")
+        copy_submission(repo, repo, sandbox)
+        make_judge(repo, judge)
+        env = {name: value for name, value in os.environ.items()
+               if name not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
+        env["GRADE_SANDBOX"] = sandbox
+        return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *argv],
+                              cwd=judge, env=env).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
