@@ -6,9 +6,13 @@
     python grade.py SUBMISSION_DIR --timeout-per-test 60 --budget 300
 
 SUBMISSION_DIR (default: .) is a complete copy of the repository as a student hands it in. It is
-copied to a scratch folder, and the instructor's tests/ (the folder next to this file, hidden tests
-included) and pyproject.toml are put over it: a submission that deletes or edits a test file is
-still graded by the instructor's tests. pytest runs there on the grading profile
+copied to a scratch folder (the sandbox), and the instructor's tests/ (the folder next to this
+file, hidden tests included) and pyproject.toml are put over it: a submission that deletes or
+edits a test file is still graded by the instructor's tests. pytest runs in another folder, the
+judge's (tests/grading/judge.py: the instructor's code, the task modules as handed out), and
+never imports the submission: student code runs only in the children the tests start in the
+sandbox, as `nobody` when grade.py is root (tests/grading/sandbox.py), and only data comes back.
+pytest runs the grading profile
 (tests/grading/profile.py: the rubric's tests that fit the budget), in its own process group,
 under a watchdog (tests/grading/runner.py): a test that runs past its timeout (default 60 s;
 some known-long tests more) is killed with its processes, recorded as failed, and pytest goes on
@@ -30,7 +34,9 @@ Exit code 0 when grading ran, whatever the marks; 2 on bad input; 1 if the grade
 import argparse
 import ctypes
 import os
+import pwd
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -45,6 +51,7 @@ from tests.grading.submission import copy_submission, file_hashes
 INSTRUCTOR = os.path.dirname(os.path.abspath(__file__))  # its tests/ grade every submission
 MNIST_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
                "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+CHILD_USER = "nobody"  # who runs student code when grade.py is root
 # tests/conftest.py's reason when the real MNIST is missing: the one skip the grader excuses, and
 # only when it has no MNIST itself.
 NO_REAL_MNIST = "the real MNIST is not here"
@@ -101,6 +108,33 @@ def environment(instructor):
     return env
 
 
+def least_privilege(work, judge, sandbox, env):
+    """As root: student code runs as CHILD_USER, who may enter `work` but not list it, read and
+    write the sandbox and the scratch folder, and nothing of the judge's (its tests, the progress
+    files, the rubric). Returns the report's note where that cannot be."""
+    if os.geteuid() != 0:
+        return ["grade.py did not run as root, so student code ran as the grader's own user: it "
+                "could reach the grader's files (the grade is sound only where it runs as root)"]
+    try:
+        user = pwd.getpwnam(CHILD_USER)
+    except KeyError:
+        return [f"no user {CHILD_USER!r} here, so student code ran as root"]
+    try:
+        subprocess.run([sys.executable, "-c", "pass"], user=user.pw_uid, group=user.pw_gid,
+                       extra_groups=[], cwd="/", check=True, capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return [f"{CHILD_USER} cannot run {sys.executable} (a folder on its way is private; for "
+                "pyenv under /root: chmod o+x /root), so student code ran as root"]
+    os.chmod(work, 0o711)
+    os.chmod(judge, 0o700)
+    env["GRADE_CHILD_USER"] = f"{user.pw_uid}:{user.pw_gid}"
+    for folder, _, names in os.walk(sandbox):
+        for path in [folder] + [os.path.join(folder, name) for name in names]:
+            os.chown(path, user.pw_uid, user.pw_gid)
+    return [f"student code ran as {CHILD_USER} (uid {user.pw_uid}), who can neither open the "
+            "grader's files nor signal its processes"]
+
+
 def real_mnist(instructor):
     """The real MNIST as an absolute path (the tests run in a scratch folder, where a relative
     one names nothing): $OFFLINE_DATA_DIR, else the instructor's ./data; None if neither has it."""
@@ -120,12 +154,16 @@ def grade(submission, timeout_s, budget_s, instructor=None):
     env = environment(instructor)
     with tempfile.TemporaryDirectory(prefix="grade-") as work:
         sandbox, judge = os.path.join(work, "submission"), os.path.join(work, "judge")
+        scratch = os.path.join(work, "scratch")
         notes = copy_submission(submission, instructor, sandbox)
         make_judge(instructor, judge)
-        env["GRADE_SANDBOX"] = sandbox
+        os.makedirs(scratch)
+        env.update(GRADE_SANDBOX=sandbox, GRADE_SCRATCH=scratch)
+        notes += least_privilege(work, judge, sandbox, env)
         watchdog = Watchdog(judge, work, env, budget_s,
                             lambda nodeid: profile.timeout_for(nodeid, timeout_s),
-                            idle_s=timeout_s)
+                            idle_s=timeout_s,
+                            pytest_args=["--basetemp", os.path.join(scratch, "pytest")])
         tests = watchdog.run()
     # Whether the real MNIST is there is the grader's to say, not a variable student code can pop.
     has_mnist = "OFFLINE_DATA_DIR" in env

@@ -4,8 +4,10 @@ The student's copy is every tracked file except the instructor's (INSTRUCTOR_ONL
 tests of tests/grading/profile.py), the generated design document (design_doc/*.md and
 numbers.json: the student builds their own from the templates) and results/; with every solution
 region replaced by its prompt (regions.py), and ASSIGNMENT.md. The autograder holds Gradescope's two
-scripts and the grading material: grade.py, every test (the hidden ones too), requirements.txt and
-pyproject.toml. Everything is made in memory first, so a marker error writes nothing.
+scripts and the grading material: grade.py, every test (the hidden ones too), requirements.txt,
+pyproject.toml, and the student's Python modules, which the judge imports in place of the
+submission's (tests/grading/judge.py). Everything is made in memory first, so a marker error
+writes nothing.
 """
 import importlib.util
 import os
@@ -131,12 +133,15 @@ def make(repo):
     with open(template) as file:
         text = assignment.render(file.read(), rubric, hidden, replaced)
     student["ASSIGNMENT.md"] = File(text.encode())
-    return Handout(student, autograder_files(repo, instructors), replaced)
+    return Handout(student, autograder_files(repo, instructors, student), replaced)
 
 
-def autograder_files(repo, instructors):
-    """Gradescope's layout: its scripts at the top, beside the grading material."""
+def autograder_files(repo, instructors, student):
+    """Gradescope's layout: its scripts at the top, beside the grading material and the judge's
+    code: every Python module as the student received it (tests/grading/judge.py)."""
     files = {name: read(HERE, name) for name in AUTOGRADER_SCRIPTS}
+    files.update({path: file for path, file in student.items()
+                  if path.endswith(".py") and not path.startswith("tests/")})
     for name in GRADING_FILES:
         if not os.path.isfile(os.path.join(repo, name)):
             raise BuildError(f"{os.path.join(repo, name)} not found: the autograder needs it")

@@ -1,6 +1,10 @@
 """A small, complete results folder for the design-document tests, written by the tests: every
 configuration of the sweep repeated, the bucket sweep, both benchmarks and a trace; the emulated
-network's all-reduce and SLURM runs (§5.6) and the one-machine sweep (§4.7)."""
+network's all-reduce and SLURM runs (§5.6) and the one-machine sweep (§4.7).
+
+The files are written, and the document built, in a child process with the code under test
+(tests/harness.py run_alone): the runs are summarised by runtime.timing and the build reads the
+models and the bucket layout, all task code, never run by the process that decides the tests."""
 import json
 import os
 
@@ -11,9 +15,9 @@ from analysis import cost_model
 from manual_allreduce import STRATEGIES
 from runtime import results
 from runtime.results import SCHEMA
-from runtime.timing import FIELDS, chrome_trace, summarize_ranks
+from runtime.timing import FIELDS
+from tests.harness import SANDBOX, run_alone
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECTIONS = ("README.md", "1-architecture.md", "2-data-flow.md", "3-communication.md",
             "4-performance.md", "5-scalability.md", "6-appendix.md")
 # the synthetic all-reduce benchmark: alpha grows with n
@@ -74,6 +78,8 @@ def epoch_record(timing, step, world, throughput):
 def run_document(model, series, world, seed, bucket_mb=25.0):
     """A results file as mlp_ddp.py writes it (it passes results.validate), summarised by
     timing.summarize_ranks."""
+    from runtime.timing import summarize_ranks
+
     rng = np.random.default_rng(seed)
     timing = summarize_ranks(step_records(model, series, world, rng))
     step = timing["across_ranks"]["step"]["mean"]
@@ -136,6 +142,8 @@ def step_bench():
 
 def trace():
     """Two ranks, steps 5-7: the phases, and two buckets' all-reduces, one overlapping backward."""
+    from runtime.timing import chrome_trace
+
     phases = (("data", 0, 1), ("forward", 1, 4), ("backward", 4, 9), ("sync", 9, 11),
               ("optimizer", 11, 12))
     spans = []
@@ -173,6 +181,11 @@ def sweep_configurations():
 
 
 def make_results(folder, bench=True):
+    """write_results(folder, bench) in a child; returns `folder`."""
+    return run_alone(write_results, folder, bench)
+
+
+def write_results(folder, bench=True):
     """Every configuration REPEATS times, interleaved as sweep.py runs them, named as it names
     them."""
     os.makedirs(folder, exist_ok=True)
@@ -233,11 +246,18 @@ def one_machine_results(folder):
                   run_document("mlp", series, world, seed))
 
 
+def write_and_build(folder, out_dir):
+    """write_results(folder), then the document built from it for `out_dir`. Run in a child."""
+    write_results(folder)
+    return builder.build(folder, out_dir)
+
+
 def build_synthetic(tmp_path_factory):
     """(results folder, {file name: text} of a build from it): what the `synthetic` fixtures
     return."""
-    folder = make_results(str(tmp_path_factory.mktemp("results")))
-    return folder, builder.build(folder, os.path.join(REPO, "design_doc"))
+    folder = str(tmp_path_factory.mktemp("results"))
+    # the document's place in the submission: its figure links are relative to it
+    return folder, run_alone(write_and_build, folder, os.path.join(SANDBOX, "design_doc"))
 
 
 def no_notes(note):

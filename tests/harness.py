@@ -15,6 +15,8 @@ import torch.distributed as dist
 from torch import multiprocessing
 
 from runtime.launch import free_port
+from tests.grading import sandbox
+from tests.grading.sandbox import SANDBOX
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MNIST_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
@@ -56,13 +58,13 @@ def write_dataset(root, folder="MNIST", train=600, test=200, seed=0):
 
 
 def run_cli(*args, timeout=180, env=None):
-    """`python mlp_ddp.py ARGS` in SANDBOX (the code under test), without any OFFLINE_DATA_DIR of the
-    caller's."""
+    """`python mlp_ddp.py ARGS` in SANDBOX (the code under test), without the caller's
+    OFFLINE_DATA_DIR."""
     environment = without_offline_data()
     environment.update(env or {})
     command = [sys.executable, os.path.join(SANDBOX, "mlp_ddp.py"), *map(str, args)]
-    return subprocess.run(command, cwd=SANDBOX, capture_output=True, text=True, timeout=timeout,
-                          env=environment)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                          env=environment, **sandbox.child_process())
 
 
 def run_ok(*args, **kwargs):
@@ -83,11 +85,6 @@ def without_offline_data():
     """This process's environment without OFFLINE_DATA_DIR: the tests choose their data."""
     return {name: value for name, value in os.environ.items() if name != "OFFLINE_DATA_DIR"}
 
-
-# Where the code under test lives and runs. Under grade.py this is the submission (GRADE_SANDBOX),
-# and the process running the tests (the judge) never imports a module of it: student code runs
-# only in the child processes below, and only data comes back. Otherwise it is this repository.
-SANDBOX = os.path.abspath(os.environ.get("GRADE_SANDBOX") or REPO)
 
 # Ranks are forked from one server process that imports torch once for the whole session, not
 # started as fresh interpreters that import it at every launch (a second of CPU per rank). The
@@ -147,16 +144,17 @@ def run_alone(function, *args):
 def _launch(world_size, function, args, timeout_s, with_group):
     target = (function.__module__, function.__qualname__)
     with tempfile.TemporaryDirectory() as folder:
-        worker_args = (world_size, free_port(), folder, target, args, timeout_s, with_group,
-                       SANDBOX)
+        sandbox.hand_over(folder)  # where the children write their results
+        sandbox.hand_over_scratch()
+        worker_args = (world_size, free_port(), folder, target, args, timeout_s, with_group)
         multiprocessing.start_processes(_worker, args=worker_args, nprocs=world_size,
                                         start_method=START_METHOD)
         return [torch.load(os.path.join(folder, f"{rank}.pt"), weights_only=True)
                 for rank in range(world_size)]
 
 
-def _worker(rank, world_size, port, folder, target, args, timeout_s, with_group, sandbox):
-    enter_sandbox(sandbox)
+def _worker(rank, world_size, port, folder, target, args, timeout_s, with_group):
+    sandbox.enter()  # the child user, and the code under test: before any of it is imported
     module, name = target
     function = functools.reduce(getattr, name.split("."), importlib.import_module(module))
     torch.set_num_threads(1)  # up to 5 ranks share 2 cores
@@ -172,16 +170,3 @@ def _worker(rank, world_size, port, folder, target, args, timeout_s, with_group,
     # Skip interpreter teardown, as mlp_ddp.py does: gloo's threads can abort the process there
     # (SIGABRT, pytorch/pytorch#179291), which the parent would report as this rank failing.
     os._exit(0)
-
-
-def enter_sandbox(sandbox):
-    """Make this child import the project from `sandbox`: forget what it imported from the judge's
-    folder (REPO), and look in `sandbox` first. Nothing to do where the two are one folder."""
-    if os.path.samefile(sandbox, REPO):
-        return
-    for name, module in list(sys.modules.items()):
-        if (getattr(module, "__file__", None) or "").startswith(REPO + os.sep):
-            del sys.modules[name]
-    sys.path[:] = [sandbox] + [entry for entry in sys.path
-                              if entry not in ("", ".") and os.path.abspath(entry) != REPO]
-    os.chdir(sandbox)

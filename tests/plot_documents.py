@@ -1,12 +1,22 @@
-"""Small, schema-valid synthetic results documents for the plot tests; helpers to read figures."""
+"""Small, schema-valid synthetic results documents for the plot tests; helpers to read figures.
+
+Training runs are summarised by runtime.timing.summarize_ranks and the trace laid out by its
+chrome_trace, and the bucket sweep counts buckets of the models' parameters (runtime.models): task
+code, which the process that decides the tests never runs. So those documents and layouts are made
+in a child process with the code under test (tests/harness.py run_alone), once per session, and the
+tests plot them in their own process. The make_* functions run in the child and import the task
+code there."""
+import copy
+import functools
 import json
 
-from analysis import cost_model
+from analysis import cost_model, plot_communication
 from analysis.plot_common import bucket_variant
 from analysis.plot_timeline import complete_events, plot_timeline
 from runtime import results
 from runtime.results import SCHEMA
-from runtime.timing import FIELDS, chrome_trace, summarize_ranks
+from runtime.timing import FIELDS
+from tests.harness import run_alone
 
 ALPHA, BETA = 50e-6, 1e-9  # the all-reduce documents are generated exactly from this α-β model
 # (throughput scale, extra compute seconds) of each of the three repeats
@@ -37,10 +47,62 @@ def epoch_record(epoch, world, throughput):
             "samples_per_s": throughput, "lr": 0.001}
 
 
-def training_run(model="mlp", mode="manual", sync="flat", world=2, bucket_mb=25.0,
-                 throughput=1000.0, repeat=1, **step):
+def made(maker, **options):
+    """What the function named `maker` returns for `options`, made in a child; a copy, which the
+    caller may change."""
+    return copy.deepcopy(made_once(maker, tuple(sorted(options.items()))))
+
+
+@functools.cache
+def made_once(maker, options):
+    """made()'s launch, once per session for each (maker, options)."""
+    return run_alone(make, maker, dict(options))
+
+
+def make(maker, options):
+    """The function named `maker`, called with `options`. Run in a child."""
+    return globals()[maker](**options)
+
+
+def training_run(**options):
+    """make_training_run(**options), made in a child."""
+    return made("make_training_run", **options)
+
+
+def strategy_runs():
+    """make_strategy_runs(), made in a child."""
+    return made("make_strategy_runs")
+
+
+def bucket_runs():
+    """make_bucket_runs(), made in a child."""
+    return made("make_bucket_runs")
+
+
+def trace():
+    """make_trace(), made in a child."""
+    return made("make_trace")
+
+
+def make_layouts():
+    """{model: plot_communication.parameter_bytes(model)}: the models' layouts. Run in a child."""
+    return {model: plot_communication.parameter_bytes(model) for model in ("mlp", "cnn")}
+
+
+def layouts_of_the_code(monkeypatch):
+    """The models' layouts, made in a child; the bucket sweep's counts are drawn from them for the
+    rest of the test."""
+    layouts = made("make_layouts")
+    monkeypatch.setattr(plot_communication, "parameter_bytes", layouts.__getitem__)
+    return layouts
+
+
+def make_training_run(model="mlp", mode="manual", sync="flat", world=2, bucket_mb=25.0,
+                      throughput=1000.0, repeat=1, **step):
     """A results document (schema 2) with every field results.validate asks for; single processes
     communicate nothing, so all their communication fields are 0."""
+    from runtime.timing import summarize_ranks
+
     if world == 1 or mode == "ddp-no-sync":
         step.update(hidden=0.0, exposed=0.0, busy=0.0)
     record = step_record(**step)
@@ -62,21 +124,21 @@ def training_run(model="mlp", mode="manual", sync="flat", world=2, bucket_mb=25.
     }
 
 
-def strategy_runs():
+def make_strategy_runs():
     """Three repeats of each configuration; the repeats differ in throughput and in compute time."""
     runs = []
     for repeat, (scale, extra) in enumerate(REPEATS, start=1):
         for mode, world, throughput in STRATEGY_CONFIGURATIONS:
-            runs.append(training_run(mode=mode, world=world, throughput=scale * throughput,
-                                     repeat=repeat, compute=0.007 + extra))
+            runs.append(make_training_run(mode=mode, world=world, throughput=scale * throughput,
+                                          repeat=repeat, compute=0.007 + extra))
     return runs
 
 
-def bucket_runs():
+def make_bucket_runs():
     """Two repeats each of bucketed and DDP at three bucket sizes; exposed time grows with the
     size."""
-    return [training_run(mode=mode, sync="bucketed", world=4, bucket_mb=size, repeat=repeat,
-                         exposed=size / 100)
+    return [make_training_run(mode=mode, sync="bucketed", world=4, bucket_mb=size, repeat=repeat,
+                              exposed=size / 100)
             for mode in ("manual", "ddp") for size in (0.25, 1.0, 4.0) for repeat in (1, 2)]
 
 
@@ -111,9 +173,11 @@ def step_bench():
     return {"schema": "step-bench/2", "measurements": rows}
 
 
-def trace():
+def make_trace():
     """Two ranks, four steps each: backward from 2 to 6 ms of every step, bucket 0's all-reduce
     from 4 to 7 ms (overlapping backward), bucket 1's from 6 to 8 ms, the optimizer after."""
+    from runtime.timing import chrome_trace
+
     phases = (("data", 0, 0.001), ("forward", 0.001, 0.002), ("backward", 0.002, 0.006),
               ("sync", 0.006, 0.008), ("optimizer", 0.008, 0.009),
               ("all-reduce bucket 0", 0.004, 0.007), ("all-reduce bucket 1", 0.006, 0.008))

@@ -1,5 +1,10 @@
 """The design document is built from the results files, every number in it can be traced back to
-one, and the build fails clearly where it cannot; §3's bucket layouts are those of the code."""
+one, and the build fails clearly where it cannot; §3's bucket layouts are those of the code.
+
+The build, the models and BucketedSync run in child processes in the submission's folder
+(tests/harness.py), imported inside the functions run there, never at the top: this module is also
+imported by the process that decides the tests (tests/grading/judge.py). The committed document,
+its results and its templates are read from that folder, harness.SANDBOX."""
 import json
 import math
 import os
@@ -8,16 +13,15 @@ import subprocess
 import sys
 
 import pytest
+import torch
 import torch.distributed as dist
 
 from analysis import build_design_doc as builder
 from analysis import cost_model
-from manual_allreduce import FIRST_BUCKET_MB, BucketedSync
-from runtime.models import build_model
+from manual_allreduce import FIRST_BUCKET_MB
 from runtime.results import validate
 from tests.design_doc_results import (
     MISSING_RUN,
-    REPO,
     SECTIONS,
     allreduce_bench,
     build_synthetic,
@@ -26,9 +30,12 @@ from tests.design_doc_results import (
     numbers_of,
     write,
 )
+from tests.grading import sandbox
+from tests.harness import SANDBOX, launch_once, run_alone, run_in_processes
 
-COMMITTED = os.path.join(REPO, "design_doc", "numbers.json")
-RESULTS = os.path.join(REPO, "results")
+COMMITTED = os.path.join(SANDBOX, "design_doc", "numbers.json")
+RESULTS = os.path.join(SANDBOX, "results")
+TEMPLATES = os.path.join(SANDBOX, "design_doc", "templates")
 HAVE_RESULTS = os.path.exists(os.path.join(RESULTS, "allreduce-bench.json")) and any(
     name.startswith("sweep-") for name in (os.listdir(RESULTS) if os.path.isdir(RESULTS) else []))
 NUMBER_WITH_UNIT = re.compile(r"\d[\d,.]*\s*(?:%|ms|µs|s\b|kB|MB|GB|Gbit|samples|ranks|GPUs|×)")
@@ -39,14 +46,25 @@ FIT_ATTRIBUTES = {"alpha_s": "alpha", "beta_s_per_byte": "beta", "bandwidth": "b
 
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):
-    """(results folder, {file name: text}) of a build from the synthetic results."""
+    """(results folder, {file name: text}) of a build from the synthetic results, both made in
+    a child."""
     return build_synthetic(tmp_path_factory)
 
 
 def build_cli(*args):
-    """python -m analysis.build_design_doc with `args`, from the repository's root."""
-    return subprocess.run([sys.executable, "-m", "analysis.build_design_doc", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    """python -m analysis.build_design_doc with `args`, from the submission's root."""
+    return subprocess.run([sys.executable, "-m", "analysis.build_design_doc", *args],
+                          capture_output=True, text=True, timeout=120,
+                          **sandbox.child_process())
+
+
+def model_facts():
+    """The CNN's parameter count and the MLP's parameter tensors, of the code under test. Run in
+    a child."""
+    from runtime.models import build_model
+
+    cnn = sum(parameter.numel() for parameter in build_model("cnn").parameters())
+    return {"cnn_parameters": cnn, "mlp_tensors": len(list(build_model("mlp").parameters()))}
 
 
 def test_the_synthetic_results_are_valid_results_files(synthetic):
@@ -70,14 +88,14 @@ def test_every_section_exists_with_its_tables_and_numbers(synthetic):
     performance = documents["4-performance.md"]
     scaling = documents["5-scalability.md"]
     assert text("model.mlp.parameters") == "567,434" and text("model.mlp.bytes") == "2.27 MB"
-    cnn_parameters = sum(parameter.numel() for parameter in build_model("cnn").parameters())
-    assert numbers["model.cnn.parameters"]["value"] == cnn_parameters
+    models = run_alone(model_facts)
+    assert numbers["model.cnn.parameters"]["value"] == models["cnn_parameters"]
     assert "```mermaid" in architecture and "torchrun" in architecture
     assert "SLURM_PROCID" in architecture
     assert "shard_indices" in flow and "```mermaid" in flow
     per_param_row = next(line for line in comm.splitlines() if line.startswith("| per-param |"))
     _, collectives, *_ = per_param_row.split(" | ")
-    assert collectives == str(len(list(build_model("mlp").parameters())))
+    assert collectives == str(models["mlp_tensors"])
     assert "| ring | 1 | 2 |" in comm  # one all-reduce, 2(n-1) = 2 message steps at n = 2
     assert text("comm.mlp.flat.w4.bytes_per_rank") in comm and "all-reduce bucket 0" in comm
     for name in ("fit.gloo.w2.alpha_s", "fit.gloo.alpha_s", "fit.ring.bandwidth"):
@@ -158,7 +176,8 @@ def assert_traceable(numbers_json, base):
 
 def test_every_number_traces_to_a_field_of_its_results_file(synthetic):
     _, documents = synthetic
-    assert_traceable(json.loads(documents["numbers.json"]), REPO)
+    # the build ran in the submission's folder: its paths are relative to it
+    assert_traceable(json.loads(documents["numbers.json"]), SANDBOX)
 
 
 @pytest.mark.skipif(not HAVE_RESULTS,
@@ -168,7 +187,7 @@ def test_the_committed_document_is_exactly_what_the_build_makes_from_the_committ
     # a stale or missing document: python -m analysis.build_design_doc
     assert completed.returncode == 0, completed.stderr
     with open(COMMITTED) as file:
-        assert_traceable(json.load(file), REPO)
+        assert_traceable(json.load(file), SANDBOX)
 
 
 def test_check_reports_a_stale_document_in_one_line_and_exits_1(synthetic, tmp_path):
@@ -190,18 +209,18 @@ def test_the_check_ignores_last_bit_noise_in_the_fits_and_catches_a_change_of_a_
     # measured times scatter about the model, so the fits' errors are percents, not rounding
     write(os.path.join(folder, "allreduce-bench.json"), allreduce_bench(noise=0.05))
     out = str(tmp_path / "doc")
-    built = builder.build(folder, out)
+    built = run_alone(builder.build, folder, out)  # the build, in a child; the comparison here
     os.makedirs(out)
     for name, text in built.items():
         builder.write_text(os.path.join(out, name), text)
     # another machine's BLAS: every time one unit in the last place up
     nudge_allreduce_times(folder, lambda seconds: math.nextafter(seconds, math.inf))
-    noisy = builder.build(folder, out)
+    noisy = run_alone(builder.build, folder, out)
     assert noisy["numbers.json"] != built["numbers.json"]  # the noise reached the fitted numbers
     assert builder.differences(noisy, out) == {}
     # a real change: one measurement 0.1 % slower
     nudge_allreduce_times(folder, lambda seconds: seconds * 1.001, rows=slice(0, 1))
-    assert "numbers.json" in builder.differences(builder.build(folder, out), out)
+    assert "numbers.json" in builder.differences(run_alone(builder.build, folder, out), out)
 
 
 @pytest.mark.parametrize("remove, message", [
@@ -223,18 +242,28 @@ def test_a_missing_results_file_is_one_clear_line_not_a_traceback(tmp_path, remo
     assert completed.stderr.count("\n") == 1 and "Traceback" not in completed.stderr
 
 
-def test_a_placeholder_the_build_does_not_define_fails_the_build(synthetic, tmp_path,
-                                                                  monkeypatch):
+def build_error(templates, results_dir, out_dir):
+    """The BuildError's message of a build from the templates in `templates`, or None if it
+    builds. Run in a child."""
+    builder.TEMPLATES = templates
+    try:
+        builder.build(results_dir, out_dir)
+    except builder.BuildError as error:
+        return str(error)
+    return None
+
+
+def test_a_placeholder_the_build_does_not_define_fails_the_build(synthetic, tmp_path):
     folder, _ = synthetic
     (tmp_path / "bad.md").write_text("S = {{ model.mlp.bytes }}, T = {{ a.number.nobody.made }}\n")
-    monkeypatch.setattr(builder, "TEMPLATES", str(tmp_path))
-    with pytest.raises(builder.BuildError, match="a.number.nobody.made"):
-        builder.build(folder, str(tmp_path))
+    message = run_alone(build_error, str(tmp_path), folder, str(tmp_path))
+    assert message is not None, "the build did not fail"
+    assert re.search("a.number.nobody.made", message), message  # as pytest.raises(match=) does
 
 
 @pytest.mark.parametrize("template", SECTIONS)
 def test_no_template_types_a_measured_number_by_hand(template):
-    with open(os.path.join(builder.TEMPLATES, template)) as file:
+    with open(os.path.join(TEMPLATES, template)) as file:
         prose = file.read()
     # code and diagrams: commands and schematic units
     prose = re.sub(r"```.*?```", "", prose, flags=re.S)
@@ -244,22 +273,47 @@ def test_no_template_types_a_measured_number_by_hand(template):
     assert re.findall(r"\b\d+\.\d+\b", prose) == []
 
 
-@pytest.mark.parametrize("model", ["mlp", "cnn"])
-@pytest.mark.parametrize("bucket_mb", [0.25, 1, 4, 25])
+MODELS = ["mlp", "cnn"]
+BUCKET_MBS = [0.25, 1, 4, 25]
+
+
+def layouts_of_the_code(rank, world_size):
+    """{"<model>": its parameters' shapes and dtypes, "<model>-<bucket_mb>": the byte sizes of
+    BucketedSync's buckets}. Run in a child, whose process group BucketedSync needs."""
+    from manual_allreduce import BucketedSync
+    from runtime.models import build_model
+
+    layouts = {}
+    for model in MODELS:
+        layouts[model] = [(list(parameter.shape), str(parameter.dtype).removeprefix("torch."))
+                          for parameter in build_model(model).parameters()]
+        for bucket_mb in BUCKET_MBS:  # a fresh model each: BucketedSync hooks its parameters
+            buckets = BucketedSync(list(build_model(model).parameters()), bucket_mb).buckets
+            layouts[f"{model}-{bucket_mb}"] = [bucket.buffer.numel() * bucket.buffer.element_size()
+                                               for bucket in buckets]
+    return layouts
+
+
+@launch_once
+def code_layouts():
+    """layouts_of_the_code, one launch for every case."""
+    return run_in_processes(1, layouts_of_the_code)[0]
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("bucket_mb", BUCKET_MBS)
 def test_bucket_layouts_are_those_of_bucketed_sync_and_of_torch_ddp(model, bucket_mb):
-    parameters = list(build_model(model).parameters())
+    layouts = code_layouts()
+    # DDP's layout depends only on the parameters' sizes and dtypes: empty tensors like them
+    parameters = [torch.empty(shape, dtype=getattr(torch, dtype))
+                  for shape, dtype in layouts[model]]
     sizes = [parameter.numel() * parameter.element_size() for parameter in parameters]
     limits = [int(cost_model.DDP_FIRST_BUCKET_MB * 2**20), int(bucket_mb * 2**20)]
     groups, _ = dist._compute_bucket_assignment_by_size(parameters, limits,
                                                          [False] * len(parameters))
     ddp_sizes = [sum(sizes[index] for index in group) for group in reversed(groups)]
     assert cost_model.ddp_bucket_sizes(sizes, bucket_mb) == ddp_sizes
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        buckets = BucketedSync(parameters, bucket_mb).buckets
-    finally:
-        dist.destroy_process_group()
-    bucketed_sizes = [bucket.buffer.numel() * bucket.buffer.element_size() for bucket in buckets]
+    bucketed_sizes = layouts[f"{model}-{bucket_mb}"]
     assert cost_model.bucket_sizes(sizes, bucket_mb, FIRST_BUCKET_MB) == bucketed_sizes
 
 

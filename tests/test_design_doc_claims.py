@@ -30,7 +30,8 @@ def steps_at(spreads, model, world):
 
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):
-    """(results folder, {file name: text}) of a build from the synthetic results."""
+    """(results folder, {file name: text}) of a build from the synthetic results, both made in
+    a child."""
     return build_synthetic(tmp_path_factory)
 
 

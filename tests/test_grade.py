@@ -134,7 +134,7 @@ def test_the_budget_leaves_the_tests_it_did_not_reach_not_run_and_their_item_not
         f"def test_slow_{number}():\n    time.sleep(2)\n\n\n" for number in range(8))}
     instructor = instructor_repository(str(tmp_path / "instructor"), slow)
     submission = str(tmp_path / "submission")
-    write_files(submission, {"launch_helpers.py": "", "student.py": ""})
+    write_files(submission, {"student.py": ""})
     report = grade.grade(submission, TIMEOUT_S, 6, instructor)
     outcomes = [test["outcome"] for test in report["tests"]]
     assert "not_run" in outcomes and "failed" not in outcomes
@@ -151,19 +151,21 @@ def test_a_submission_that_does_not_import_loses_the_items_of_those_tests_with_t
                                        {name: TESTS[name] for name in ("test_fast.py",
                                                                        "test_later.py")})
     submission = str(tmp_path / "submission")
-    write_files(submission, {"launch_helpers.py": "", "student.py": "def answer(:\n"})
+    write_files(submission, {"student.py": "def answer(:\n"})
     report = grade.grade(submission, TIMEOUT_S, 120, instructor)
     assert items(report)["core.fast"]["status"] == "lost"
     assert items(report)["core.later"]["status"] == "earned"
-    broken = by_nodeid(report)["tests/test_fast.py"]
+    broken = by_nodeid(report)["tests/test_fast.py::test_the_answer"]
     assert broken["outcome"] == "failed" and "SyntaxError" in broken["output"]
 
 
 def test_when_no_test_can_be_collected_every_item_is_lost_and_results_json_says_why(
         tmp_path, monkeypatch, capsys):
     instructor = instructor_repository(str(tmp_path / "instructor"), {"test_later.py": "\n"})
+    with open(os.path.join(instructor, "tests", "conftest.py"), "a") as file:
+        file.write("raise ImportError('no helpers here')\n")  # an autograder built wrong
     submission = str(tmp_path / "submission")
-    write_files(submission, {"launch_helpers.py": "raise ImportError('no helpers here')\n"})
+    write_files(submission, {"student.py": ""})
     monkeypatch.setattr(grade, "INSTRUCTOR", instructor)
     paths = [str(tmp_path / "out" / "grade.json"), str(tmp_path / "out" / "results.json")]
     assert grade.main([submission, "--report", paths[0], "--gradescope", paths[1]]) == 0

@@ -3,18 +3,19 @@ and still leave a valid results.json that names what was refused.
 
 The instructor's repository (tests/grading/synthetic.py's plugin and rubric) grades one item,
 core.fast (2 marks), with two tests of `student.answer()`: one alone, one on "the real MNIST"
-(a folder the grader holds). Every submission here answers 41 on the real data, or not at all,
-and adds one trick. grade.py runs as it does on Gradescope: a process of its own, here with a
-fake MNIST folder and a small budget, so each grading takes a few seconds.
-
-What these tricks cannot reach is not claimed here: student code still runs inside the pytest
-process whose events make the grade (handout/WHAT_THE_GRADER_TRUSTS.md, for instructors).
+(a folder the grader holds). Each calls it in a child process in the sandbox, as the real tests
+call the assignment's code (tests/grading/sandbox.py). Every submission here answers 41 on the
+real data, or not at all, and adds one trick. grade.py runs as it does on Gradescope: a process
+of its own, as root (the tricks that reach the grader's files through /proc are stopped only
+there: student code then runs as an unprivileged user), here with a fake MNIST folder and a small
+budget, so each grading takes a few seconds.
 """
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -27,7 +28,7 @@ TESTS = {
 
         import pytest
 
-        from student import answer
+        from tests.student_code import answer
 
 
         @pytest.fixture
@@ -82,7 +83,77 @@ if results and os.fork() == 0:
     os._exit(0)
 """
 
+# Walks up from the student's process to the one pytest whose command line names the progress
+# file grade.py reads the outcomes from (and the folder it runs in); as pytest's own plugin would
+# write them, appends "passed" for both tests and the run's end, then kills that pytest: grade.py
+# would take those events as the outcomes.
+FIND_THE_JUDGE = """
+import json, os, signal, time
+
+
+def parent_of(pid):
+    with open(f"/proc/{pid}/stat") as file:
+        stat = file.read()
+    return int(stat[stat.rfind(")") + 2:].split()[1])
+
+
+def the_judge():
+    pid = os.getppid()
+    while pid > 1:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            words = file.read().decode().split("\\0")
+        if "--grade-progress" in words:
+            return pid, words[words.index("--grade-progress") + 1]
+        pid = parent_of(pid)
+    raise SystemExit("no judge found")
+
+
+JUDGE, PROGRESS = the_judge()
+# the folders the judge and grade.py (its parent) run in: each reads tests/grading/rubric.py
+FOLDERS = [os.readlink(f"/proc/{pid}/cwd") for pid in (JUDGE, parent_of(JUDGE))]
+"""
+FORGE_EVENTS = FIND_THE_JUDGE + """
+with open(PROGRESS, "a") as file:
+    for name in ("test_the_answer", "test_the_answer_on_the_real_data"):
+        for when in ("setup", "call", "teardown"):
+            file.write(json.dumps({"event": "report", "time": time.time(), "when": when,
+                                   "nodeid": f"tests/test_fast.py::{name}", "outcome": "passed",
+                                   "duration": 0.0, "output": None}) + "\\n")
+    file.write(json.dumps({"event": "finish", "time": time.time(), "exitstatus": 0}) + "\\n")
+os.kill(JUDGE, signal.SIGKILL)
+os._exit(0)
+"""
+# Moves the failing test to another item in the rubric files the judge and grade.py read (as
+# root, refused: they are not nobody's; without root, too late: items are taken from the run's
+# first collection).
+REWRITE_RUBRIC = FIND_THE_JUDGE + """
+for folder in FOLDERS:
+    with open(os.path.join(folder, "tests", "grading", "rubric.py"), "a") as file:
+        file.write("TESTS.insert(0, ('tests/test_fast.py::test_the_answer_on', 'core.later'))\\n")
+"""
+# Registers, in whatever pytest runs in its process, a plugin that turns every report into a pass.
+PLUGIN_IN_PROCESS = """
+import gc
+
+import pytest
+
+
+class AllPass:
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        outcome.get_result().outcome = "passed"
+
+
+for thing in gc.get_objects():
+    if type(thing).__name__ == "Config" and hasattr(thing, "pluginmanager"):
+        thing.pluginmanager.register(AllPass(), "all-pass")
+"""
+
 TRICKS = {
+    "forges the progress events": {"student.py": FORGE_EVENTS + WRONG_ON_DATA},
+    "rewrites the rubric": {"student.py": REWRITE_RUBRIC + WRONG_ON_DATA},
+    "registers a pytest plugin": {"student.py": PLUGIN_IN_PROCESS + WRONG_ON_DATA},
     # the real-data test skips, and its item used to be earned on the other test
     "pops the data variable": {"student.py": "import os\nos.environ.pop('OFFLINE_DATA_DIR')\n"
                                              + WRONG_ON_DATA},
@@ -142,21 +213,26 @@ def grade_in_a_process(root, files):
     write_files(instructor, {"tests/grading/profile.py": PROFILE_OF_GRADE_PY})
     rubric = os.path.join(instructor, "tests", "grading", "rubric.py")
     submission = root / "submission"
-    files = {"launch_helpers.py": "READY = True\n", **files}  # the synthetic conftest imports it
     write_files(str(submission), {name: text for name, text in files.items()
                                   if not text.startswith("LINK:")})
     for name, text in files.items():
         if text == "LINK:rubric":
             os.symlink(rubric, submission / name)
     report, results = root / "report.json", root / "results.json"
+    # where the daemon, run as nobody under root, can leave its pid (not in root's tmp_path)
+    drop = tempfile.mkdtemp(prefix="grader-security-")
+    os.chmod(drop, 0o777)
     env = dict(os.environ, OFFLINE_DATA_DIR=fake_mnist(str(root / "mnist")),
-               DAEMON_PID_FILE=str(root / "daemon.pid"))
+               DAEMON_PID_FILE=os.path.join(drop, "daemon.pid"))
     done = subprocess.run([sys.executable, "grade.py", str(submission), "--report", str(report),
                            "--gradescope", str(results), "--timeout-per-test", "20",
                            "--budget", "60"], cwd=instructor, env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     time.sleep(1)  # what outlived grade.py has had time to act
+    if os.path.exists(os.path.join(drop, "daemon.pid")):
+        shutil.copy(os.path.join(drop, "daemon.pid"), root / "daemon.pid")
+    shutil.rmtree(drop)
     return (json.loads(report.read_text()), json.loads(results.read_text()),
             done.stdout + done.stderr)
 
@@ -169,6 +245,8 @@ def test_the_honest_submission_earns_its_marks(tmp_path):
 
 @pytest.mark.parametrize("trick", TRICKS)
 def test_a_trick_earns_nothing_and_results_json_says_what_was_refused(tmp_path, trick):
+    if os.geteuid() != 0 and trick == "forges the progress events":
+        pytest.skip("grade.py stops this only as root (student code then runs as nobody)")
     report, results, output = grade_in_a_process(tmp_path, TRICKS[trick])
     # nothing earned, in the report and in what Gradescope reads
     assert report["total_earned"] == 0 and results["score"] == 0, output
@@ -184,9 +262,9 @@ def test_a_trick_earns_nothing_and_results_json_says_what_was_refused(tmp_path, 
     if trick == "hooks python's start-up":
         assert sorted(note.split(":")[0] for note in refused) == [
             "refused evil.pth", "refused runtime/conftest.py", "refused sitecustomize.py"]
-    if trick == "pops the data variable":
-        lost = [test for test in report["tests"] if test["outcome"] == "failed"]
-        assert "under the grader a test may not skip" in lost[0]["output"]
+    if trick == "pops the data variable":  # in its own process: the tests still see the data
+        lost = [test["nodeid"] for test in report["tests"] if test["outcome"] == "failed"]
+        assert lost == ["tests/test_fast.py::test_the_answer_on_the_real_data"]
     if trick == "a daemon rewrites the results":
         with open(tmp_path / "daemon.pid") as file:
             assert not os.path.exists(f"/proc/{int(file.read())}")  # killed and reaped

@@ -12,7 +12,7 @@ import zipfile
 import pytest
 
 import make_handout
-from tests.grading.profile import HIDDEN_TESTS
+from tests.grading.profile import HIDDEN_TESTS, TASK_FILES
 from tests.grading.rubric import ITEMS
 from tests.harness import REPO
 
@@ -117,6 +117,21 @@ def test_hidden_tests_instructor_files_and_generated_ones_stay_out_of_the_studen
     design = {path for path in student if path.startswith("design_doc/")}
     assert design and all(path.startswith("design_doc/templates/") for path in design)
     assert {"ASSIGNMENT.md", "tests/conftest.py", "tests/grading/rubric.py"} <= student
+
+
+def test_the_judge_gets_every_task_module_as_the_student_does_and_nothing_of_the_solution(out):
+    """The autograder's judge imports the student's copy of each module (tests/grading/judge.py):
+    the task modules are exactly the Python files with solution regions."""
+    student, autograder = (os.path.join(out, name) for name in ("student", "autograder"))
+    with_regions = set()
+    for path in files_under(student):
+        text = text_of(os.path.join(student, path)) or ""
+        if path.endswith(".py") and 'raise NotImplementedError("Task ' in text:
+            with_regions.add(path)
+    assert with_regions == set(TASK_FILES)
+    for path in files_under(student):
+        if path.endswith(".py") and not path.startswith("tests/"):
+            assert text_of(os.path.join(autograder, path)) == text_of(os.path.join(student, path))
 
 
 def test_the_zip_holds_the_autograder_folder_with_its_scripts_executable(out):

@@ -1,9 +1,11 @@
 """plot_communication.py and plot_timeline.py: the all-reduce figure's model line, the bucket
-sweep's bucket counts, and the timeline's rows showing the overlap."""
+sweep's bucket counts, and the timeline's rows showing the overlap. The documents and the models'
+layouts come from a child with the code under test (plot_documents.py); the figures are drawn
+here."""
 import pytest
 
 from analysis import cost_model
-from analysis.plot_communication import parameter_bytes, plot_allreduce, plot_bucket_sweep
+from analysis.plot_communication import plot_allreduce, plot_bucket_sweep
 from manual_allreduce import FIRST_BUCKET_MB
 from runtime import results
 from tests.plot_documents import (
@@ -12,6 +14,7 @@ from tests.plot_documents import (
     allreduce_bench,
     bucket_runs,
     containers,
+    layouts_of_the_code,
     strategy_runs,
     timeline,
 )
@@ -54,7 +57,8 @@ def test_allreduce_model_line_passes_through_data_generated_from_alpha_and_beta(
     assert latency.get_xscale() == latency.get_yscale() == "log"
 
 
-def test_bucket_sweep_annotates_each_point_with_the_cost_model_bucket_count():
+def test_bucket_sweep_annotates_each_point_with_the_cost_model_bucket_count(monkeypatch):
+    layouts = layouts_of_the_code(monkeypatch)
     axis = plot_bucket_sweep(results.repeats(bucket_runs() + strategy_runs())).axes[0]
     lines = containers(axis)
     # one line per bucketing series; the flat runs and the single process have no bucket size
@@ -63,7 +67,7 @@ def test_bucket_sweep_annotates_each_point_with_the_cost_model_bucket_count():
     assert list(manual.get_xdata()) == [0.25, 1.0, 4.0]
     # the other phases + exposed
     assert list(manual.get_ydata()) == pytest.approx([8 + 2.5, 8 + 10, 8 + 40])
-    layout = parameter_bytes("mlp")
+    layout = layouts["mlp"]
     # DDP's line also has the strategy runs' default 25 MiB
     expected = [len(cost_model.ddp_bucket_sizes(layout, size)) for size in (0.25, 1.0, 4.0, 25.0)]
     expected += [len(cost_model.bucket_sizes(layout, size, FIRST_BUCKET_MB))

@@ -1,5 +1,7 @@
 """plots.py draws every figure from a folder of small, schema-valid synthetic results documents;
-what the figures share: step times in ms, and which runs the strategy figures leave out."""
+what the figures share: step times in ms, and which runs the strategy figures leave out. The
+documents and the models' layouts come from a child with the code under test (plot_documents.py);
+the figures are drawn here."""
 import json
 
 from analysis import plots
@@ -13,6 +15,7 @@ from tests.plot_documents import (
     allreduce_bench,
     bucket_runs,
     grouped,
+    layouts_of_the_code,
     step_bench,
     strategy_runs,
     timeline,
@@ -28,7 +31,8 @@ def test_the_synthetic_documents_are_valid_results():
         assert validate(document) == []
 
 
-def test_main_writes_every_plot_from_a_results_folder(tmp_path, capsys):
+def test_main_writes_every_plot_from_a_results_folder(tmp_path, capsys, monkeypatch):
+    layouts_of_the_code(monkeypatch)  # bucket-sweep.png's bucket counts
     cnn = training_run(model="cnn", world=2)
     write_folder(tmp_path, strategy_runs() + bucket_runs() + [cnn])
     (tmp_path / "allreduce-bench.json").write_text(json.dumps(allreduce_bench()))
@@ -66,7 +70,8 @@ def test_other_schemas_broken_files_and_missing_data_are_notes_not_errors(tmp_pa
         assert expected in output
 
 
-def test_every_step_time_axis_is_in_milliseconds():
+def test_every_step_time_axis_is_in_milliseconds(monkeypatch):
+    layouts_of_the_code(monkeypatch)  # the bucket sweep's bucket counts
     figures = [plot_time_breakdown(grouped(strategy_runs()), "mlp"),
                plot_step_bench(step_bench()["measurements"]),
                plot_bucket_sweep(results.repeats(bucket_runs())),

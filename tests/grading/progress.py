@@ -27,7 +27,7 @@ class Progress:
     def __init__(self, path, grading, outcome_of):
         self.grading = grading  # the plugin's Grading: the tests' items as it classified them
         self.outcome_of = outcome_of  # the plugin's reading of a phase's report
-        self.descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
     def write(self, event, **fields):
         """One event, written whole: a line in one write to a file opened for appending."""

@@ -35,8 +35,8 @@ ADDRESS_SPACE_LIMIT = 3 * 2**30
 class Watchdog:
     """Runs pytest in `folder` until every selected test ran, or the budget is spent."""
 
-    def __init__(self, folder, work, env, budget_s, timeout_for, idle_s):
-        self.folder = folder  # the judge's: the instructor's tests and code (tests/grading/judge.py)
+    def __init__(self, folder, work, env, budget_s, timeout_for, idle_s, pytest_args=()):
+        self.folder = folder  # the judge: the instructor's tests and code (grading/judge.py)
         self.work = work  # where the progress files and pytest's logs go
         self.env = env
         self.budget_s = budget_s
@@ -45,6 +45,7 @@ class Watchdog:
         self.tests = Tests()
         self.runs = []  # one entry per pytest started
         self.failure = None  # why no test could be collected, if so
+        self.pytest_args = list(pytest_args)
 
     def run(self):
         """Run, restart after each kill or crash; returns the merged Tests."""
@@ -105,7 +106,8 @@ class Watchdog:
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                    "-p", "tests.grading.lost_items",
                    "--continue-on-collection-errors", "--rootdir", self.folder,
-                   "--grade-profile", "--grade-progress", progress, *selection]
+                   "--grade-profile", "--grade-progress", progress, *self.pytest_args,
+                   *selection]
         began = time.time()
         self.tests.run_finished = False
         self.tests.current = None

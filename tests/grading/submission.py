@@ -7,9 +7,9 @@ what runs, is refused: not copied, and named in the report's notes. That is a sy
 (it could point at the grader's own files), a conftest.py or a start-up hook (sitecustomize.py,
 usercustomize.py, *.pth) anywhere, another pytest configuration file, and at the top, where
 Python looks first, a module named like one of the standard library or of the installed
-packages (iniconfig.py, pytest.py, _pytest/, torch.py). Code a student writes in the assignment's
-own modules still runs inside the tests' processes; what needs a human reader (the report's
-needs_human) remains the backstop against code written to fool them.
+packages (iniconfig.py, pytest.py, _pytest/, torch.py). The copy is the sandbox: student code
+runs only there, in the tests' child processes (tests/grading/sandbox.py), never in the judge
+that decides the grade (tests/grading/judge.py).
 """
 import hashlib
 import os

@@ -1,9 +1,10 @@
 """A tiny assignment for tests/test_grade.py: an instructor's repository and a submission.
 
 The instructor's repository has the real grading plugin with a small rubric and profile, and
-tests that pass, fail, hang, crash or fail slowly; the submission has the module the tests import,
-and what a submission must not be able to do: a conftest.py that would skip every test, and its
-own copy of a test file.
+tests that pass, fail, hang, crash or fail slowly; the tests call the submission's module in a
+child process, as the real ones do (STUDENT_CODE); the submission has that module, and what a
+submission must not be able to do: a conftest.py that would skip every test, and its own copy of
+a test file.
 """
 import os
 import shutil
@@ -36,14 +37,27 @@ TESTS = [("tests/test_crash.py::test_dies", "core.crash"),
 """
 
 CONFTEST = """
-import launch_helpers  # the submission's code, as tests/harness.py imports runtime/
-
 pytest_plugins = ["tests.grading.plugin"]
+"""
+
+# tests/student_code.py: the submission's answer(), called in a child process in the sandbox, as
+# tests/harness.py calls the real assignment's code; only its printed JSON comes back.
+STUDENT_CODE = """
+import json
+
+from tests.grading.sandbox import run_python
+
+
+def answer(*args):
+    code = f"import json, student; print(json.dumps(student.answer(*{args!r})))"
+    done = run_python(["-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
 """
 
 TESTS = {
     "test_fast.py": """
-        from student import answer
+        from tests.student_code import answer
 
 
         def test_the_answer():
@@ -108,7 +122,6 @@ TESTS = {
 
 SUBMISSION = {
     "student.py": "def answer():\n    return 42\n",
-    "launch_helpers.py": "READY = True\n",
     # What a submission must not be able to do: replace the tests, reconfigure pytest.
     "conftest.py": "import pytest\n\n\ndef pytest_runtest_setup(item):\n"
                    "    pytest.skip('the submission skips everything')\n",
@@ -117,6 +130,7 @@ SUBMISSION = {
 
 PROFILE = """
 HIDDEN_TESTS = ("tests/test_integrity.py",)
+TASK_FILES = ()
 
 
 def in_profile(nodeid):
@@ -143,6 +157,7 @@ def instructor_repository(root, tests=None):
     shutil.copytree(os.path.join(REPO, "tests", "grading"), grading,
                     ignore=shutil.ignore_patterns("__pycache__", "rubric.py", "profile.py"))
     write_files(root, {"tests/__init__.py": "", "tests/conftest.py": CONFTEST,
+                       "tests/student_code.py": STUDENT_CODE,
                        "tests/grading/rubric.py": RUBRIC, "tests/grading/profile.py": PROFILE,
                        "pyproject.toml": "[tool.pytest.ini_options]\ntestpaths = ['tests']\n"})
     write_files(os.path.join(root, "tests"), tests or TESTS)

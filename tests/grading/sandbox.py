@@ -1,0 +1,76 @@
+"""Where the code under test runs, and as whom: the one door from the judge to student code.
+
+grade.py sets GRADE_SANDBOX (the submission's copy) and, when it runs as root, GRADE_CHILD_USER
+("uid:gid", an unprivileged user) and GRADE_SCRATCH (a folder that user may write). Every process
+that runs student code starts here: a fresh one through child_process(), a forked one through
+enter(). Without those variables (a student's own `python -m pytest`) the sandbox is this
+repository and nothing changes user.
+"""
+import os
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SANDBOX = os.path.abspath(os.environ.get("GRADE_SANDBOX") or REPO)
+CHILD_USER = os.environ.get("GRADE_CHILD_USER")  # "uid:gid", or None: stay who we are
+SCRATCH = os.environ.get("GRADE_SCRATCH")
+
+
+def ids():
+    """(uid, gid) of the user student code runs as, or None."""
+    return tuple(map(int, CHILD_USER.split(":"))) if CHILD_USER else None
+
+
+def hand_over(*paths):
+    """Let the child user write `paths` (folders the judge made for a child's output) and
+    everything in them. Nothing to do without a child user."""
+    if not CHILD_USER:
+        return
+    uid, gid = ids()
+    for path in paths:
+        for folder, _, names in os.walk(path):
+            for name in [None, *names]:
+                os.chown(os.path.join(folder, name) if name else folder, uid, gid)
+
+
+def hand_over_scratch():
+    """hand_over() the judge's scratch folder (pytest's tmp_path of every test lives there): a
+    child writes its outputs where the test asks, and the judge reads them as data."""
+    if SCRATCH:
+        hand_over(SCRATCH)
+
+
+def child_process():
+    """subprocess keyword arguments that start a fresh process in the sandbox, as the child
+    user where there is one."""
+    hand_over_scratch()
+    arguments = {"cwd": SANDBOX}
+    if CHILD_USER:
+        uid, gid = ids()
+        arguments.update(user=uid, group=gid, extra_groups=[])
+    return arguments
+
+
+def run_python(arguments, **options):
+    """`python ARGUMENTS` in the sandbox, as the child user where there is one: subprocess.run's
+    result (`options` are its own)."""
+    return subprocess.run([sys.executable, *arguments], **child_process(), **options)
+
+
+def enter():
+    """In a forked child, before any student code: become the child user, then import the project
+    from the sandbox only (forget what was imported from the judge's folder)."""
+    elsewhere = not os.path.samefile(SANDBOX, REPO)  # asked before the judge's folder is closed
+    if CHILD_USER:
+        uid, gid = ids()
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+    if not elsewhere:
+        return
+    for name, module in list(sys.modules.items()):
+        if (getattr(module, "__file__", None) or "").startswith(REPO + os.sep):
+            del sys.modules[name]
+    sys.path[:] = [SANDBOX] + [entry for entry in sys.path
+                               if entry not in ("", ".") and os.path.abspath(entry) != REPO]
+    os.chdir(SANDBOX)
