@@ -60,7 +60,8 @@ def made_once(maker, options):
 
 
 def make(maker, options):
-    """The function named `maker`, called with `options`. Run in a child."""
+    """The function named `maker`, called with `options`. Run in a child: a name, not the function,
+    crosses to it, so that it is looked up in the child's copy of this module."""
     return globals()[maker](**options)
 
 

@@ -7,6 +7,9 @@ the same parameters on the same per-rank data; every rank returns what it saw; t
   branch     a layer used only on some ranks, one used on none (find_unused_parameters=True)
   order      ranks whose gradients become ready in different orders
   twice      two forward and backward passes before one finish, after a no_sync() one
+
+The code under test is imported inside the functions that run in the child processes, never at the
+top: this module is also imported by the process that decides the tests (tests/grading/judge.py).
 """
 
 import pytest
@@ -17,7 +20,6 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from manual_allreduce import STRATEGIES, WIRE_DTYPES
-from runtime.manual_ddp import ManualDDP
 from tests.harness import launch_once, run_in_processes
 
 VARIANTS = [(strategy, wire) for strategy in STRATEGIES for wire in (None, "fp16", "bf16")]
@@ -107,6 +109,8 @@ def compress_hook(wire_dtype, bucket):
 def wrap(model, variant, find_unused):
     """torch's DDP (variant None, or ("ddp", wire)) with the matching compression hook, or
     ManualDDP with a strategy."""
+    from runtime.manual_ddp import ManualDDP
+
     if variant is None or variant[0] == "ddp":
         ddp = DistributedDataParallel(model, find_unused_parameters=find_unused,
                                       bucket_cap_mb=0.001)
@@ -239,6 +243,8 @@ def test_an_unused_parameter_without_find_unused_parameters_is_an_error_naming_i
 
 
 def launch_orders(rank, world_size):
+    from runtime.manual_ddp import ManualDDP
+
     torch.manual_seed(0)
     wrapped = ManualDDP(RankOrder(), "bucketed", bucket_mb=0.001)
     inputs, labels = batch(rank, 0, "order")
@@ -254,6 +260,8 @@ def test_ranks_ready_in_different_orders_launch_the_same_buckets_in_the_same_ord
 
 
 def ready_twice(rank, world_size):
+    from runtime.manual_ddp import ManualDDP
+
     wrapped = ManualDDP(nn.Linear(FEATURES, 1), "flat")
     loss = wrapped(torch.ones(2, FEATURES)).sum()
     loss.backward(retain_graph=True)
@@ -271,6 +279,8 @@ def test_a_gradient_reported_twice_without_a_forward_is_an_error_naming_the_para
 
 
 def overflow(rank, world_size, strategy, scaled):
+    from runtime.manual_ddp import ManualDDP
+
     torch.manual_seed(0)
     model = nn.Linear(FEATURES, 1)
     wrapped = ManualDDP(model, strategy, compress="fp16")

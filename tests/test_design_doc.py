@@ -58,13 +58,31 @@ def build_cli(*args):
                           **sandbox.child_process())
 
 
-def model_facts():
-    """The CNN's parameter count and the MLP's parameter tensors, of the code under test. Run in
-    a child."""
+MODELS = ["mlp", "cnn"]
+BUCKET_MBS = [0.25, 1, 4, 25]
+
+
+def layouts_of_the_code(rank, world_size):
+    """{"<model>": its parameters' shapes and dtypes, "<model>-<bucket_mb>": the byte sizes of
+    BucketedSync's buckets}. Run in a child, whose process group BucketedSync needs."""
+    from manual_allreduce import BucketedSync
     from runtime.models import build_model
 
-    cnn = sum(parameter.numel() for parameter in build_model("cnn").parameters())
-    return {"cnn_parameters": cnn, "mlp_tensors": len(list(build_model("mlp").parameters()))}
+    layouts = {}
+    for model in MODELS:
+        layouts[model] = [(list(parameter.shape), str(parameter.dtype).removeprefix("torch."))
+                          for parameter in build_model(model).parameters()]
+        for bucket_mb in BUCKET_MBS:  # a fresh model each: BucketedSync hooks its parameters
+            buckets = BucketedSync(list(build_model(model).parameters()), bucket_mb).buckets
+            layouts[f"{model}-{bucket_mb}"] = [bucket.buffer.numel() * bucket.buffer.element_size()
+                                               for bucket in buckets]
+    return layouts
+
+
+@launch_once
+def code_layouts():
+    """layouts_of_the_code, one launch for every test."""
+    return run_in_processes(1, layouts_of_the_code)[0]
 
 
 def test_the_synthetic_results_are_valid_results_files(synthetic):
@@ -88,14 +106,15 @@ def test_every_section_exists_with_its_tables_and_numbers(synthetic):
     performance = documents["4-performance.md"]
     scaling = documents["5-scalability.md"]
     assert text("model.mlp.parameters") == "567,434" and text("model.mlp.bytes") == "2.27 MB"
-    models = run_alone(model_facts)
-    assert numbers["model.cnn.parameters"]["value"] == models["cnn_parameters"]
+    layouts = code_layouts()  # the models of the code under test
+    cnn_parameters = sum(math.prod(shape) for shape, _ in layouts["cnn"])
+    assert numbers["model.cnn.parameters"]["value"] == cnn_parameters
     assert "```mermaid" in architecture and "torchrun" in architecture
     assert "SLURM_PROCID" in architecture
     assert "shard_indices" in flow and "```mermaid" in flow
     per_param_row = next(line for line in comm.splitlines() if line.startswith("| per-param |"))
     _, collectives, *_ = per_param_row.split(" | ")
-    assert collectives == str(models["mlp_tensors"])
+    assert collectives == str(len(layouts["mlp"]))
     assert "| ring | 1 | 2 |" in comm  # one all-reduce, 2(n-1) = 2 message steps at n = 2
     assert text("comm.mlp.flat.w4.bytes_per_rank") in comm and "all-reduce bucket 0" in comm
     for name in ("fit.gloo.w2.alpha_s", "fit.gloo.alpha_s", "fit.ring.bandwidth"):
@@ -271,33 +290,6 @@ def test_no_template_types_a_measured_number_by_hand(template):
                    flags=re.M)
     assert NUMBER_WITH_UNIT.findall(prose) == []
     assert re.findall(r"\b\d+\.\d+\b", prose) == []
-
-
-MODELS = ["mlp", "cnn"]
-BUCKET_MBS = [0.25, 1, 4, 25]
-
-
-def layouts_of_the_code(rank, world_size):
-    """{"<model>": its parameters' shapes and dtypes, "<model>-<bucket_mb>": the byte sizes of
-    BucketedSync's buckets}. Run in a child, whose process group BucketedSync needs."""
-    from manual_allreduce import BucketedSync
-    from runtime.models import build_model
-
-    layouts = {}
-    for model in MODELS:
-        layouts[model] = [(list(parameter.shape), str(parameter.dtype).removeprefix("torch."))
-                          for parameter in build_model(model).parameters()]
-        for bucket_mb in BUCKET_MBS:  # a fresh model each: BucketedSync hooks its parameters
-            buckets = BucketedSync(list(build_model(model).parameters()), bucket_mb).buckets
-            layouts[f"{model}-{bucket_mb}"] = [bucket.buffer.numel() * bucket.buffer.element_size()
-                                               for bucket in buckets]
-    return layouts
-
-
-@launch_once
-def code_layouts():
-    """layouts_of_the_code, one launch for every case."""
-    return run_in_processes(1, layouts_of_the_code)[0]
 
 
 @pytest.mark.parametrize("model", MODELS)

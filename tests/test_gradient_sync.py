@@ -6,9 +6,12 @@ on its slice of the same global batches; after every step rank 0 compares its pa
 with DDP's and with a one-process model trained on the whole global batch, and every rank
 compares its parameters with rank 0's. SGD without momentum keeps a gradient summed instead
 of averaged visible (Adam would hide any constant factor).
+
+The code under test is imported inside the functions that run in the child processes, never at the
+top: this module is also imported by the process that decides the tests (tests/grading/judge.py).
+The one-process reference trains the same models, so it runs in a child too.
 """
 import copy
-import functools
 
 import pytest
 import torch
@@ -16,12 +19,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from manual_allreduce import STRATEGIES, average_gradients
-from runtime.manual_ddp import make_sync
-from runtime.models import CNN, MLP
-from runtime.modes import wrap_model
-from runtime.timing import CommRecorder
-from tests.harness import launch_once, run_in_processes
+from manual_allreduce import STRATEGIES
+from tests.harness import launch_once, run_alone, run_in_processes
 
 STEPS = 3
 BATCH_PER_RANK = 8
@@ -58,8 +57,21 @@ class SharedWeight(nn.Module):
         return self.out(torch.relu(self.second(torch.relu(self.first(hidden)))))
 
 
-MODELS = {"mlp": lambda: MLP(dropout=0.0), "cnn": lambda: CNN(dropout=(0.0, 0.0)),
-          "frozen": FrozenFirstLayer, "shared": SharedWeight}
+def mlp():
+    """The MLP without dropout: each rank computes exactly what one process would."""
+    from runtime.models import MLP
+
+    return MLP(dropout=0.0)
+
+
+def cnn():
+    """The CNN without dropout."""
+    from runtime.models import CNN
+
+    return CNN(dropout=(0.0, 0.0))
+
+
+MODELS = {"mlp": mlp, "cnn": cnn, "frozen": FrozenFirstLayer, "shared": SharedWeight}
 
 
 def global_batches(world_size):
@@ -98,6 +110,9 @@ def train_one_process(model_name, world_size):
 
 
 def train_distributed(rank, world_size, model_name, mode, strategy, compress):
+    from runtime.modes import wrap_model
+    from runtime.timing import CommRecorder
+
     torch.manual_seed(rank)  # different parameters per rank: the wrapper must broadcast rank 0's
     model = MODELS[model_name]()
     wrapped = wrap_model(model, mode, CommRecorder(), strategy, bucket_mb=0.5, compress=compress)
@@ -144,9 +159,19 @@ def outcomes(world_size):
     return run_in_processes(world_size, run_all, configurations(), timeout_s=120)
 
 
-@functools.lru_cache(maxsize=None)
+def train_one_process_each(world_size):
+    """train_one_process for every model, in one child: a launch costs most of a second."""
+    return {model_name: train_one_process(model_name, world_size) for model_name in MODELS}
+
+
+@launch_once
+def references(world_size):
+    # one launch for every model, as outcomes() is: a model that fails fails both at this size
+    return run_alone(train_one_process_each, world_size)
+
+
 def reference(model_name, world_size):
-    return train_one_process(model_name, world_size)
+    return references(world_size)[model_name]
 
 
 WORLD_SIZES = (1, 2, 3, 4)
@@ -207,6 +232,10 @@ def test_compressed_gradients_stay_within_the_wire_precision(world_size, configu
 def average_by_hand_and_by_each_strategy(rank, world_size):
     """One backward's gradients averaged by `average_gradients`, and by each strategy used alone
     (no wrapper: the bucketed one through its own hooks); the largest difference per strategy."""
+    from manual_allreduce import average_gradients
+    from runtime.manual_ddp import make_sync
+    from runtime.models import MLP
+
     torch.manual_seed(0)
     reference = MLP(dropout=0.0)
     generator = torch.Generator().manual_seed(rank)

@@ -5,6 +5,9 @@ record every call; a check reads the calls of each step's synchronisation, from 
 backward to the end of finish_gradient_synchronization(). Each test also runs deliberately wrong
 strategies, defined here, and asserts that its check rejects them: a check that cannot fail
 proves nothing. Only the autograder has this file.
+
+The code under test is imported inside the functions that run in the child processes, never at the
+top: this module is also imported by the process that decides the tests (tests/grading/judge.py).
 """
 import functools
 import inspect
@@ -17,7 +20,6 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from runtime.manual_ddp import ManualDDP
 from tests.harness import run_in_processes
 
 STEPS = 2
@@ -103,9 +105,15 @@ class Recorder:
 
 
 def record_cases(rank, world_size, cases):
-    """In one rank: {label: calls} of STEPS steps of wrapper(model, *args, **options) per case."""
+    """In one rank: {label: calls} of STEPS steps of wrapper(model, *args, **options) per case;
+    a case names its wrapper ("ManualDDP" or "Wrong"): a class handed over itself would be
+    imported, while the arguments are read, from the judge's folder, not the sandbox."""
+    from runtime.manual_ddp import ManualDDP
+
+    wrappers = {"ManualDDP": ManualDDP, "Wrong": Wrong}
     recorded = {}
-    for label, wrapper, args, options in cases:
+    for label, wrapper_name, args, options in cases:
+        wrapper = wrappers[wrapper_name]
         torch.manual_seed(rank)  # different on each rank: start-up must broadcast rank 0's
         model = small_model()
         with Recorder() as recorder:
@@ -247,9 +255,9 @@ class Wrong:
 def record(world_size, solutions, wrong):
     """Each rank's {label: calls}: first ManualDDP(model, strategy, **options) for each label:
     (strategy, options) of `solutions` (one that raises stops the test), then each Wrong."""
-    cases = [(label, ManualDDP, (strategy,), options)
+    cases = [(label, "ManualDDP", (strategy,), options)
              for label, (strategy, options) in solutions.items()]
-    cases += [(label, Wrong, (), options) for label, options in wrong.items()]
+    cases += [(label, "Wrong", (), options) for label, options in wrong.items()]
     return run_in_processes(world_size, record_cases, cases, timeout_s=30)  # a hang: 30 s
 
 

@@ -1,4 +1,6 @@
-"""What happens when things go wrong: restarts, dead ranks, signals, divergence, bad input."""
+"""What happens when things go wrong: restarts, dead ranks, signals, divergence, bad input.
+
+Every run is a fresh process in the folder of the code under test (tests/grading/sandbox.py)."""
 import json
 import os
 import select
@@ -11,9 +13,9 @@ import time
 import pytest
 import torch
 
+from tests.grading.sandbox import child_process
 from tests.harness import (
     MNIST_FILES,
-    REPO,
     one_line_exit_2,
     run_cli,
     run_ok,
@@ -76,8 +78,8 @@ def test_a_rank_killed_mid_epoch_under_torchrun_restarts_from_the_checkpoint(
                "--debug-exit-rank", 1, "--debug-exit-step", 9)
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
                "--max-restarts=1", "--standalone", "mlp_ddp.py", *map(str, options)]
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=240,
-                          env=without_offline_data())
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240,
+                          env=without_offline_data(), **child_process())
     errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
     assert done.returncode == 0, "\n".join(errors)
     assert "exiting at step 9" in done.stderr and "resumed from" in done.stdout
@@ -150,9 +152,10 @@ def test_uneven_data_drops_the_last_partial_global_batch_and_counts_each_sample_
 def start_group(*args):
     """The launcher in a process group of its own, so the test can find every process it
     started."""
-    return subprocess.Popen([sys.executable, "mlp_ddp.py", *map(str, args)], cwd=REPO,
+    return subprocess.Popen([sys.executable, "mlp_ddp.py", *map(str, args)],
                             env=without_offline_data(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            **child_process())
 
 
 def group_alive(pgid, within_s=15):

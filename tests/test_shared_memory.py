@@ -1,7 +1,11 @@
 """The shared-memory all-reduce (manual_collectives.py, section 7): it sums as dist.all_reduce does
 for awkward lengths, dtypes and world sizes, on one host or several; DDP through its comm hook
 trains as DDP; a rank that dies or stalls ends the others within the timeout; and no segment is
-left in /dev/shm. One launch of processes per world size runs every case of that size."""
+left in /dev/shm. One launch of processes per world size runs every case of that size.
+
+The code under test is imported inside the functions that run in the child processes, never at the
+top: this module is also imported by the process that decides the tests (tests/grading/judge.py).
+"""
 import os
 import signal
 import tempfile
@@ -14,10 +18,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import multiprocessing, nn
 
-from manual_collectives import SharedMemoryAllReduce
 from runtime.launch import free_port
-from runtime.modes import TimedDDP
-from runtime.timing import CommRecorder
+from tests.grading import sandbox
 from tests.harness import START_METHOD, launch_once, run_in_processes
 
 SLOT_BYTES = 64 * 2**10  # small slots, so that the large prime goes through in several pieces
@@ -41,6 +43,8 @@ def layouts(world_size):
 
 def compare_with_library(rank, world_size):
     """{layout: [(dtype, length, data, what differs)]} for every case, and the segments' paths."""
+    from manual_collectives import SharedMemoryAllReduce
+
     mismatches = {}
     paths = []
     for layout, hosts in layouts(world_size).items():
@@ -112,6 +116,9 @@ DDP_WORLD_SIZE = 3
 def train_ddp(rank, world_size):
     """Three SGD steps of DDP, with its own all-reduce and with the shm hook; the parameters after
     each, per hook."""
+    from runtime.modes import TimedDDP
+    from runtime.timing import CommRecorder
+
     histories = {}
     for hook in ("none", "shm"):
         torch.manual_seed(0)
@@ -151,7 +158,11 @@ TIMEOUT_S = 1.0
 def failing_rank(rank, world_size, port, folder):
     """Phase 1: rank KILLED arrives late, so the others time out (and so does it, afterwards).
     Phase 2, a new segment: rank KILLED is SIGKILLed in the middle of the calls. Each survivor
-    writes what it saw."""
+    writes what it saw. Started without the harness (a rank dies here), so it enters the sandbox
+    itself, as the harness's children do, before importing the code under test."""
+    sandbox.enter()
+    from manual_collectives import SharedMemoryAllReduce
+
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world_size, timeout=timedelta(seconds=30))
@@ -180,12 +191,14 @@ def failing_rank(rank, world_size, port, folder):
 
 def test_a_stalled_rank_times_out_and_a_killed_rank_ends_the_others_at_once():
     with tempfile.TemporaryDirectory() as folder:
+        sandbox.hand_over(folder)  # the ranks may run as another user: let them write there
         context = multiprocessing.start_processes(failing_rank, args=(3, free_port(), folder),
                                                   nprocs=3, join=False, start_method=START_METHOD)
         for process in context.processes:
             process.join(60)
         assert not any(process.is_alive() for process in context.processes), "a rank hung"
-        survivors = [torch.load(os.path.join(folder, f"{rank}.pt")) for rank in (0, 1)]
+        survivors = [torch.load(os.path.join(folder, f"{rank}.pt"), weights_only=True)
+                     for rank in (0, 1)]
     for seen in survivors:
         message, seconds = seen["stalled"]
         # the deadline, not gloo's 30 s, ended the wait, with one line naming the late rank

@@ -1,5 +1,8 @@
 """sweep.py plans the right runs, survives a failed one, and runs end to end on a tiny
-configuration."""
+configuration.
+
+The real sweep runs in a child process in the submission's folder (tests/harness.py run_alone):
+its runs are that folder's mlp_ddp.py, and its plots count the buckets of its models."""
 import glob
 import json
 import os
@@ -9,6 +12,7 @@ import sys
 from analysis import sweep
 from manual_allreduce import STRATEGIES
 from runtime.results import validate
+from tests.harness import run_alone
 
 TINY = ["--models", "mlp", "--world-sizes", "1,2", "--strategies", "flat", "--bucket-mbs", "1",
         "--max-steps", "5", "--epochs", "1", "--train-samples", "1024", "--repeats", "1"]
@@ -77,7 +81,7 @@ def test_a_tiny_sweep_writes_valid_results_and_the_plots(tmp_path, real_data):
     # the bucket sweep's two runs would double the test's time; the dry run covers them
     no_bucket_sweep = ["--bucket-mbs", ""]
     arguments = TINY + no_bucket_sweep + ["--extra", extra, "--results-dir", str(tmp_path)]
-    assert sweep.main(arguments) == 0
+    assert run_alone(sweep.main, arguments) == 0
     documents = {}
     for path in glob.glob(str(tmp_path / "*.json")):
         with open(path) as file:

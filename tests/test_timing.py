@@ -1,12 +1,17 @@
-"""Timing semantics on a fake clock: compute, exposed and busy communication, overlap, the trace."""
+"""Timing semantics on a fake clock: compute, exposed and busy communication, overlap, the trace.
+
+Each scenario runs in a child process (tests/harness.py run_alone) on a fake clock and returns
+its step records; the tests check them here. The code under test is imported inside those
+functions, never at the top, as this module is also imported by the process that decides the
+tests (tests/grading/judge.py)."""
+import contextlib
 import json
 
 import pytest
 import torch
 
-import manual_allreduce
-from runtime import timing
-from tests.harness import run_cli
+from runtime.timing import FIELDS
+from tests.harness import run_alone, run_cli
 
 
 class FakeClock:
@@ -30,11 +35,20 @@ class FakeWork:
         return self.future
 
 
-@pytest.fixture
-def clock(monkeypatch):
-    fake = FakeClock()
-    monkeypatch.setattr(timing.time, "perf_counter", fake)
-    return fake
+@contextlib.contextmanager
+def fake_clock():
+    """In a child: the timer's host clock replaced by a FakeClock, which the scenario advances."""
+    from runtime import timing
+
+    clock = FakeClock()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(timing.time, "perf_counter", clock)
+        yield clock
+
+
+def plain(records):
+    """Step records as plain floats, which come back from a child (numpy's would not)."""
+    return [{field: float(value) for field, value in record.items()} for record in records]
 
 
 def one_step(timer, clock, forward, backward, comm_busy, exposed, optimizer=0.01, data=0.002):
@@ -57,6 +71,31 @@ def one_step(timer, clock, forward, backward, comm_busy, exposed, optimizer=0.01
     timer.end_step()
 
 
+def time_steps(step, steps, warmup_steps, backward_baseline):
+    """The records of `steps` one_step(**step) timed by StepTimer(warmup_steps=...)."""
+    from runtime import timing
+
+    with fake_clock() as clock:
+        timer = timing.StepTimer(warmup_steps=warmup_steps)
+        if backward_baseline is not None:
+            timer.backward_baseline = backward_baseline
+        for _ in range(steps):
+            one_step(timer, clock, **step)
+        return plain(timer.take_epoch())
+
+
+def measured_steps(steps=1, warmup_steps=0, backward_baseline=None, **step):
+    """time_steps in a child: the step records of `steps` steps shaped by one_step's options."""
+    return run_alone(time_steps, step, steps, warmup_steps, backward_baseline)
+
+
+def overlaps(pairs):
+    """timing.overlap(hidden, busy) for each pair."""
+    from runtime import timing
+
+    return [timing.overlap(hidden, busy) for hidden, busy in pairs]
+
+
 def assert_invariants(step):
     """What every step record satisfies, whatever the strategy (timing.py's docstring)."""
     assert 0 <= step["comm_hidden"] <= step["comm_busy"] <= step["step"] + 1e-12
@@ -64,10 +103,8 @@ def assert_invariants(step):
     assert step["data"] + step["compute"] + step["comm_exposed"] == pytest.approx(step["step"])
 
 
-def test_phases_busy_hidden_and_exposed_communication_follow_their_definitions(clock):
-    timer = timing.StepTimer()
-    one_step(timer, clock, forward=0.010, backward=0.030, comm_busy=0.020, exposed=0.005)
-    (step,) = timer.take_epoch()
+def test_phases_busy_hidden_and_exposed_communication_follow_their_definitions():
+    (step,) = measured_steps(forward=0.010, backward=0.030, comm_busy=0.020, exposed=0.005)
     assert step["forward"] == pytest.approx(0.010) and step["backward"] == pytest.approx(0.030)
     assert step["sync"] == pytest.approx(0.005)
     # busy: launch to completion; 15 ms of it lie inside backward (hidden), 5 ms after it (exposed)
@@ -76,28 +113,37 @@ def test_phases_busy_hidden_and_exposed_communication_follow_their_definitions(c
     assert step["comm_exposed"] == pytest.approx(0.005)
     assert step["step"] == pytest.approx(0.002 + 0.010 + 0.030 + 0.005 + 0.010)
     assert step["compute"] == pytest.approx(0.010 + 0.030 + 0.010)
-    assert timing.overlap(step["comm_hidden"], step["comm_busy"]) == pytest.approx(0.75)
+    (share,) = run_alone(overlaps, [(step["comm_hidden"], step["comm_busy"])])
+    assert share == pytest.approx(0.75)
     assert_invariants(step)
 
 
-def test_two_collectives_in_flight_together_count_once(clock):
-    # Bucket 1 is launched while bucket 0 is still in flight and queues behind it: summing the two
-    # spans (40 ms) would exceed the 30 ms step; the union is the 25 ms during which either ran.
-    timer = timing.StepTimer()
-    timer.start_step()
-    timer.mark("data")
-    clock.advance(0.005)
-    first = timer.comm.started("bucket 0")
-    clock.advance(0.005)
-    second = timer.comm.started("bucket 1")
-    clock.advance(0.010)
-    timer.comm.finished(first)
-    timer.mark("backward")
-    clock.advance(0.010)
-    timer.comm.finished(second)
-    timer.mark("sync")
-    timer.end_step()
-    (step,) = timer.take_epoch()
+def two_collectives_in_flight():
+    # Bucket 1 is launched while bucket 0 is still in flight and queues behind it.
+    from runtime import timing
+
+    with fake_clock() as clock:
+        timer = timing.StepTimer()
+        timer.start_step()
+        timer.mark("data")
+        clock.advance(0.005)
+        first = timer.comm.started("bucket 0")
+        clock.advance(0.005)
+        second = timer.comm.started("bucket 1")
+        clock.advance(0.010)
+        timer.comm.finished(first)
+        timer.mark("backward")
+        clock.advance(0.010)
+        timer.comm.finished(second)
+        timer.mark("sync")
+        timer.end_step()
+        return plain(timer.take_epoch())
+
+
+def test_two_collectives_in_flight_together_count_once():
+    # Summing the two spans (40 ms) would exceed the 30 ms step; the union is the 25 ms during
+    # which either ran.
+    (step,) = run_alone(two_collectives_in_flight)
     assert step["step"] == pytest.approx(0.030)
     assert step["comm_busy"] == pytest.approx(0.025)  # not 0.015 + 0.025 = 0.040
     assert step["comm_hidden"] == pytest.approx(0.015)
@@ -105,83 +151,133 @@ def test_two_collectives_in_flight_together_count_once(clock):
     assert_invariants(step)
 
 
+def union_lengths(calls):
+    """timing.union_length(intervals, low, high) for each argument tuple."""
+    from runtime import timing
+
+    return [timing.union_length(*call) for call in calls]
+
+
 def test_the_union_of_intervals_merges_overlaps_and_clips_to_the_window():
-    assert timing.union_length([(0, 2), (1, 3), (5, 6)], 0, 10) == 3 + 1
-    assert timing.union_length([(0, 2), (1, 3), (5, 6)], 1.5, 5.5) == pytest.approx(1.5 + 0.5)
-    assert timing.union_length([(2, 3), (0, 10)], 0, 10) == 10
-    assert timing.union_length([], 0, 1) == 0
+    merged, clipped, nested, empty = run_alone(union_lengths, [
+        ([(0, 2), (1, 3), (5, 6)], 0, 10), ([(0, 2), (1, 3), (5, 6)], 1.5, 5.5),
+        ([(2, 3), (0, 10)], 0, 10), ([], 0, 1)])
+    assert merged == 3 + 1
+    assert clipped == pytest.approx(1.5 + 0.5)
+    assert nested == 10
+    assert empty == 0
 
 
 def test_overlap_is_the_hidden_share_and_none_without_communication():
-    assert timing.overlap(0.0, 0.0) is None
-    assert timing.overlap(0.01, 0.01) == 1.0
-    assert timing.overlap(0.0, 0.01) == 0.0
+    nothing, all_hidden, none_hidden = run_alone(overlaps, [(0.0, 0.0), (0.01, 0.01), (0.0, 0.01)])
+    assert nothing is None
+    assert all_hidden == 1.0
+    assert none_hidden == 0.0
 
 
-def test_a_collective_finished_inside_its_launch_call_still_counts_as_busy_and_exposed(clock):
-    timer = timing.StepTimer()
-    timer.start_step()
-    timer.mark("backward")
-    span = timer.comm.started("ring")
-    clock.advance(0.004)  # the whole all-reduce runs inside the call, as the ring's does
-    timer.comm.finished(span)
-    timer.mark("sync")
-    timer.end_step()
-    (step,) = timer.take_epoch()
+def collective_finished_inside_its_launch_call():
+    from runtime import timing
+
+    with fake_clock() as clock:
+        timer = timing.StepTimer()
+        timer.start_step()
+        timer.mark("backward")
+        span = timer.comm.started("ring")
+        clock.advance(0.004)  # the whole all-reduce runs inside the call, as the ring's does
+        timer.comm.finished(span)
+        timer.mark("sync")
+        timer.end_step()
+        return plain(timer.take_epoch())
+
+
+def test_a_collective_finished_inside_its_launch_call_still_counts_as_busy_and_exposed():
+    (step,) = run_alone(collective_finished_inside_its_launch_call)
     assert step["comm_busy"] == pytest.approx(0.004)
     assert step["comm_exposed"] == pytest.approx(0.004)
 
 
-@pytest.fixture
-def pending_all_reduce(monkeypatch):
-    """dist.all_reduce(async_op=True) as seen by start_all_reduce, completing when the test says."""
+@contextlib.contextmanager
+def pending_all_reduce():
+    """In a child: dist.all_reduce(async_op=True) as seen by start_all_reduce, completing when the
+    scenario says."""
+    import manual_allreduce
+
     work = FakeWork()
-    monkeypatch.setattr(manual_allreduce.dist, "all_reduce", lambda tensor, async_op: work)
-    return work
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(manual_allreduce.dist, "all_reduce", lambda tensor, async_op: work)
+        yield work
 
 
-def test_an_asynchronous_all_reduce_is_recorded_until_its_future_completes(clock,
-                                                                           pending_all_reduce):
-    timer = timing.StepTimer()
-    timer.start_step()
-    timer.mark("backward")
-    done = manual_allreduce.start_all_reduce(torch.zeros(1), "bucket 0", timer.comm)
-    clock.advance(0.004)
-    pending_all_reduce.future.set_result([torch.zeros(1)])  # on the backend's thread, really
-    done.wait()
-    clock.advance(0.001)
-    timer.mark("sync")
-    timer.end_step()
-    (step,) = timer.take_epoch()
+def asynchronous_all_reduce():
+    import manual_allreduce
+    from runtime import timing
+
+    with fake_clock() as clock, pending_all_reduce() as pending:
+        timer = timing.StepTimer()
+        timer.start_step()
+        timer.mark("backward")
+        done = manual_allreduce.start_all_reduce(torch.zeros(1), "bucket 0", timer.comm)
+        clock.advance(0.004)
+        pending.future.set_result([torch.zeros(1)])  # on the backend's thread, really
+        done.wait()
+        clock.advance(0.001)
+        timer.mark("sync")
+        timer.end_step()
+        return plain(timer.take_epoch())
+
+
+def test_an_asynchronous_all_reduce_is_recorded_until_its_future_completes():
+    (step,) = run_alone(asynchronous_all_reduce)
     assert step["comm_busy"] == pytest.approx(0.004)
     assert step["comm_exposed"] == pytest.approx(0.004)
 
 
-def test_a_failed_asynchronous_all_reduce_raises_where_it_is_waited_for(pending_all_reduce):
-    done = manual_allreduce.start_all_reduce(torch.zeros(1), "bucket 0", timing.CommRecorder())
-    pending_all_reduce.future.set_exception(RuntimeError("a peer went away"))
-    with pytest.raises(RuntimeError, match="a peer went away"):
-        done.wait()
+def failed_asynchronous_all_reduce():
+    """The RuntimeError that waiting for a failed all-reduce raises, as its message; None if
+    waiting raises none."""
+    import manual_allreduce
+    from runtime import timing
+
+    with pending_all_reduce() as pending:
+        done = manual_allreduce.start_all_reduce(torch.zeros(1), "bucket 0",
+                                                 timing.CommRecorder())
+        pending.future.set_exception(RuntimeError("a peer went away"))
+        try:
+            done.wait()
+        except RuntimeError as error:
+            return str(error)
+    return None
 
 
-def test_without_communication_busy_hidden_and_exposed_are_exactly_zero(clock):
-    timer = timing.StepTimer()
-    timer.start_step()
-    for phase in timing.PHASES:
-        clock.advance(0.003)
-        timer.mark(phase)
-    timer.end_step()
-    (step,) = timer.take_epoch()
+def test_a_failed_asynchronous_all_reduce_raises_where_it_is_waited_for():
+    message = run_alone(failed_asynchronous_all_reduce)
+    assert message is not None, "waiting did not raise"
+    assert "a peer went away" in message
+
+
+def step_without_communication():
+    from runtime import timing
+
+    with fake_clock() as clock:
+        timer = timing.StepTimer()
+        timer.start_step()
+        for phase in timing.PHASES:
+            clock.advance(0.003)
+            timer.mark(phase)
+        timer.end_step()
+        return plain(timer.take_epoch())
+
+
+def test_without_communication_busy_hidden_and_exposed_are_exactly_zero():
+    (step,) = run_alone(step_without_communication)
     assert (step["comm_busy"], step["comm_hidden"], step["comm_exposed"]) == (0.0, 0.0, 0.0)
     assert step["own_work"] == step["step"]
 
 
-def test_ddp_backward_beyond_the_calibrated_baseline_counts_as_exposed(clock):
+def test_ddp_backward_beyond_the_calibrated_baseline_counts_as_exposed():
     # DDP's backward (40 ms) waits for its bucket inside; without communication it takes 25 ms.
-    timer = timing.StepTimer()
-    timer.backward_baseline = 0.025
-    one_step(timer, clock, forward=0.010, backward=0.040, comm_busy=0.030, exposed=0.0)
-    (step,) = timer.take_epoch()
+    (step,) = measured_steps(backward_baseline=0.025, forward=0.010, backward=0.040,
+                             comm_busy=0.030, exposed=0.0)
     assert step["comm_exposed"] == pytest.approx(0.015)
     # the bucket ran from 10 ms into backward to its end; 15 ms of that lie before the estimated
     # end of compute
@@ -190,43 +286,45 @@ def test_ddp_backward_beyond_the_calibrated_baseline_counts_as_exposed(clock):
     assert_invariants(step)
 
 
-def test_ddp_estimate_is_not_clamped_so_its_mean_stays_unbiased(clock):
+def test_ddp_estimate_is_not_clamped_so_its_mean_stays_unbiased():
     # A backward that happens to run faster than the baseline gives a negative estimate for that
-    # step,
-    # which cancels the positive noise of others instead of biasing the mean upwards.
-    timer = timing.StepTimer()
-    timer.backward_baseline = 0.025
-    one_step(timer, clock, forward=0.010, backward=0.024, comm_busy=0.0, exposed=0.0)
-    (step,) = timer.take_epoch()
+    # step, which cancels the positive noise of others instead of biasing the mean upwards.
+    (step,) = measured_steps(backward_baseline=0.025, forward=0.010, backward=0.024,
+                             comm_busy=0.0, exposed=0.0)
     assert step["comm_exposed"] == pytest.approx(-0.001)
     assert_invariants(step)
 
 
-def test_warm_up_steps_are_left_out(clock):
-    timer = timing.StepTimer(warmup_steps=2)
-    for _ in range(5):
-        one_step(timer, clock, forward=0.01, backward=0.02, comm_busy=0.01, exposed=0.0)
-    assert len(timer.take_epoch()) == 3
+def test_warm_up_steps_are_left_out():
+    records = measured_steps(steps=5, warmup_steps=2, forward=0.01, backward=0.02, comm_busy=0.01,
+                             exposed=0.0)
+    assert len(records) == 3
+
+
+def summarize_ranks(steps_per_rank):
+    from runtime import timing
+
+    return timing.summarize_ranks(steps_per_rank)
 
 
 def test_the_straggler_compares_own_work_not_steps_that_waiting_made_equal():
     # Three ranks whose steps all last 10 ms (blocking collectives); rank 2 works 9 ms of them,
     # the others 6 ms and then wait 4 ms for it. Step times say 1.0; own work says 1.5.
     def steps(own_work):
-        record = dict.fromkeys(timing.FIELDS, 0.0)
+        record = dict.fromkeys(FIELDS, 0.0)
         record.update(step=0.010, own_work=own_work, comm_exposed=0.010 - own_work)
         return [record] * 3
-    summary = timing.summarize_ranks([steps(0.006), steps(0.006), steps(0.009)])
+    summary = run_alone(summarize_ranks, [steps(0.006), steps(0.006), steps(0.009)])
     assert summary["across_ranks"]["step"]["slowest_rank_mean"] == pytest.approx(0.010)
     assert summary["straggler"] == pytest.approx(0.009 / 0.006)
 
 
 def test_ranks_are_summarised_per_rank_and_across():
     def steps(seconds):
-        return [dict.fromkeys(timing.FIELDS, value) for value in seconds]
+        return [dict.fromkeys(FIELDS, value) for value in seconds]
 
-    summary = timing.summarize_ranks([steps([1.0, 1.0, 1.0]), steps([1.0, 2.0, 3.0]),
-                                      steps([4.0, 4.0, 4.0])])
+    summary = run_alone(summarize_ranks, [steps([1.0, 1.0, 1.0]), steps([1.0, 2.0, 3.0]),
+                                          steps([4.0, 4.0, 4.0])])
     assert [rank["step"]["mean"] for rank in summary["per_rank"]] == [1.0, 2.0, 4.0]
     assert summary["across_ranks"]["step"]["median"] == 2.0
     assert summary["across_ranks"]["step"]["slowest_rank_mean"] == 4.0
@@ -281,17 +379,29 @@ class FakeCudaEvent:
         return (later.time - self.time) * 1e3
 
 
-def test_on_cuda_marks_are_events_read_once_per_epoch_not_a_synchronize_per_mark(clock,
-                                                                                 monkeypatch):
+def one_step_on_a_fake_cuda_device():
+    """When torch.cuda.synchronize was called (clock readings) while the step ran and once its
+    records were taken, and the records."""
+    from runtime import timing
+
     synchronized = []
-    FakeCudaEvent.clock = clock
-    monkeypatch.setattr(timing.torch.cuda, "Event", FakeCudaEvent)
-    monkeypatch.setattr(timing.torch.cuda, "synchronize", lambda: synchronized.append(clock()))
-    timer = timing.StepTimer(torch.device("cuda", 0))
-    one_step(timer, clock, forward=0.010, backward=0.030, comm_busy=0.020, exposed=0.005)
-    assert synchronized == []  # nothing waits for the device while the step runs
-    (step,) = timer.take_epoch()
-    assert synchronized  # the events are read after the epoch
+    with fake_clock() as clock, pytest.MonkeyPatch.context() as patch:
+        FakeCudaEvent.clock = clock
+        patch.setattr(timing.torch.cuda, "Event", FakeCudaEvent)
+        patch.setattr(timing.torch.cuda, "synchronize", lambda: synchronized.append(clock()))
+        timer = timing.StepTimer(torch.device("cuda", 0))
+        one_step(timer, clock, forward=0.010, backward=0.030, comm_busy=0.020, exposed=0.005)
+        during_the_step = list(synchronized)
+        records = plain(timer.take_epoch())
+    return {"during_the_step": during_the_step, "after_the_epoch": synchronized,
+            "records": records}
+
+
+def test_on_cuda_marks_are_events_read_once_per_epoch_not_a_synchronize_per_mark():
+    timed = run_alone(one_step_on_a_fake_cuda_device)
+    assert timed["during_the_step"] == []  # nothing waits for the device while the step runs
+    (step,) = timed["records"]
+    assert timed["after_the_epoch"]  # the events are read after the epoch
     assert step["step"] == pytest.approx(0.057) and step["comm_busy"] == pytest.approx(0.020)
     assert step["comm_hidden"] == pytest.approx(0.015)
     assert step["comm_exposed"] == pytest.approx(0.005)

@@ -1,17 +1,19 @@
 """The timing definitions hold on real runs: every strategy and DDP at 2 and 4 ranks, one process,
-a deliberately slow rank, DDP's calibration, and every results file committed under results/."""
+a deliberately slow rank, DDP's calibration, and every results file committed under results/.
+
+The runs and the benchmark start as fresh processes in the folder of the code under test
+(tests/harness.py SANDBOX), whose committed results files are read from there too."""
 import glob
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from manual_allreduce import STRATEGIES
 from runtime import results
-from tests.harness import REPO, run_cli, run_ok
+from tests.grading.sandbox import run_python
+from tests.harness import SANDBOX, run_cli, run_ok
 
 SMALL = ("--val-samples", 100, "--test-samples", 100, "--epochs", 1, "--warmup-steps", 2,
          "--batch-size", 16)
@@ -50,10 +52,9 @@ def test_busy_hidden_and_exposed_keep_their_invariants_for_every_strategy_and_dd
     # with the trainer's timer (real gloo processes, DDP calibrated as in training) and reports
     # each one's means.
     output = tmp_path / "step.json"
-    command = [sys.executable, "-m", "benchmarks.step_bench", "--models", "mlp",
-               "--world-sizes", "2,4", "--steps", "3", "--warmup", "1", "--batch-size", "16",
-               "--output", output]
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    command = ["-m", "benchmarks.step_bench", "--models", "mlp", "--world-sizes", "2,4",
+               "--steps", "3", "--warmup", "1", "--batch-size", "16", "--output", output]
+    done = run_python(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     rows = json.loads(output.read_text())["measurements"]
     assert {(row["world_size"], row["configuration"]) for row in rows} == \
@@ -137,7 +138,7 @@ def test_the_compute_baseline_mode_runs_ddp_without_communicating(tiny_data, tmp
 
 
 def test_every_committed_results_file_satisfies_the_timing_invariants():
-    paths = glob.glob(os.path.join(REPO, "results", "**", "*.json"), recursive=True)
+    paths = glob.glob(os.path.join(SANDBOX, "results", "**", "*.json"), recursive=True)
     documents = {path: json.loads(open(path).read()) for path in paths}
     runs = [path for path, document in documents.items()
             if document.get("schema", "").startswith("ddp-mnist-results")]
@@ -147,4 +148,4 @@ def test_every_committed_results_file_satisfies_the_timing_invariants():
         assert document["schema"] == results.SCHEMA, \
             f"{path} was written before the current timing definitions"
         assert results.validate(document) == [], path
-        assert_timing_invariants(document, os.path.relpath(path, REPO))
+        assert_timing_invariants(document, os.path.relpath(path, SANDBOX))

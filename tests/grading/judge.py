@@ -5,7 +5,8 @@ decide there, in a process that never imports a module of the submission: nothin
 that process's path. The task modules (profile.TASK_FILES) are there as the student received
 them, every solution region a `raise NotImplementedError`: their names and constants import, and
 a test that calls a task's code in-process fails (the self-check's solution would lose marks)
-instead of quietly testing the instructor's own solution. Student code runs only in the children
+instead of quietly testing the instructor's own solution; judge_guard.py makes the code given
+around the regions raise there too. Student code runs only in the children
 the tests start in GRADE_SANDBOX (tests/harness.py: run_in_processes, run_alone, run_cli), and only
 data comes back.
 
@@ -64,7 +65,8 @@ def main(argv):
         env = {name: value for name, value in os.environ.items()
                if name not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
         env["GRADE_SANDBOX"] = sandbox
-        return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *argv],
+        return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                               "-p", "tests.grading.judge_guard", *argv],
                               cwd=judge, env=env).returncode
 
 

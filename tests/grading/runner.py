@@ -104,7 +104,7 @@ class Watchdog:
         progress = os.path.join(self.work, f"progress-{number}.jsonl")
         log = os.path.join(self.work, f"pytest-{number}.log")
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                   "-p", "tests.grading.lost_items",
+                   "-p", "tests.grading.lost_items", "-p", "tests.grading.judge_guard",
                    "--continue-on-collection-errors", "--rootdir", self.folder,
                    "--grade-profile", "--grade-progress", progress, *self.pytest_args,
                    *selection]
