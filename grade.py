@@ -15,8 +15,9 @@ sandbox, as `nobody` when grade.py is root (tests/grading/sandbox.py), and only 
 pytest runs the grading profile
 (tests/grading/profile.py: the rubric's tests that fit the budget), in its own process group,
 under a watchdog (tests/grading/runner.py): a test that runs past its timeout (default 60 s;
-some known-long tests more) is killed with its processes, recorded as failed, and pytest goes on
-with the tests left; so does a pytest that crashes. Once a test of an item hung, that item's
+some known-long tests more) is killed with its processes and run once more, alone; past its
+timeout again it is recorded as failed, and pytest goes on with the tests left; so does a pytest
+that crashes. Once a test of an item hung, that item's
 other tests are not run (the item is lost already; they would hang too). Tests not reached
 within the budget (default 300 s) are "not run", with the reason. CI is unset, so tests that
 need what the machine lacks (the real MNIST, root for Slurm, a GPU) are skipped and their items

@@ -66,13 +66,37 @@ def zombie(pid):
         return file.read().split(")")[-1].split()[0] == "Z"
 
 
+def test_a_test_that_times_out_once_is_run_again_alone_and_passing_then_earns_its_item(
+        tmp_path, monkeypatch):
+    slow_once = {"test_later.py": """
+        import os
+        import time
+
+
+        def test_slow_only_the_first_time():  # as under a load spike beside the grader
+            marker = os.path.join(os.environ["SLOW_ONCE_DIR"], "ran")
+            if not os.path.exists(marker):
+                open(marker, "w").close()
+                time.sleep(600)
+    """}
+    instructor = instructor_repository(str(tmp_path / "instructor"), slow_once)
+    submission = str(tmp_path / "submission")
+    write_files(submission, {"student.py": ""})
+    monkeypatch.setenv("SLOW_ONCE_DIR", str(tmp_path))
+    report = grade.grade(submission, TIMEOUT_S, 60, instructor)
+    assert items(report)["core.later"]["status"] == "earned"
+    assert [run["ended"] for run in report["runs"]] == ["timeout", "exited"]
+
+
 def test_a_crash_of_the_whole_pytest_fails_that_test_and_the_run_goes_on(graded):
     tests = by_nodeid(graded["report"])
     dead = tests["tests/test_crash.py::test_dies"]
     assert dead["outcome"] == "failed" and "killed by SIGSEGV" in dead["output"]
     assert tests["tests/test_crash.py::test_survives"]["outcome"] == "passed"
-    # the crash, then a hang; the slow failure's sibling is skipped inside pytest (lost_items.py)
-    assert [run["ended"] for run in graded["report"]["runs"]] == ["exited", "timeout", "exited"]
+    # the crash, then a hang, run again alone, hanging again; the slow failure's sibling is
+    # skipped inside pytest (lost_items.py)
+    assert [run["ended"] for run in graded["report"]["runs"]] == ["exited", "timeout", "timeout",
+                                                                   "exited"]
 
 
 def test_a_slow_failure_counts_as_a_hang_its_items_other_tests_are_not_run(graded):

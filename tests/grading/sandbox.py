@@ -7,6 +7,7 @@ enter(). Without those variables (a student's own `python -m pytest`) the sandbo
 repository and nothing changes user.
 """
 import os
+import resource
 import subprocess
 import sys
 
@@ -14,6 +15,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SANDBOX = os.path.abspath(os.environ.get("GRADE_SANDBOX") or REPO)
 CHILD_USER = os.environ.get("GRADE_CHILD_USER")  # "uid:gid", or None: stay who we are
 SCRATCH = os.environ.get("GRADE_SCRATCH")
+
+
+# What one process of student code may use beyond the judge's own limits (file size and address
+# space, tests/grading/runner.py): CPU seconds (the one-epoch accuracy run needs under 60), and
+# processes and threads of the child user together (a rank has some 20 threads).
+CPU_SECONDS = 600
+TASKS_OF_THE_CHILD_USER = 2048
 
 
 def ids():
@@ -47,8 +55,14 @@ def child_process():
     arguments = {"cwd": SANDBOX}
     if CHILD_USER:
         uid, gid = ids()
-        arguments.update(user=uid, group=gid, extra_groups=[])
+        arguments.update(user=uid, group=gid, extra_groups=[], preexec_fn=limit)
     return arguments
+
+
+def limit():
+    """The child user's limits, in the process about to become (or run) student code."""
+    resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
+    resource.setrlimit(resource.RLIMIT_NPROC, (TASKS_OF_THE_CHILD_USER, TASKS_OF_THE_CHILD_USER))
 
 
 def run_python(arguments, **options):
@@ -63,6 +77,7 @@ def enter():
     elsewhere = not os.path.samefile(SANDBOX, REPO)  # asked before the judge's folder is closed
     if CHILD_USER:
         uid, gid = ids()
+        limit()
         os.setgroups([])
         os.setgid(gid)
         os.setuid(uid)
