@@ -13,6 +13,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import multiprocessing
+from torch.multiprocessing.spawn import ProcessException
 
 from runtime.launch import free_port
 from tests.grading import sandbox
@@ -125,12 +126,17 @@ def launch_once(function):
     return once
 
 
+class ChildFailed(Exception):
+    """The code under test raised, or died, in a child process: the child's own traceback."""
+
+
 def run_in_processes(world_size, function, *args, timeout_s=60):
     """`function(rank, world_size, *args)` on every rank, each a child process joined to the others
     by a gloo process group, with the code under test imported from SANDBOX; returns the list of
     results in rank order. A result may hold tensors, numbers, strings, and lists, tuples and dicts
     of them: it comes back through torch.load(weights_only=True), which runs no code of the child's
     (pickle would)."""
+    __tracebackhide__ = True  # a failure shows the child's traceback, not the launcher's
     return _launch(world_size, function, args, timeout_s, with_group=True)
 
 
@@ -138,17 +144,22 @@ def run_alone(function, *args):
     """`function(*args)` in one child process with the code under test (no process group); its
     result, as run_in_processes returns one. Student code is called this way, never in pytest's own
     process, so that what decides a test (this process) runs none of it."""
+    __tracebackhide__ = True
     return _launch(1, function, args, None, with_group=False)[0]
 
 
 def _launch(world_size, function, args, timeout_s, with_group):
+    __tracebackhide__ = True
     target = (function.__module__, function.__qualname__)
     with tempfile.TemporaryDirectory() as folder:
         sandbox.hand_over(folder)  # where the children write their results
         sandbox.hand_over_scratch()
         worker_args = (world_size, free_port(), folder, target, args, timeout_s, with_group)
-        multiprocessing.start_processes(_worker, args=worker_args, nprocs=world_size,
-                                        start_method=START_METHOD)
+        try:
+            multiprocessing.start_processes(_worker, args=worker_args, nprocs=world_size,
+                                            start_method=START_METHOD)
+        except ProcessException as error:
+            raise ChildFailed(str(error).strip()) from None
         return [torch.load(os.path.join(folder, f"{rank}.pt"), weights_only=True)
                 for rank in range(world_size)]
 

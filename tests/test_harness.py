@@ -1,8 +1,13 @@
 """The tests' own harness (tests/harness.py): a launch shared by several tests runs once, and one
-that failed fails the others at once."""
-import pytest
+that failed fails the others at once; a child's error comes back as its traceback, its result
+only as data."""
+import os
+import pickle
 
-from tests.harness import LaunchFailed, launch_once
+import pytest
+import torch
+
+from tests.harness import ChildFailed, LaunchFailed, launch_once, run_alone
 
 
 def test_a_shared_launch_runs_once_per_arguments_and_a_failed_one_is_not_started_again():
@@ -25,3 +30,20 @@ def test_a_shared_launch_runs_once_per_arguments_and_a_failed_one_is_not_started
                                                r"NotImplementedError: Task 3: the ring"):
             outcomes(3)
     assert calls == [2, 3]
+
+
+def raises_in_the_child():
+    raise NotImplementedError("Task 1: the MLP's layers")
+
+
+def returns_what_pickle_would_run():
+    return {"fine": torch.ones(2), "not data": os.system}
+
+
+def test_a_childs_error_comes_back_as_its_own_traceback_and_only_data_comes_back():
+    with pytest.raises(ChildFailed, match=r"(?s)in raises_in_the_child.*NotImplementedError: "
+                                          r"Task 1: the MLP's layers"):
+        run_alone(raises_in_the_child)
+    # a function is code, not data: torch.load(weights_only=True) refuses it in the parent
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+        run_alone(returns_what_pickle_would_run)
