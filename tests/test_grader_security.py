@@ -51,26 +51,33 @@ TESTS = {
 # Right without the data, wrong with it: earns 2 marks only if the real-data test does not fail.
 WRONG_ON_DATA = "def answer(data=None):\n    return 41 if data else 42\n"
 
-# A process that leaves its session, waits for grade.py to exit, then writes full marks into the
-# results.json named on grade.py's command line.
-DAEMON = """
-import os, sys, time
+# Student code's way to the grader: up its ancestors to the first whose command line holds an
+# option, and that option's value.
+ANCESTOR_WITH = """
+import json, os, signal, time
 
 
-def grader():
+def parent_of(pid):
+    with open(f"/proc/{pid}/stat") as file:
+        stat = file.read()
+    return int(stat[stat.rfind(")") + 2:].split()[1])
+
+
+def ancestor_with(option):
     pid = os.getppid()
     while pid > 1:
         with open(f"/proc/{pid}/cmdline", "rb") as file:
             words = file.read().decode().split("\\0")
-        if "--gradescope" in words:
-            return pid, words[words.index("--gradescope") + 1]
-        with open(f"/proc/{pid}/stat") as file:
-            stat = file.read()
-        pid = int(stat[stat.rfind(")") + 2:].split()[1])
+        if option in words:
+            return pid, words[words.index(option) + 1]
+        pid = parent_of(pid)
     return None, None
+"""
 
-
-pid, results = grader()
+# A process that leaves its session, waits for grade.py to exit, then writes full marks into the
+# results.json named on grade.py's command line.
+DAEMON = ANCESTOR_WITH + """
+pid, results = ancestor_with("--gradescope")
 if results and os.fork() == 0:
     os.setsid()
     if os.fork() == 0:
@@ -84,35 +91,18 @@ if results and os.fork() == 0:
     os._exit(0)
 """
 
-# Walks up from the student's process to the one pytest whose command line names the progress
-# file grade.py reads the outcomes from (and the folder it runs in); as pytest's own plugin would
-# write them, appends "passed" for both tests and the run's end, then kills that pytest: grade.py
-# would take those events as the outcomes.
-FIND_THE_JUDGE = """
-import json, os, signal, time
-
-
-def parent_of(pid):
-    with open(f"/proc/{pid}/stat") as file:
-        stat = file.read()
-    return int(stat[stat.rfind(")") + 2:].split()[1])
-
-
-def the_judge():
-    pid = os.getppid()
-    while pid > 1:
-        with open(f"/proc/{pid}/cmdline", "rb") as file:
-            words = file.read().decode().split("\\0")
-        if "--grade-progress" in words:
-            return pid, words[words.index("--grade-progress") + 1]
-        pid = parent_of(pid)
+# Finds the one pytest whose command line names the progress file grade.py reads the outcomes
+# from, and the folders it and grade.py run in.
+FIND_THE_JUDGE = ANCESTOR_WITH + """
+JUDGE, PROGRESS = ancestor_with("--grade-progress")
+if JUDGE is None:
     raise SystemExit("no judge found")
-
-
-JUDGE, PROGRESS = the_judge()
 # the folders the judge and grade.py (its parent) run in: each reads tests/grading/rubric.py
 FOLDERS = [os.readlink(f"/proc/{pid}/cwd") for pid in (JUDGE, parent_of(JUDGE))]
 """
+
+# As pytest's own plugin would write them, appends "passed" for both tests and the run's end,
+# then kills the judge: grade.py would take those events as the outcomes.
 FORGE_EVENTS = FIND_THE_JUDGE + """
 with open(PROGRESS, "a") as file:
     for name in ("test_the_answer", "test_the_answer_on_the_real_data"):
@@ -124,6 +114,7 @@ with open(PROGRESS, "a") as file:
 os.kill(JUDGE, signal.SIGKILL)
 os._exit(0)
 """
+
 # Moves the failing test to another item in the rubric files the judge and grade.py read (as
 # root, refused: they are not nobody's; without root, too late: items are taken from the run's
 # first collection).
@@ -132,6 +123,7 @@ for folder in FOLDERS:
     with open(os.path.join(folder, "tests", "grading", "rubric.py"), "a") as file:
         file.write("TESTS.insert(0, ('tests/test_fast.py::test_the_answer_on', 'core.later'))\\n")
 """
+
 # Registers, in whatever pytest runs in its process, a plugin that turns every report into a pass.
 PLUGIN_IN_PROCESS = """
 import gc

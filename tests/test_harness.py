@@ -32,8 +32,13 @@ def test_a_shared_launch_runs_once_per_arguments_and_a_failed_one_is_not_started
     assert calls == [2, 3]
 
 
+# What a handout's unfinished region raises (held in a name: the handout's checks count that
+# raise statement in task files only).
+UNFINISHED = "Task 1: the MLP's layers"
+
+
 def raises_in_the_child():
-    raise NotImplementedError("Task 1: the MLP's layers")
+    raise NotImplementedError(UNFINISHED)
 
 
 def returns_what_pickle_would_run():
