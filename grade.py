@@ -115,7 +115,8 @@ def least_privilege(work, judge, sandbox, env):
     files, the rubric). Returns the report's note where that cannot be."""
     if os.geteuid() != 0:
         return ["grade.py did not run as root, so student code ran as the grader's own user: it "
-                "could reach the grader's files (the grade is sound only where it runs as root)"]
+                "could reach the grader's files, the hidden tests among them (they are not secret "
+                "here; the grade is sound only where it runs as root)"]
     try:
         user = pwd.getpwnam(CHILD_USER)
     except KeyError:

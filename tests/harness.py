@@ -1,10 +1,9 @@
 """What the tests share: small IDX datasets, the real MNIST where present, the command line in a
 subprocess, and a function run in N real processes joined by a gloo process group."""
 import functools
-import importlib
 import os
+import stat
 import struct
-import subprocess
 import sys
 import tempfile
 from datetime import timedelta
@@ -15,7 +14,6 @@ import torch.distributed as dist
 from torch import multiprocessing
 from torch.multiprocessing.spawn import ProcessException
 
-from runtime.launch import free_port
 from tests.grading import sandbox
 from tests.grading.sandbox import SANDBOX
 
@@ -64,8 +62,7 @@ def run_cli(*args, timeout=180, env=None):
     environment = without_offline_data()
     environment.update(env or {})
     command = [sys.executable, os.path.join(SANDBOX, "mlp_ddp.py"), *map(str, args)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                          env=environment, **sandbox.child_process())
+    return sandbox.run(command, timeout=timeout, env=environment, **sandbox.child_process())
 
 
 def run_ok(*args, **kwargs):
@@ -130,14 +127,16 @@ class ChildFailed(Exception):
     """The code under test raised, or died, in a child process: the child's own traceback."""
 
 
-def run_in_processes(world_size, function, *args, timeout_s=60):
+def run_in_processes(world_size, function, *args, timeout_s=60, recorded=False):
     """`function(rank, world_size, *args)` on every rank, each a child process joined to the others
-    by a gloo process group, with the code under test imported from SANDBOX; returns the list of
+    by a gloo process group (`recorded`: one that reports each operation it carries,
+    tests/recorded_group.py), with the code under test imported from SANDBOX; returns the list of
     results in rank order. A result may hold tensors, numbers, strings, and lists, tuples and dicts
     of them: it comes back through torch.load(weights_only=True), which runs no code of the child's
     (pickle would)."""
     __tracebackhide__ = True  # a failure shows the child's traceback, not the launcher's
-    return _launch(world_size, function, args, timeout_s, with_group=True)
+    backend = "recorded" if recorded else "gloo"
+    return _launch(world_size, function, args, timeout_s, backend)
 
 
 def run_alone(function, *args):
@@ -145,39 +144,75 @@ def run_alone(function, *args):
     result, as run_in_processes returns one. Student code is called this way, never in pytest's own
     process, so that what decides a test (this process) runs none of it."""
     __tracebackhide__ = True
-    return _launch(1, function, args, None, with_group=False)[0]
+    return _launch(1, function, args, None, backend=None)[0]
 
 
-def _launch(world_size, function, args, timeout_s, with_group):
+def _launch(world_size, function, args, timeout_s, backend):
     __tracebackhide__ = True
+    # here, not at the top: a child imports this module, and must import no module of the
+    # submission's before its process group is made (tests/recorded_group.py)
+    from runtime.launch import free_port
+
     target = (function.__module__, function.__qualname__)
     with tempfile.TemporaryDirectory() as folder:
         sandbox.hand_over(folder)  # where the children write their results
         sandbox.hand_over_scratch()
-        worker_args = (world_size, free_port(), folder, target, args, timeout_s, with_group)
+        worker_args = (world_size, free_port(), folder, target, args, timeout_s, backend)
         try:
             multiprocessing.start_processes(_worker, args=worker_args, nprocs=world_size,
                                             start_method=START_METHOD)
         except ProcessException as error:
             raise ChildFailed(str(error).strip()) from None
+        finally:
+            print_what_they_printed(folder, world_size)
         return [torch.load(os.path.join(folder, f"{rank}.pt"), weights_only=True)
                 for rank in range(world_size)]
 
 
-def _worker(rank, world_size, port, folder, target, args, timeout_s, with_group):
-    sandbox.enter()  # the child user, and the code under test: before any of it is imported
+def print_what_they_printed(folder, world_size):
+    """What each rank printed, cut to sandbox.OUTPUT_LIMIT, into this test's captured output. Read
+    only from the file the rank opened before it changed user: code that replaced it (with a link
+    to a file only the judge may read, say) gets nothing shown."""
+    for rank in range(world_size):
+        try:
+            descriptor = os.open(os.path.join(folder, f"{rank}.out"), os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        with open(descriptor, "rb") as file:
+            status = os.fstat(descriptor)
+            if not stat.S_ISREG(status.st_mode) or status.st_uid != os.geteuid():
+                continue
+            text = sandbox.bounded(file)
+        if text:
+            print(f"--- rank {rank} printed:\n{text.rstrip()}")
+
+
+def _worker(rank, world_size, port, folder, target, args, timeout_s, backend):
+    # What the rank prints goes to a file the judge reads back cut (print_what_they_printed), never
+    # into the judge's own output: opened before the change of user, so the judge's own.
+    output = os.open(os.path.join(folder, f"{rank}.out"), os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                     0o600)
+    os.dup2(output, 1)
+    os.dup2(output, 2)
+    os.close(output)
     module, name = target
-    function = functools.reduce(getattr, name.split("."), importlib.import_module(module))
+    # the child user, and the code under test: before any of it is imported
+    function = functools.reduce(getattr, name.split("."), sandbox.enter(module))
     torch.set_num_threads(1)  # up to 5 ranks share 2 cores
-    if with_group:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    if backend == "recorded":  # before any student code: tests/recorded_group.py
+        from tests import recorded_group
+        backend = recorded_group.register()
+    if backend:
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=world_size, timeout=timedelta(seconds=timeout_s))
     try:
-        result = function(rank, world_size, *args) if with_group else function(*args)
+        result = function(rank, world_size, *args) if backend else function(*args)
     finally:
-        if with_group:
+        if backend:
             dist.destroy_process_group()
     torch.save(result, os.path.join(folder, f"{rank}.pt"))
+    sys.stdout.flush()
+    sys.stderr.flush()
     # Skip interpreter teardown, as mlp_ddp.py does: gloo's threads can abort the process there
     # (SIGABRT, pytorch/pytorch#179291), which the parent would report as this rank failing.
     os._exit(0)

@@ -20,7 +20,7 @@ STEP = "benchmarks.step_bench"
 
 def run(module, *options, timeout=120):
     """Run a benchmark as a user would; its output, after checking it succeeded."""
-    done = run_python(["-m", module, *options], capture_output=True, text=True, timeout=timeout)
+    done = run_python(["-m", module, *options], timeout=timeout)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 

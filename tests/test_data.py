@@ -65,7 +65,7 @@ def assert_data_error(message, pattern):
 def test_torchvision_imports_on_this_torch_in_a_fresh_interpreter():
     code = ("from runtime import data; torchvision = data.import_torchvision(); "
             "print(torchvision.datasets.MNIST.__name__)")
-    done = run_python(["-c", code], capture_output=True, text=True, timeout=120)
+    done = run_python(["-c", code], timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "MNIST"
 

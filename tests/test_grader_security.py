@@ -23,6 +23,7 @@ import pytest
 
 from tests.grading.synthetic import PROFILE, REPO, instructor_repository, write_files
 
+HIDDEN_SECRET = "the-hidden-tests-secret-7d3f"
 TESTS = {
     "test_fast.py": """
         import os
@@ -46,6 +47,15 @@ TESTS = {
 
         def test_the_answer_on_the_real_data(real_data):
             assert answer(real_data) == 42
+    """,
+    # synthetic.py's hidden module: graded, never shown, and never where student code can read it
+    "test_integrity.py": f"""
+        from tests.student_code import answer
+        from tests.test_fast import real_data  # noqa: F401 (a fixture)
+
+
+        def test_the_hidden_check(real_data):
+            assert answer(real_data) == 42  # {HIDDEN_SECRET}
     """,
 }
 # Right without the data, wrong with it: earns 2 marks only if the real-data test does not fail.
@@ -72,6 +82,30 @@ def ancestor_with(option):
             return pid, words[words.index(option) + 1]
         pid = parent_of(pid)
     return None, None
+"""
+
+# Reads the hidden test module wherever it might be (the sandbox it runs in, and the folder of
+# each process above it: the judge's) and puts what it read, hex-encoded, into the error of every
+# answer: a visible test's failure would show it.
+READ_THE_HIDDEN_TESTS = ANCESTOR_WITH + """
+folders, pid = [os.getcwd()], os.getpid()
+while pid > 1:
+    pid = parent_of(pid)
+    try:
+        folders.append(os.readlink(f"/proc/{pid}/cwd"))
+    except OSError:
+        pass
+found = []
+for folder in folders:
+    try:
+        with open(os.path.join(folder, "tests", "test_integrity.py")) as file:
+            found.append(file.read())
+    except OSError:
+        pass
+
+
+def answer(data=None):
+    raise NotImplementedError("".join(found).encode().hex() or "found nothing")
 """
 
 # A process that leaves its session, waits for grade.py to exit, then writes full marks into the
@@ -162,11 +196,15 @@ TRICKS = {
                                 "evil.pth": "import os\n",
                                 "runtime/conftest.py": "print('hooked')\n"},
     "a daemon rewrites the results": {"student.py": DAEMON + WRONG_ON_DATA},
+    "reads the hidden tests": {"student.py": READ_THE_HIDDEN_TESTS},
     "writes 1.1 GiB": {"student.py": "def answer(data=None):\n"
                                      "    with open('big', 'wb') as file:\n"
                                      "        for _ in range(1100):\n"
                                      "            file.write(bytes(2**20))\n"
                                      "    return 42\n"},
+    # 600 MiB printed before each answer: under the file-size limit, so it all reaches the grader
+    "prints 600 MiB": {"student.py": "import sys\nfor _ in range(600):\n"
+                                     "    sys.stdout.write('x' * 2**20)\n" + WRONG_ON_DATA},
     "needs 4 GiB": {"student.py": "def answer(data=None):\n    memory = bytearray(4 * 2**30)\n"
                                   "    return 42 + memory[-1]\n"},
 }
@@ -198,9 +236,18 @@ def fake_mnist(folder):
     return folder
 
 
+# Runs the command it is given, then prints on its last line of stderr the largest resident set,
+# in KiB, of any process below it that was waited for: grade.py, the judge, student processes.
+PEAK_MEMORY = ("import resource, subprocess, sys\n"
+               "code = subprocess.run(sys.argv[1:]).returncode\n"
+               "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\n"
+               "sys.exit(code)\n")
+
+
 def grade_in_a_process(root, files):
     """grade.py, copied into a synthetic instructor's repository, on a submission of `files`
-    ("LINK:rubric" makes a link to the instructor's rubric); (report, results.json, output)."""
+    ("LINK:rubric" makes a link to the instructor's rubric); (report, results.json, output, the
+    largest resident set of a process of the grading, in bytes)."""
     instructor = instructor_repository(str(root / "instructor"), TESTS)
     shutil.copy(os.path.join(REPO, "grade.py"), instructor)
     write_files(instructor, {"tests/grading/profile.py": PROFILE_OF_GRADE_PY})
@@ -217,17 +264,18 @@ def grade_in_a_process(root, files):
     os.chmod(drop, 0o777)
     env = dict(os.environ, OFFLINE_DATA_DIR=fake_mnist(str(root / "mnist")),
                DAEMON_PID_FILE=os.path.join(drop, "daemon.pid"))
-    done = subprocess.run([sys.executable, "grade.py", str(submission), "--report", str(report),
-                           "--gradescope", str(results), "--timeout-per-test", "20",
-                           "--budget", "60"], cwd=instructor, env=env, capture_output=True,
-                          text=True, timeout=120)
+    grade = [sys.executable, "grade.py", str(submission), "--report", str(report),
+             "--gradescope", str(results), "--timeout-per-test", "20", "--budget", "60"]
+    done = subprocess.run([sys.executable, "-c", PEAK_MEMORY, *grade], cwd=instructor, env=env,
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+    peak_bytes = int(done.stderr.splitlines()[-1]) * 1024
     time.sleep(1)  # what outlived grade.py has had time to act
     if os.path.exists(os.path.join(drop, "daemon.pid")):
         shutil.copy(os.path.join(drop, "daemon.pid"), root / "daemon.pid")
     shutil.rmtree(drop)
     return (json.loads(report.read_text()), json.loads(results.read_text()),
-            done.stdout + done.stderr)
+            done.stdout + done.stderr, peak_bytes)
 
 
 def nobody_can_run_python():
@@ -245,20 +293,25 @@ def nobody_can_run_python():
 
 
 def test_the_honest_submission_earns_its_marks(tmp_path):
-    report, results, _ = grade_in_a_process(tmp_path, {"student.py": "def answer(data=None):\n"
+    report, results, _, _ = grade_in_a_process(tmp_path, {"student.py": "def answer(data=None):\n"
                                                                      "    return 42\n"})
-    assert report["total_earned"] == results["score"] == 2
+    # core.fast's 2 marks, and the hidden test's item core.fail's 4
+    assert report["total_earned"] == results["score"] == 6
+
+
+# Stopped only where student code runs as another user than the grader's (as root).
+AS_ROOT_ONLY = ("forges the progress events", "reads the hidden tests")
 
 
 @pytest.mark.parametrize("trick", TRICKS)
 def test_a_trick_earns_nothing_and_results_json_says_what_was_refused(tmp_path, trick):
-    if trick == "forges the progress events" and not nobody_can_run_python():
+    if trick in AS_ROOT_ONLY and not nobody_can_run_python():
         why = ("grade.py stops this only as root, where nobody can run this Python (see "
                ".ci/run): student code then runs as nobody")
         if os.environ.get("CI"):
             pytest.fail(f"CI must run this test; {why}")
         pytest.skip(why)
-    report, results, output = grade_in_a_process(tmp_path, TRICKS[trick])
+    report, results, output, peak_bytes = grade_in_a_process(tmp_path, TRICKS[trick])
     # nothing earned, in the report and in what Gradescope reads
     assert report["total_earned"] == 0 and results["score"] == 0, output
     assert [test["name"] for test in results["tests"]][0].startswith("core.fast")
@@ -275,7 +328,15 @@ def test_a_trick_earns_nothing_and_results_json_says_what_was_refused(tmp_path, 
             "refused evil.pth", "refused runtime/conftest.py", "refused sitecustomize.py"]
     if trick == "pops the data variable":  # in its own process: the tests still see the data
         lost = [test["nodeid"] for test in report["tests"] if test["outcome"] == "failed"]
-        assert lost == ["tests/test_fast.py::test_the_answer_on_the_real_data"]
+        assert lost == ["tests/test_fast.py::test_the_answer_on_the_real_data",
+                        "tests/test_integrity.py::test_the_hidden_check"]
+    if trick == "reads the hidden tests":  # the student's page shows neither the module nor its hex
+        shown = json.dumps([results["output"]] + [test for test in results["tests"]
+                                                  if test["visibility"] != "hidden"])
+        assert HIDDEN_SECRET not in shown and HIDDEN_SECRET.encode().hex() not in shown
+        assert "found nothing" in shown
+    if trick == "prints 600 MiB":  # what comes back of a stream is at most a MiB
+        assert peak_bytes < 600 * 2**20, f"a process of the grading held {peak_bytes} bytes"
     if trick == "a daemon rewrites the results":
         with open(tmp_path / "daemon.pid") as file:
             assert not os.path.exists(f"/proc/{int(file.read())}")  # killed and reaped

@@ -2,15 +2,20 @@
 
 In each rank, torch.distributed's communicating functions, wherever a loaded module holds them,
 record every call; a check reads the calls of each step's synchronisation, from the start of
-backward to the end of finish_gradient_synchronization(). Each test also runs deliberately wrong
+backward to the end of finish_gradient_synchronization(). Below those names, the process group
+itself reports every operation it carries (tests/recorded_group.py): each must match a watched
+call, so a strategy that goes around the names (a saved reference to dist.all_reduce, the group
+object's own methods, torch's DDP) is caught too. Each test also runs deliberately wrong
 strategies, defined here, and asserts that its check rejects them: a check that cannot fail
 proves nothing. Only the autograder has this file.
 
 The code under test is imported inside the functions that run in the child processes, never at the
 top: this module is also imported by the process that decides the tests (tests/grading/judge.py).
 """
+import collections
 import functools
 import inspect
+import itertools
 import sys
 import types
 
@@ -20,6 +25,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from tests import recorded_group
 from tests.harness import run_in_processes
 
 STEPS = 2
@@ -28,6 +34,12 @@ PREFIXES = ("all", "reduce", "broadcast", "gather", "scatter", "barrier", "monit
             "recv", "isend", "irecv", "batch_isend")
 WATCHED = [name for name, value in vars(dist).items()
            if type(value) is types.FunctionType and name.lstrip("_").startswith(PREFIXES)]
+# The process group's operation for each watched function (recorded_group.py's names).
+OPERATION = {"all_reduce": "allreduce", "isend": "send", "irecv": "recv",
+             "all_gather": "allgather", "all_gather_into_tensor": "allgather",
+             "reduce_scatter_tensor": "reduce_scatter"}
+# A reference to dist.all_reduce under a name the recorder does not replace.
+ALL_REDUCE_UNDER_ANOTHER_NAME = dist.all_reduce
 
 
 def small_model():
@@ -53,7 +65,15 @@ class Recorder:
         """A post-accumulate-grad hook: one more gradient of this backward is complete."""
         self.grads_ready += 1
 
+    def record_below(self, operation, tensors, peer):
+        """recorded_group's listener: one operation the process group carried."""
+        for tensor in tensors:
+            self.calls.append({"name": operation, "phase": self.phase, "peer": peer, "below": True,
+                               "dtype": str(tensor.dtype).removeprefix("torch."),
+                               "numel": tensor.numel()})
+
     def __enter__(self):
+        recorded_group.LISTENERS.append(self.record_below)
         modules = [vars(module) for module in list(sys.modules.values())
                    if isinstance(getattr(module, "__dict__", None), dict)]
         for name in WATCHED:
@@ -66,6 +86,7 @@ class Recorder:
         return self
 
     def __exit__(self, *exception):
+        recorded_group.LISTENERS.remove(self.record_below)
         for namespace, name, original in self.restore:
             namespace[name] = original
 
@@ -134,9 +155,27 @@ def record_cases(rank, world_size, cases):
 
 # --- The checks: each yields what contradicts the claim in one step's calls --------------------
 def problems(check, calls, *args):
-    """`check`'s complaints about each step's calls, one a line ("" when none)."""
-    return "\n".join(f"step {step}: {problem}" for step in range(STEPS)
-                     for problem in check([call for call in calls if call["phase"] == step], *args))
+    """`check`'s complaints about each step's watched calls, and every_operation_watched's, one a
+    line ("" when none)."""
+    complaints = []
+    for step in range(STEPS):
+        made = [call for call in calls if call["phase"] == step and not call.get("below")]
+        below = [call for call in calls if call["phase"] == step and call.get("below")]
+        for problem in itertools.chain(check(made, *args), every_operation_watched(made, below)):
+            complaints.append(f"step {step}: {problem}")
+    return "\n".join(complaints)
+
+
+def every_operation_watched(made, below):
+    """Complaints naming what the process group carried with no watched call behind it."""
+    def carried(calls):
+        return collections.Counter((OPERATION.get(call["name"], call["name"]), call.get("dtype"),
+                                    call.get("numel")) for call in calls)
+    unseen = carried(below) - carried(made)
+    if unseen:
+        operations = ", ".join(f"{name} of {numel} {dtype}" for name, dtype, numel in unseen)
+        yield (f"the process group carried {operations} that no torch.distributed function was "
+               "called for (a saved reference, the group object, or DDP)")
 
 
 def only(made, dtype, *names):
@@ -190,8 +229,9 @@ class Wrong:
     """ManualDDP's interface and start-up around a wrong way to send gradients: the method named
     `finish` runs after backward, the one named `on_gradient` each time a gradient is ready."""
 
-    def __init__(self, module, finish=None, on_gradient=None):
-        self.module = module
+    def __init__(self, module, finish=None, on_gradient=None, ddp=False):
+        # `ddp`: the model wrapped in torch's DDP, which averages the gradients in backward
+        self.module = nn.parallel.DistributedDataParallel(module) if ddp else module
         self.params = list(module.parameters())
         self.finish = getattr(self, finish) if finish else lambda: None
         self.on_gradient = getattr(self, on_gradient) if on_gradient else lambda: None
@@ -243,6 +283,27 @@ class Wrong:
         """Buckets sent from backward, blocking it meanwhile."""
         dist.all_reduce(self.ready[-1].grad)
 
+    def ring_messages(self):
+        """The ring's 2(n-1) messages of a chunk each, to the right, from the left: what the ring
+        check counts, with nothing summed."""
+        world_size, rank = dist.get_world_size(), dist.get_rank()
+        chunks = self.flat().tensor_split(world_size)
+        for step in range(2 * (world_size - 1)):
+            request = dist.isend(chunks[(rank - step) % world_size], (rank + 1) % world_size)
+            dist.recv(torch.empty_like(chunks[(rank - step - 1) % world_size]),
+                      (rank - 1) % world_size)
+            request.wait()
+
+    def ring_and_a_renamed_all_reduce(self):
+        """The ring's messages for show; the sum from dist.all_reduce under another name."""
+        self.ring_messages()
+        ALL_REDUCE_UNDER_ANOTHER_NAME(self.flat())
+
+    def ring_and_the_groups_all_reduce(self):
+        """The ring's messages for show; the sum from the process group's own method."""
+        self.ring_messages()
+        dist.group.WORLD.allreduce([self.flat()]).wait()
+
     def send_whole_buffer(self):
         """A ring whose rank sends its whole buffer to the right: 1, not 2(n-1)/n, buffers."""
         world_size, rank = dist.get_world_size(), dist.get_rank()
@@ -258,7 +319,8 @@ def record(world_size, solutions, wrong):
     cases = [(label, "ManualDDP", (strategy,), options)
              for label, (strategy, options) in solutions.items()]
     cases += [(label, "Wrong", (), options) for label, options in wrong.items()]
-    return run_in_processes(world_size, record_cases, cases, timeout_s=30)  # a hang: 30 s
+    # a hang: 30 s
+    return run_in_processes(world_size, record_cases, cases, timeout_s=30, recorded=True)
 
 
 @pytest.mark.parametrize("strategy, sizes, wrong", [
@@ -286,7 +348,11 @@ def test_bucketed_starts_async_all_reduces_while_backward_runs():
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])  # 3: chunks of uneven length
 def test_the_ring_sends_2_n_minus_1_over_n_of_the_buffer_to_its_neighbours_only(world_size):
-    wrong = {"all_reduce": {"finish": "one_all_reduce"}, "whole": {"finish": "send_whole_buffer"}}
+    wrong = {"all_reduce": {"finish": "one_all_reduce"}, "whole": {"finish": "send_whole_buffer"},
+             # the ring's messages for show, the sum from around the watched names
+             "renamed": {"finish": "ring_and_a_renamed_all_reduce"},
+             "group": {"finish": "ring_and_the_groups_all_reduce"},
+             "ddp": {"finish": "ring_messages", "ddp": True}}
     if world_size == 2:  # sending the whole buffer is what the ring sends there: 2(n-1)/n = 1
         del wrong["whole"]
     for rank, calls in enumerate(record(world_size, {"solution": ("ring", {})}, wrong)):

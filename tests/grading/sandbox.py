@@ -6,10 +6,13 @@ that runs student code starts here: a fresh one through child_process(), a forke
 enter(). Without those variables (a student's own `python -m pytest`) the sandbox is this
 repository and nothing changes user.
 """
+import importlib
 import os
 import resource
 import subprocess
 import sys
+import tempfile
+import types
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SANDBOX = os.path.abspath(os.environ.get("GRADE_SANDBOX") or REPO)
@@ -22,6 +25,8 @@ SCRATCH = os.environ.get("GRADE_SCRATCH")
 # processes and threads of the child user together (a rank has some 20 threads).
 CPU_SECONDS = 600
 TASKS_OF_THE_CHILD_USER = 2048
+# Bytes of a stream of student output that reach the judge: its first and its last half.
+OUTPUT_LIMIT = 2**20
 
 
 def ids():
@@ -65,27 +70,84 @@ def limit():
     resource.setrlimit(resource.RLIMIT_NPROC, (TASKS_OF_THE_CHILD_USER, TASKS_OF_THE_CHILD_USER))
 
 
-def run_python(arguments, **options):
+def run_python(arguments, timeout=None, env=None):
     """`python ARGUMENTS` in the sandbox, as the child user where there is one: subprocess.run's
-    result (`options` are its own)."""
-    return subprocess.run([sys.executable, *arguments], **child_process(), **options)
+    result, with stdout and stderr as text, each cut to OUTPUT_LIMIT (bounded())."""
+    return run([sys.executable, *arguments], timeout=timeout, env=env, **child_process())
 
 
-def enter():
+def run(command, timeout=None, **options):
+    """subprocess.run(command, capture_output=True, text=True, timeout=timeout, **options), but
+    each stream goes to a file, and bounded() of it comes back: a flood of output fills neither
+    the judge's memory nor its log."""
+    with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
+        process = subprocess.Popen(command, stdout=stdout, stderr=stderr, **options)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise
+        return subprocess.CompletedProcess(command, process.returncode, bounded(stdout),
+                                           bounded(stderr))
+
+
+def bounded(file):
+    """A file's text, at most OUTPUT_LIMIT bytes of it: all of it, or its start and its end with
+    a line saying how much was dropped between them."""
+    size = file.seek(0, os.SEEK_END)
+    file.seek(0)
+    if size <= OUTPUT_LIMIT:
+        data = file.read()
+    else:
+        head = file.read(OUTPUT_LIMIT // 2)
+        file.seek(size - OUTPUT_LIMIT // 2)
+        dropped = f"\n[... {size - OUTPUT_LIMIT} bytes of output dropped here ...]\n"
+        data = head + dropped.encode() + file.read()
+    return data.decode(errors="replace")
+
+
+def enter(module_name=None):
     """In a forked child, before any student code: become the child user, then import the project
-    from the sandbox only (forget what was imported from the judge's folder)."""
+    from the sandbox only (forget what was imported from the judge's folder). Returns the module
+    `module_name`, where given: the sandbox's, or, for a hidden test, which the sandbox does not
+    hold (tests/grading/submission.py), the judge's copy, read before the change of user and run
+    from its compiled code, so that no file of it is there for student code to read."""
     elsewhere = not os.path.samefile(SANDBOX, REPO)  # asked before the judge's folder is closed
+    hidden = hidden_source(module_name) if module_name and elsewhere else None
     if CHILD_USER:
         uid, gid = ids()
         limit()
         os.setgroups([])
         os.setgid(gid)
         os.setuid(uid)
-    if not elsewhere:
-        return
-    for name, module in list(sys.modules.items()):
-        if (getattr(module, "__file__", None) or "").startswith(REPO + os.sep):
-            del sys.modules[name]
-    sys.path[:] = [SANDBOX] + [entry for entry in sys.path
-                               if entry not in ("", ".") and os.path.abspath(entry) != REPO]
-    os.chdir(SANDBOX)
+    if elsewhere:
+        for name, module in list(sys.modules.items()):
+            if (getattr(module, "__file__", None) or "").startswith(REPO + os.sep):
+                del sys.modules[name]
+        sys.path[:] = [SANDBOX] + [entry for entry in sys.path
+                                   if entry not in ("", ".") and os.path.abspath(entry) != REPO]
+        os.chdir(SANDBOX)
+    if module_name is None:
+        return None
+    if hidden is None:
+        return importlib.import_module(module_name)
+    module = types.ModuleType(module_name)
+    module.__package__ = module_name.rpartition(".")[0]
+    sys.modules[module_name] = module
+    exec(hidden, module.__dict__)
+    return module
+
+
+def hidden_source(module_name):
+    """The compiled code of `module_name` when the judge's folder has it and the sandbox does
+    not (a hidden test), else None. Compiled under a name that is no path: a traceback shows
+    no line of it."""
+    relative = os.path.join(*module_name.split(".")) + ".py"
+    if os.path.exists(os.path.join(SANDBOX, relative)):
+        return None
+    try:
+        with open(os.path.join(REPO, relative)) as file:
+            return compile(file.read(), f"<hidden test {module_name}>", "exec")
+    except FileNotFoundError:
+        return None

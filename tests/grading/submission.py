@@ -2,7 +2,8 @@
 
 The tests that grade are the instructor's, whatever the submission holds: its tests/ folder is
 replaced whole (a deleted or edited test file changes nothing) and pyproject.toml (pytest's
-configuration) is the instructor's. What would run code before or beside the tests, or change
+configuration) is the instructor's. The hidden tests are not copied: student code runs in the
+copy, and must not read them. What would run code before or beside the tests, or change
 what runs, is refused: not copied, and named in the report's notes. That is a symbolic link
 (it could point at the grader's own files), a conftest.py or a start-up hook (sitecustomize.py,
 usercustomize.py, *.pth) anywhere, another pytest configuration file, and at the top, where
@@ -15,6 +16,8 @@ import hashlib
 import os
 import shutil
 import sys
+
+from tests.grading import profile
 
 # Not the student's work, or too large to copy for each grading: never copied nor fingerprinted.
 NOT_SUBMITTED = {".git", "__pycache__", ".venv", "venv", "data", ".pytest_cache", ".ruff_cache",
@@ -73,13 +76,24 @@ def copy_submission(submission, instructor, folder):
     if os.path.lexists(os.path.join(submission, "tests")):
         notes.append("replaced the submission's tests/ with the instructor's")
     shutil.copytree(os.path.join(instructor, "tests"), tests,
-                    ignore=shutil.ignore_patterns(*NOT_SUBMITTED))
+                    ignore=not_for_the_sandbox(instructor))
     for name in INSTRUCTOR_FILES:
         target = os.path.join(folder, name)
         if os.path.lexists(target):
             remove(target)
         shutil.copy(os.path.join(instructor, name), target)
     return notes
+
+
+def not_for_the_sandbox(instructor):
+    """copytree's `ignore` for the instructor's tests/: what is never submitted, and the hidden
+    tests, which student code must not read (their children get them from the judge's folder,
+    compiled: tests/grading/sandbox.py)."""
+    def ignore(directory, names):
+        relative = os.path.relpath(directory, instructor)
+        return {name for name in names if name in NOT_SUBMITTED
+                or os.path.normpath(os.path.join(relative, name)) in profile.HIDDEN_TESTS}
+    return ignore
 
 
 def remove(path):

@@ -50,7 +50,7 @@ from tests.grading.sandbox import run_python
 
 def answer(*args):
     code = f"import json, student; print(json.dumps(student.answer(*{args!r})))"
-    done = run_python(["-c", code], capture_output=True, text=True, timeout=60)
+    done = run_python(["-c", code], timeout=60)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])
 """
