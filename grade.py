@@ -42,7 +42,7 @@ import sys
 import tempfile
 import time
 
-from tests.grading import gradescope, profile
+from tests.grading import calibration, gradescope, profile
 from tests.grading.judge import make_judge
 from tests.grading.merge import grade_report, test_entries
 from tests.grading.report import write_atomically
@@ -85,11 +85,13 @@ def parse(argv):
                         help="the repository to grade (default: .)")
     parser.add_argument("--report", metavar="PATH", help="write the grade report (JSON)")
     parser.add_argument("--gradescope", metavar="PATH", help="write Gradescope's results.json")
-    parser.add_argument("--timeout-per-test", type=positive, default=profile.DEFAULT_TIMEOUT_S,
-                        metavar="S", help="seconds a test may run before it is killed "
-                        f"(default {profile.DEFAULT_TIMEOUT_S:g}; known-long tests more)")
-    parser.add_argument("--budget", type=positive, default=profile.BUDGET_S, metavar="S",
-                        help=f"seconds for the whole run (default {profile.BUDGET_S:g})")
+    parser.add_argument("--timeout-per-test", type=positive, metavar="S",
+                        help="seconds a test may run before it is killed (default "
+                        f"{profile.DEFAULT_TIMEOUT_S:g}, known-long tests more, times the "
+                        "calibration's stretch)")
+    parser.add_argument("--budget", type=positive, metavar="S",
+                        help=f"seconds for the whole run (default {profile.BUDGET_S:g} times the "
+                        "calibration's stretch)")
     return parser.parse_args(argv)
 
 
@@ -147,9 +149,23 @@ def real_mnist(instructor):
     return None
 
 
-def grade(submission, timeout_s, budget_s, instructor=None):
-    """Grade the submission with the instructor's tests (default: INSTRUCTOR's); the report
-    (without the time taken)."""
+def calibrated(args):
+    """(timeout per test, budget, the calibration's record): an option given is taken as it is; a
+    default is stretched by how much slower this machine is now than the reference
+    (tests/grading/calibration.py)."""
+    if args.timeout_per_test and args.budget:
+        return args.timeout_per_test, args.budget, {"stretch": 1.0}
+    measured_s = calibration.measure()
+    stretch = calibration.stretch(measured_s)
+    record = {"measured_s": round(measured_s, 2), "reference_s": calibration.REFERENCE_S,
+              "stretch": round(stretch, 2)}
+    return (args.timeout_per_test or profile.DEFAULT_TIMEOUT_S * stretch,
+            args.budget or profile.BUDGET_S * stretch, record)
+
+
+def grade(submission, timeout_s, budget_s, instructor=None, stretch=1.0):
+    """Grade the submission with the instructor's tests (default: INSTRUCTOR's), each named
+    test's own timeout times `stretch`; the report (without the time taken)."""
     instructor = instructor or INSTRUCTOR
     load_before = os.getloadavg()
     hashes = file_hashes(submission)
@@ -163,7 +179,7 @@ def grade(submission, timeout_s, budget_s, instructor=None):
         env.update(GRADE_SANDBOX=sandbox, GRADE_SCRATCH=scratch)
         notes += least_privilege(work, judge, sandbox, env)
         watchdog = Watchdog(judge, work, env, budget_s,
-                            lambda nodeid: profile.timeout_for(nodeid, timeout_s),
+                            lambda nodeid: profile.timeout_for(nodeid, timeout_s, stretch),
                             idle_s=timeout_s,
                             pytest_args=["--basetemp", os.path.join(scratch, "pytest")])
         tests = watchdog.run()
@@ -223,7 +239,9 @@ def main(argv=None):
     reaping = become_subreaper()
     before = set(descendants_of(os.getpid()))  # main() called by a test: its own children
     try:
-        report = grade(submission, args.timeout_per_test, args.budget)
+        timeout_s, budget_s, measured = calibrated(args)
+        report = grade(submission, timeout_s, budget_s, stretch=measured["stretch"])
+        report["calibration"] = measured
         if not reaping:
             report["notes"].append("this system cannot adopt orphans (no PR_SET_CHILD_SUBREAPER):"
                                    " a process that left its session may outlive the grading")

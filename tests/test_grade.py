@@ -15,7 +15,7 @@ import sys
 import pytest
 
 import grade
-from tests.grading import gradescope, profile
+from tests.grading import calibration, gradescope, profile
 from tests.grading.synthetic import REPO, SUBMISSION, TESTS, instructor_repository, write_files
 
 TIMEOUT_S = 4
@@ -225,6 +225,28 @@ def test_bad_input_is_one_line_and_exit_code_2(arguments):
                           capture_output=True, text=True, cwd=REPO, timeout=60)
     assert done.returncode == 2, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def test_the_calibration_stretches_default_budget_and_timeouts_on_a_slower_machine_only(
+        monkeypatch):
+    reference = calibration.REFERENCE_S
+    # a faster machine keeps them, a slower one stretches them, up to a run inside 10 minutes
+    assert calibration.stretch(reference / 2) == 1.0
+    assert calibration.stretch(reference * 1.5) == pytest.approx(1.5)
+    assert calibration.stretch(reference * 10) == calibration.MAX_STRETCH
+    assert profile.BUDGET_S * calibration.MAX_STRETCH < 600
+    # the defaults are stretched by what was measured, the named tests' own timeouts too...
+    monkeypatch.setattr(calibration, "measure", lambda: reference * 1.5)
+    timeout_s, budget_s, record = grade.calibrated(grade.parse([]))
+    assert (timeout_s, budget_s) == pytest.approx((1.5 * profile.DEFAULT_TIMEOUT_S,
+                                                   1.5 * profile.BUDGET_S))
+    assert record == {"measured_s": reference * 1.5, "reference_s": reference, "stretch": 1.5}
+    long_test, own_timeout_s = profile.TIMEOUTS[0]
+    assert profile.timeout_for(long_test, timeout_s, 1.5) == 1.5 * own_timeout_s
+    # ...and what the command line gives is taken as it is, with nothing measured
+    monkeypatch.setattr(calibration, "measure", lambda: pytest.fail("measured"))
+    given = grade.parse(["--timeout-per-test", "7", "--budget", "70"])
+    assert grade.calibrated(given) == (7, 70, {"stretch": 1.0})
 
 
 def test_every_profile_pattern_selects_rubric_tests_and_every_item_keeps_tests():

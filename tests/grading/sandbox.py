@@ -14,6 +14,8 @@ import sys
 import tempfile
 import types
 
+from tests.grading import profile
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SANDBOX = os.path.abspath(os.environ.get("GRADE_SANDBOX") or REPO)
 CHILD_USER = os.environ.get("GRADE_CHILD_USER")  # "uid:gid", or None: stay who we are
@@ -114,7 +116,7 @@ def enter(module_name=None):
     hold (tests/grading/submission.py), the judge's copy, read before the change of user and run
     from its compiled code, so that no file of it is there for student code to read."""
     elsewhere = not os.path.samefile(SANDBOX, REPO)  # asked before the judge's folder is closed
-    hidden = hidden_source(module_name) if module_name and elsewhere else None
+    hidden = hidden_code(module_name) if module_name and elsewhere else None
     if CHILD_USER:
         uid, gid = ids()
         limit()
@@ -139,15 +141,12 @@ def enter(module_name=None):
     return module
 
 
-def hidden_source(module_name):
-    """The compiled code of `module_name` when the judge's folder has it and the sandbox does
-    not (a hidden test), else None. Compiled under a name that is no path: a traceback shows
-    no line of it."""
+def hidden_code(module_name):
+    """The compiled code of the judge's copy of `module_name` if it is a hidden test, else None:
+    always the judge's, whatever student code left in the sandbox under that name. Compiled under
+    a name that is no path: a traceback shows no line of it."""
     relative = os.path.join(*module_name.split(".")) + ".py"
-    if os.path.exists(os.path.join(SANDBOX, relative)):
+    if relative not in profile.HIDDEN_TESTS:
         return None
-    try:
-        with open(os.path.join(REPO, relative)) as file:
-            return compile(file.read(), f"<hidden test {module_name}>", "exec")
-    except FileNotFoundError:
-        return None
+    with open(os.path.join(REPO, relative)) as file:
+        return compile(file.read(), f"<hidden test {module_name}>", "exec")
