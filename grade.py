@@ -179,7 +179,8 @@ def grade(submission, timeout_s, budget_s, instructor=None, stretch=1.0):
         env.update(GRADE_SANDBOX=sandbox, GRADE_SCRATCH=scratch)
         notes += least_privilege(work, judge, sandbox, env)
         watchdog = Watchdog(judge, work, env, budget_s,
-                            lambda nodeid: profile.timeout_for(nodeid, timeout_s, stretch),
+                            lambda nodeid: stretch * profile.timeout_for(nodeid,
+                                                                         timeout_s / stretch),
                             idle_s=timeout_s,
                             pytest_args=["--basetemp", os.path.join(scratch, "pytest")])
         tests = watchdog.run()

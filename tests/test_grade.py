@@ -207,12 +207,13 @@ def test_when_no_test_can_be_collected_every_item_is_lost_and_results_json_says_
 
 def test_when_the_grader_itself_fails_results_json_still_says_why_and_it_exits_1(
         tmp_path, monkeypatch):
-    def broken(*args):
+    def broken(*args, **options):
         raise OSError("disk full")
 
     monkeypatch.setattr(grade, "grade", broken)
     path = str(tmp_path / "results.json")
-    assert grade.main([str(tmp_path), "--gradescope", path]) == 1
+    assert grade.main([str(tmp_path), "--gradescope", path, "--budget", "9",
+                       "--timeout-per-test", "3"]) == 1
     with open(path) as file:
         results = json.load(file)
     assert results["score"] == 0 and "OSError: disk full" in results["output"]
@@ -240,9 +241,8 @@ def test_the_calibration_stretches_default_budget_and_timeouts_on_a_slower_machi
     timeout_s, budget_s, record = grade.calibrated(grade.parse([]))
     assert (timeout_s, budget_s) == pytest.approx((1.5 * profile.DEFAULT_TIMEOUT_S,
                                                    1.5 * profile.BUDGET_S))
-    assert record == {"measured_s": reference * 1.5, "reference_s": reference, "stretch": 1.5}
-    long_test, own_timeout_s = profile.TIMEOUTS[0]
-    assert profile.timeout_for(long_test, timeout_s, 1.5) == 1.5 * own_timeout_s
+    assert record == pytest.approx({"measured_s": reference * 1.5, "reference_s": reference,
+                                    "stretch": 1.5})
     # ...and what the command line gives is taken as it is, with nothing measured
     monkeypatch.setattr(calibration, "measure", lambda: pytest.fail("measured"))
     given = grade.parse(["--timeout-per-test", "7", "--budget", "70"])

@@ -114,12 +114,11 @@ def in_profile(nodeid):
     return any(matches(nodeid, pattern) for pattern in PROFILE)
 
 
-def timeout_for(nodeid, default, stretch=1.0):
-    """The test's timeout: its own where TIMEOUTS names it (times the calibration's `stretch`),
-    else `default`."""
+def timeout_for(nodeid, default):
+    """The test's timeout: its own where TIMEOUTS names it, else `default`."""
     for pattern, seconds in TIMEOUTS:
         if matches(nodeid, pattern):
-            return max(seconds * stretch, default)
+            return max(seconds, default)
     return default
 
 
