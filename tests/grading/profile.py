@@ -4,7 +4,7 @@ HIDDEN_TESTS exist only in the autograder (make_handout.py leaves them out of th
 the integrity checks that prove each strategy does what it claims, and the DDP-parity hard cases.
 
 PROFILE: the rubric's tests that grade a submission within BUDGET_S on 2 cores; the whole suite
-takes about 5½ minutes. Most of core.distributed's ~490 tests are the parity matrices, whose cases
+takes about 6½ minutes. Most of core.distributed's ~490 tests are the parity matrices, whose cases
 share one launch of gloo processes per world size: the profile keeps every case of the launches
 it runs (every strategy, DDP and compression; MLP, CNN, the frozen and shared traps; the hard
 cases) at 2, 3 and 4 ranks, not every matrix at every size. Every item keeps tests that need
