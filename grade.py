@@ -179,8 +179,9 @@ def grade(submission, timeout_s, budget_s, instructor=None, stretch=1.0):
         env.update(GRADE_SANDBOX=sandbox, GRADE_SCRATCH=scratch)
         notes += least_privilege(work, judge, sandbox, env)
         watchdog = Watchdog(judge, work, env, budget_s,
-                            lambda nodeid: stretch * profile.timeout_for(nodeid,
-                                                                         timeout_s / stretch),
+                            # a named test's own timeout stretched, never under the default
+                            lambda nodeid: max(timeout_s,
+                                               stretch * profile.timeout_for(nodeid, 0)),
                             idle_s=timeout_s,
                             pytest_args=["--basetemp", os.path.join(scratch, "pytest")])
         tests = watchdog.run()
