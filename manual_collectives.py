@@ -2,11 +2,9 @@
 
 manual_allreduce.py decides what to reduce and when; this file is how a sum over the ranks is
 made, continuing its lesson order:
-  6. ring           `ring_all_reduce`: reduce-scatter then all-gather around a ring of
-                    point-to-point sends and receives; bandwidth-optimal between hosts
-  7. shared memory  `SharedMemoryAllReduce`: ranks on one host write their buffers into one
-                    shared segment and each sums its share of it; no bytes cross a socket.
-                    Between hosts, a host's sum goes through the library (hierarchical)
+  6. ring           `ring_all_reduce`: point-to-point messages around a ring; bandwidth-optimal
+  7. shared memory  `SharedMemoryAllReduce`: the ranks of one host sum through one shared
+                    segment, no bytes through a socket; between hosts, through the library
 It imports only torch and the standard library.
 """
 import os
@@ -24,12 +22,11 @@ import torch.distributed as dist
 def ring_all_reduce(tensor):
     """Sum `tensor` over all ranks in place, with sends and receives around a ring.
 
-    The buffer is cut into n chunks (n = world size; lengths differ by at most one, and may
-    be zero). Reduce-scatter: in each of n-1 steps every rank sends one chunk to its right
-    neighbour and adds the chunk arriving from its left, so after n-1 steps rank r holds
-    the complete sum of chunk (r+1) mod n. All-gather: n-1 more steps pass the finished
-    chunks around the ring. Each rank sends 2(n-1)/n of the buffer in all, whatever n is:
-    the bandwidth-optimal all-reduce (Patarasuk & Yuan 2009).
+    The buffer is cut into n chunks (n = world size; lengths differ by at most one, may be zero).
+    Reduce-scatter: in n-1 steps every rank sends one chunk to its right neighbour and adds the
+    chunk arriving from its left, after which rank r holds the complete sum of chunk (r+1) mod n.
+    All-gather: n-1 more steps pass the finished chunks around the ring. Each rank sends 2(n-1)/n
+    of the buffer, whatever n is: the bandwidth-optimal all-reduce (Patarasuk & Yuan 2009).
     """
     # BEGIN PROMPT
     # Only point-to-point messages (dist.isend, dist.recv through _exchange), no collective;
@@ -82,19 +79,9 @@ def _exchange(send, right, receive, left):
     # END SOLUTION
 
 
-
 # --- 7. Within one host: an all-reduce through shared memory ----------------------------------
 # gloo moves bytes between ranks of one machine over loopback TCP: the MLP's 2.27 MB gradient at
-# about 0.4 GB/s. Ranks of one host can instead map one shared segment: each writes its buffer to
-# its own slot, sums its share of the chunks across every slot (reduce-scatter), and copies every
-# finished chunk back (all-gather), at memory speed.
-#
-# Why it is correct (memory ordering). A rank stores its arrival counter only after the torch ops
-# that wrote its data have returned (every intra-op thread joined), and a peer loads the counter
-# before it reads that data. x86-64 is TSO: stores become visible to other cores in program order
-# and loads are not reordered with older loads, so a peer that sees the counter sees the data; an
-# aligned 8-byte store is atomic. Weaker machines (ARM, POWER) need a fence between the two, which
-# torch does not offer: the constructor refuses them with one line.
+# about 0.4 GB/s. Ranks that share memory can sum at memory speed instead.
 SHM_PREFIX = "mnist-ddp-shm-"  # every segment's name starts so (a test checks none is left over)
 SLOT_BYTES = 8 * 2**20  # per rank; a larger tensor goes through in pieces of this size
 HEADER_ROW = 8  # int64 per rank: arrivals, pid, pid namespace; 64 bytes, a cache line of its own
@@ -112,15 +99,8 @@ def namespace_inode(kind):
         return 0
 
 
-def host_identity():
-    """What ranks that can share memory have in common: the host's name and the network namespace
-    (two SLURM nodes emulated on one machine share the name but not the namespace)."""
-    return f"{socket.gethostname()}/net:{namespace_inode('net')}"
-
-
 def is_alive(pid):
-    """Whether process `pid` runs: an exited one that its parent has not yet reaped (a zombie)
-    counts as dead."""
+    """Whether process `pid` runs; one that exited but is not yet reaped (a zombie) is dead."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -144,11 +124,6 @@ def group_timeout_s():
         return dist.distributed_c10d.default_pg_timeout.total_seconds()
 
 
-def header_rows(segment, ranks):
-    """The segment's header: a row of HEADER_ROW int64 per rank of the host."""
-    return segment[:ranks * HEADER_ROW * 8].view(torch.int64).view(ranks, HEADER_ROW)
-
-
 class SharedMemoryAllReduce:
     """All-reduce for CPU tensors through one shared-memory segment per host. Built by every rank
     at once (a collective); then `all_reduce(tensor)` sums in place, as dist.all_reduce does.
@@ -159,18 +134,22 @@ class SharedMemoryAllReduce:
         sum chunk r of every slot into the result's chunk r  (reduce-scatter, one pass)
         arrive; wait for all                                 (every chunk summed)
         copy the whole result back into the piece            (all-gather)
-    No extra collective per call. Two barriers are enough: a rank rewrites its slot or the result
-    only after the next call's first barrier, which every rank reaches only once it has finished
-    reading the last call's. 16-bit sums are accumulated in float32 by torch.sum and rounded once
-    (gloo rounds after each addition): as exact as gloo's, or more.
+    16-bit sums are accumulated in float32 and rounded once (gloo rounds after each addition):
+    as exact as gloo's, or more.
 
-    Several hosts: ranks of a host are those with one `host_identity()`; each host sums in shared
-    memory, its lowest rank (the leader) all-reduces the host's sum with the other leaders through
-    the library, then hands it to its host's ranks through the segment.
+    Why it is correct. Two barriers are enough, with no extra collective per call: a rank
+    rewrites its slot or the result only after the next call's first barrier, which every rank
+    reaches only once it has finished reading the last call's. A rank stores its arrival counter
+    only after the torch ops that wrote its data have returned (every intra-op thread joined), and
+    a peer loads the counter before it reads that data. x86-64 is TSO: stores become visible to
+    other cores in program order and loads are not reordered with older loads, so a peer that sees
+    the counter sees the data; an aligned 8-byte store is atomic. Weaker machines (ARM, POWER)
+    need a fence between the two, which torch does not offer: the constructor refuses them.
 
-    A rank that waits checks a deadline (the process group's timeout) and the peers it waits for:
-    one that exited ends the call at once with one line. The segment's file is unlinked as soon as
-    every rank has mapped it, so nothing is left in /dev/shm however the run ends.
+    Several hosts: ranks share memory when they share the host's name and network namespace (two
+    SLURM nodes emulated on one machine share the name only). Each host sums in shared memory,
+    its lowest rank (the leader) all-reduces the host's sum with the other leaders through the
+    library, then hands it to its host's ranks through the segment.
     """
 
     def __init__(self, slot_bytes=SLOT_BYTES, timeout_s=None, host=None):
@@ -179,9 +158,11 @@ class SharedMemoryAllReduce:
                                f"{platform.machine()} use another strategy (--sync flat or ring)")
         self.timeout_s = timeout_s or group_timeout_s()
         self.slot_bytes = slot_bytes - slot_bytes % 64
+        if host is None:
+            host = f"{socket.gethostname()}/net:{namespace_inode('net')}"
         world, rank = dist.get_world_size(), dist.get_rank()
         hosts = [None] * world
-        dist.all_gather_object(hosts, host_identity() if host is None else host)
+        dist.all_gather_object(hosts, host)
         self.local_ranks = [other for other in range(world) if hosts[other] == hosts[rank]]
         self.local_rank = self.local_ranks.index(rank)
         self.local_world = len(self.local_ranks)
@@ -189,17 +170,18 @@ class SharedMemoryAllReduce:
         leaders = [hosts.index(each) for each in distinct]
         # every rank takes part in making a group, also one it is not in
         self.leaders = dist.new_group(leaders) if len(leaders) > 1 else None
+        self.pid_namespace = namespace_inode("pid")  # a peer's pid means something only in ours
         header_bytes = -(-self.local_world * HEADER_ROW * 8 // 4096) * 4096  # page-aligned data
         size = header_bytes + (self.local_world + 1) * self.slot_bytes
         segment = self.map_segment(size, f"h{distinct.index(hosts[rank])}")
-        self.header = header_rows(segment, self.local_world)
         self.data = segment[header_bytes:]
         self.arrivals = 0  # how many times this rank arrived; its counter in the header
-        self.pid_namespace = namespace_inode("pid")  # a peer's pid means something only in ours
 
     def map_segment(self, size, host_tag):
         """The segment mapped by every rank of this host, under a name no other run uses (a random
-        token from rank 0); the file is gone again when this returns, also after an error."""
+        token from rank 0), with `self.header` (a row of HEADER_ROW int64 per local rank) on it
+        and this rank's row written. The file is unlinked as soon as every rank has mapped it,
+        also after an error, so nothing is left in /dev/shm however the run ends."""
         token = [secrets.token_hex(8) if dist.get_rank() == 0 else None]
         dist.broadcast_object_list(token, 0)
         folder = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
@@ -216,9 +198,10 @@ class SharedMemoryAllReduce:
                     os.close(descriptor)
             dist.barrier()  # the file exists before anyone maps it
             segment = torch.from_file(path, shared=True, size=size, dtype=torch.uint8)
-            rows = header_rows(segment, self.local_world)
-            rows[self.local_rank, 1] = os.getpid()
-            rows[self.local_rank, 2] = namespace_inode("pid")
+            header = segment[:self.local_world * HEADER_ROW * 8].view(torch.int64)
+            self.header = header.view(self.local_world, HEADER_ROW)
+            self.header[self.local_rank, 1] = os.getpid()
+            self.header[self.local_rank, 2] = self.pid_namespace
             dist.barrier()  # every rank has mapped it (and written its row): the name can go
         finally:
             if created:
@@ -227,9 +210,6 @@ class SharedMemoryAllReduce:
 
     def all_reduce(self, tensor):
         """Sum the contiguous CPU `tensor` over every rank, in place; returns it."""
-        if tensor.device.type != "cpu":
-            raise ValueError("the shared-memory all-reduce sums CPU tensors; on GPUs use NCCL "
-                             "(--backend nccl with another strategy)")
         flat = tensor.view(-1)
         pieces = flat.split(self.slot_bytes // flat.element_size())
         if self.local_world > 1:
@@ -289,7 +269,7 @@ class SharedMemoryAllReduce:
         """A barrier of this host's ranks: count my arrival, wait until every rank has arrived as
         often. Counters only grow, so no reset and no race between consecutive barriers."""
         self.arrivals += 1
-        self.header[self.local_rank, 0] = self.arrivals  # after my data: see the comment above
+        self.header[self.local_rank, 0] = self.arrivals  # after my data (see the class docstring)
         counters = self.header[:, 0]
         if counters.min().item() >= self.arrivals:
             return
@@ -310,7 +290,7 @@ class SharedMemoryAllReduce:
                 next_check = now + LIVENESS_EVERY_S
 
     def check_peers(self, too_late):
-        """Raise if a rank this one waits for has exited, or when the deadline has passed."""
+        """Raise, with one line, if a rank this one waits for has exited or the deadline passed."""
         late = [index for index, arrived in enumerate(self.header[:, 0].tolist())
                 if arrived < self.arrivals]
         for index in late:

@@ -26,7 +26,7 @@ import time
 import torch
 
 from runtime import checkpoint, data
-from runtime.collectives import gather, sum_over_ranks
+from runtime.across_ranks import gather, sum_over_ranks
 from runtime.guards import TrainingDiverged
 from runtime.launch import (
     LaunchError,
@@ -44,12 +44,12 @@ from runtime.launch import (
     threads_per_rank,
 )
 from runtime.models import build_model, count_parameters
-from runtime.modes import wrap_model
 from runtime.optimizers import build_optimizer, steps_per_epoch
 from runtime.options import parse_args
 from runtime.results import SCHEMA, write_json_atomic
 from runtime.timing import StepTimer
 from runtime.trainer import Trainer
+from runtime.wrappers import SyncOptions, wrap_model
 
 
 def main(argv=None):
@@ -128,18 +128,22 @@ def train_rank(placement, args):
     torch.set_num_threads(threads_per_rank(args.threads, placement.local_world_size))
     # The ranks start different; the wrapper's broadcast makes them agree.
     torch.manual_seed(args.seed + placement.rank)
+    sync_options = SyncOptions.from_args(args)
+    if backend == "nccl" and sync_options.through_shared_memory:
+        raise LaunchError("--sync shm and --comm-hook shm sum CPU tensors; on GPUs use NCCL "
+                          "(another --sync, or --comm-hook none)")
     with process_group(placement, backend, args.timeout):
         device = device_for(backend, placement.local_rank)
         dataset = prepare_data(placement, args)
         model = build_model(args.model, args.hidden_sizes, args.dropout).to(device)
         timer = StepTimer(device, args.warmup_steps, args.trace_steps if args.trace else 0)
         device_ids = [device.index] if device.type == "cuda" else None
-        wrapped = wrap_model(model, args.mode, timer.comm, args.sync, args.bucket_mb,
-                             args.compress, device_ids, args.comm_hook)
+        wrapped = wrap_model(model, sync_options, timer.comm, device_ids)
         steps = steps_per_epoch(len(dataset.train), args, placement.world_size)
         optimizer, schedule = build_optimizer(model, args, steps)
         started = time.perf_counter()
-        trainer = Trainer(wrapped, optimizer, schedule, dataset, args, placement, timer)
+        trainer = Trainer(wrapped, optimizer, schedule, dataset, args, placement, timer,
+                          sync_options)
         outcome = trainer.fit()
         hosts = sorted(set(gather(host_name())))
         if placement.rank == 0:

@@ -11,8 +11,8 @@ alpha-beta fit of a results file, the models or the code, a stated assumption or
 (cost_model.py); numbers.json lists them all. A placeholder the build does not define fails the
 build; a run that is missing renders as "not measured". Needs the sweep's training runs and
 results/allreduce-bench.json; step-bench.json, bucket-*.json, trace-*.json and plots/*.png are
-used when present. Training runs are read by results.load_folder and grouped by results.repeats,
-as the plots read them.
+used when present. Training runs are read by results_folder.load_folder and grouped by
+results_folder.repeats, as the plots read them.
 
 What §1-§3 say is in design_sections.py; §4's measurements in design_performance.py (the sweep)
 and design_benchmarks.py (bucket sweep, step benchmark); the α-β fits and their predictions in
@@ -29,7 +29,7 @@ import os
 import re
 import sys
 
-from analysis import design_numbers
+from analysis import design_numbers, results_folder
 from analysis.design_benchmarks import bucket_sweep_section, step_bench_section
 from analysis.design_emulated import emulated_section
 from analysis.design_fits import allreduce_section, prediction_section
@@ -46,9 +46,9 @@ from analysis.design_sections import (
     reference_commands,
     trace_section,
 )
-from manual_allreduce import DEFAULT_BUCKET_MB
-from runtime import results
 from runtime.atomic import write_atomic
+from runtime.options import DEFAULT_BUCKET_MB
+from runtime.results import SCHEMA
 
 TEMPLATES = os.path.join(REPO, "design_doc", "templates")
 PLACEHOLDER = re.compile(r"\{\{\s*([\w.\-]+)\s*\}\}")
@@ -73,7 +73,7 @@ OPTIONAL_INPUTS = {"step-bench.json": "python -m benchmarks.step_bench",
 
 
 def ignore(note):
-    """results.load_folder's notes of skipped files: the build reports only what it needs."""
+    """results_folder.load_folder's notes of skipped files: the build reports only what it needs."""
 
 
 def required_results(results_dir):
@@ -82,12 +82,12 @@ def required_results(results_dir):
     if not os.path.isdir(results_dir):
         raise BuildError(f"results folder {results_dir} not found: run python -m analysis.sweep "
                          "and python -m benchmarks.allreduce_bench")
-    runs, _ = results.load_folder(results_dir, note=ignore)
-    grouped = results.repeats(runs)
+    runs, _ = results_folder.load_folder(results_dir, note=ignore)
+    grouped = results_folder.repeats(runs)
     worlds = sorted({world for _, _, world, _ in grouped if world > 1})
     if not worlds:
         raise BuildError(f"no training runs with more than one rank in {results_dir} "
-                         f"(schema {results.SCHEMA}): run python -m analysis.sweep")
+                         f"(schema {SCHEMA}): run python -m analysis.sweep")
     bench = os.path.join(results_dir, "allreduce-bench.json")
     if not os.path.exists(bench):
         raise BuildError(f"{bench} not found: run python -m benchmarks.allreduce_bench "

@@ -4,7 +4,7 @@ import os
 
 from analysis.design_numbers import load, repo_relative, table
 from analysis.design_performance import register_run_spreads, sentence, slug
-from manual_allreduce import DEFAULT_BUCKET_MB
+from runtime.options import DEFAULT_BUCKET_MB
 
 BUCKETING = ("manual bucketed", "ddp")  # the series whose step depends on --bucket-mb
 STEP_BENCH_FIELDS = {"mean_step_s": "ms", "mean_compute_s": "ms", "mean_comm_exposed_s": "ms",

@@ -10,12 +10,11 @@ training runs in results/slurm/link-<rate>/. Without them every number reads "no
 import functools
 import os
 
-from analysis import cost_model
+from analysis import cost_model, results_folder
 from analysis.design_fits import predicted_busy, predicted_time, register_fit
 from analysis.design_numbers import largest, load, ratio, smallest, table, unchanged
 from analysis.design_performance import register_run_spreads
-from manual_allreduce import DEFAULT_BUCKET_MB
-from runtime import results
+from runtime.options import DEFAULT_BUCKET_MB
 
 RATE = "1gbit"  # the link every training run and the fitted all-reduce used
 LINK_BITS_PER_S = 1e9
@@ -75,19 +74,20 @@ def emulated_section(numbers, results_dir, layouts):
 
 
 def print_nothing(note):
-    """results.load_folder's notes of files skipped: plots and other schemas, expected here."""
+    """results_folder.load_folder's notes of files skipped: plots and other schemas, expected
+    here."""
 
 
 def repeats_in(folder):
-    """results.repeats of the training runs in `folder`; none if it does not exist."""
+    """results_folder.repeats of the training runs in `folder`; none if it does not exist."""
     if not os.path.isdir(folder):
         return {}
-    runs, _ = results.load_folder(folder, note=print_nothing)
-    return results.repeats(runs)
+    runs, _ = results_folder.load_folder(folder, note=print_nothing)
+    return results_folder.repeats(runs)
 
 
 def runs_of(grouped, model, series, world):
-    """The repeated runs of one configuration in `grouped` (results.repeats), whatever their
+    """The repeated runs of one configuration in `grouped` (results_folder.repeats), whatever their
     bucket size; [] if there are none."""
     return next((runs for (run_model, run_series, run_world, _), runs in grouped.items()
                  if (run_model, run_series, run_world) == (model, series, world)), [])

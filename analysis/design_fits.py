@@ -15,7 +15,7 @@ from analysis.design_numbers import (
     unchanged,
 )
 from analysis.design_performance import COMMUNICATING, key, slug
-from manual_allreduce import DEFAULT_BUCKET_MB
+from runtime.options import DEFAULT_BUCKET_MB
 
 IMPLEMENTATIONS = ("gloo", "ring")
 # (number's field, Fit attribute, unit) of each fit registered

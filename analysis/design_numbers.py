@@ -5,7 +5,7 @@ import math
 import os
 import re
 
-from runtime.results import clearly_less, spread
+from analysis.results_folder import clearly_less, spread
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOT_MEASURED = "not measured"
@@ -191,7 +191,7 @@ class Numbers:
         return self.add(name, value, unit, kind=kind, source=source)
 
     def over_repeats(self, key, runs, fields, unit, combine=unchanged, formula="the field"):
-        """`key.median`, `.min`, `.max`, `.n`: results.spread over the repeated `runs` of
+        """`key.median`, `.min`, `.max`, `.n`: results_folder.spread over the repeated `runs` of
         `combine(*fields)`, each field a JSON path of one run's file (absent without runs)."""
         fields = (fields,) if isinstance(fields, str) else tuple(fields)
         inputs = [f"{run['path']}#{field}" for run in runs for field in fields]
@@ -203,7 +203,7 @@ class Numbers:
             return spread([value for value in per_run if value is not None]) or {}
         units = {"median": unit, "min": unit, "max": unit, "n": "count"}
         return self.derived_fields(key, over_runs, inputs, units,
-                                   f"results.spread over the repeats of {formula}")
+                                   f"results_folder.spread over the repeats of {formula}")
 
     def spread_text(self, key):
         """'median (min–max)' as a reader sees it; just the median for one run."""
@@ -215,8 +215,8 @@ class Numbers:
 
     def verdict(self, name, first, second):
         """'faster', 'slower' or 'indistinguishable': `first` against `second`, two keys
-        registered by `over_repeats`, by results.clearly_less (a gap of medians larger than both
-        spreads)."""
+        registered by `over_repeats`, by results_folder.clearly_less (a gap of medians larger than
+        both spreads)."""
         def compare(first_median, first_min, first_max, second_median, second_min, second_max):
             first_spread = {"median": first_median, "min": first_min, "max": first_max}
             second_spread = {"median": second_median, "min": second_min, "max": second_max}
@@ -227,7 +227,7 @@ class Numbers:
             return "indistinguishable"
         inputs = [f"{key}.{stat}" for key in (first, second) for stat in SPREAD_STATS]
         return self.derived(name, compare, inputs, "name",
-                            "results.clearly_less of the two spreads: "
+                            "results_folder.clearly_less of the two spreads: "
                             "faster only where the gap of medians exceeds both")
 
     def value(self, name):

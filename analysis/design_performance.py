@@ -2,14 +2,15 @@
 repeats, the verdicts between strategies, the compute baseline and the ceiling it puts on
 efficiency.
 
-Every table reads the runs that results.load_folder finds, grouped by results.repeats (the plots
-read the same); a strategy is called faster than another only where results.clearly_less holds.
+Every table reads the runs that results_folder.load_folder finds, grouped by
+results_folder.repeats (the plots read the same); a strategy is called faster than another only
+where results_folder.clearly_less holds.
 """
 import functools
 
 from analysis.design_numbers import mean, ratio, smallest, table, unchanged
-from manual_allreduce import DEFAULT_BUCKET_MB
-from runtime.timing import overlap
+from runtime.options import DEFAULT_BUCKET_MB
+from runtime.results import overlap
 
 QUIET = ("single", "ddp-no-sync")  # no communication: their comm fields are zero
 COMMUNICATING = ("ddp", "manual per-param", "manual flat", "manual bucketed", "manual ring")
@@ -78,7 +79,7 @@ def register_run_spreads(numbers, prefix, runs):
                          ("timing.across_ranks.comm_hidden.mean",
                           "timing.across_ranks.comm_busy.mean"),
                          "percent", combine=overlap,
-                         formula="comm_hidden / comm_busy (timing.overlap)")
+                         formula="comm_hidden / comm_busy (results.overlap)")
     numbers.over_repeats(f"{prefix}.throughput", runs, "throughput_samples_per_s", "samples/s",
                          formula="throughput")
     numbers.over_repeats(f"{prefix}.straggler", runs, "timing.straggler", "ratio",
@@ -202,7 +203,7 @@ def row(numbers, model, series, world, against):
 
 
 def pair_row(numbers, model, world, first, second):
-    """One of the PAIRS compared at one world size: the claim results.clearly_less allows."""
+    """One of the PAIRS compared at one world size: the claim results_folder.clearly_less allows."""
     first_step = key(model, first, world) + ".step"
     second_step = key(model, second, world) + ".step"
     verdict = numbers.verdict(f"verdict.{model}.w{world}.{slug(first)}-vs-{slug(second)}",

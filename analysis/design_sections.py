@@ -13,10 +13,11 @@ import re
 import torch
 
 from analysis import cost_model
+from analysis.cost_model import FIRST_BUCKET_MB
 from analysis.design_numbers import REPO, load, repo_relative, table
-from manual_allreduce import DEFAULT_BUCKET_MB, FIRST_BUCKET_MB, STRATEGIES
 from runtime.data import DATASETS
 from runtime.models import build_model, count_parameters
+from runtime.options import DEFAULT_BUCKET_MB, STRATEGY_NAMES
 
 FIGURES = ("curves-mlp", "curves-cnn", "time-breakdown-mlp", "time-breakdown-cnn", "scaling-mlp",
            "scaling-cnn", "allreduce", "step-bench", "bucket-sweep", "timeline")
@@ -125,7 +126,7 @@ def communication_section(numbers, layouts, worlds, bucket_mbs, first_bucket_mb)
         # shm sends nothing over a network (memory copies and two barriers per call): its cost
         # is in the all-reduce benchmark, not in this table of message steps and bytes sent
         rows = [strategy_row(numbers, model, strategy, sizes, worlds, first_bucket_mb)
-                for strategy in STRATEGIES + ("ddp",) if strategy in ISSUED]
+                for strategy in (*STRATEGY_NAMES, "ddp") if strategy in ISSUED]
         layout_rows = [layout_row(numbers, model, sizes, bucket_mb, first_bucket_mb)
                        for bucket_mb in bucket_mbs]
         columns = [heading for world in worlds for heading in

@@ -5,7 +5,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from analysis.plot_common import MS, errors, medians, order, plural, processes, series_rank
-from runtime.results import across_repeats, spread
+from analysis.results_folder import across_repeats, spread
 
 LAYERS = (("compute", "compute (forward, backward, optimizer, gradient copies)", "tab:blue"),
           ("exposed", "comm exposed (the step waits for communication)", "tab:red"),

@@ -3,7 +3,7 @@ of step times, and a spread over repeats drawn as a median with bars from fastes
 import matplotlib
 import numpy as np
 
-from manual_allreduce import DEFAULT_BUCKET_MB
+from runtime.options import DEFAULT_BUCKET_MB
 
 matplotlib.use("Agg")  # files only, no display needed; set before any figure is made
 

@@ -7,10 +7,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from analysis import cost_model
+from analysis.cost_model import FIRST_BUCKET_MB
 from analysis.plot_common import MS, colour, errors, medians, plural, processes, uses_buckets
-from manual_allreduce import FIRST_BUCKET_MB
+from analysis.results_folder import across_repeats
 from runtime.models import build_model
-from runtime.results import across_repeats
 
 MOST_SIZE_TICKS = 8  # message sizes labelled on the all-reduce axes; more would overlap
 MARKERS = {"gloo": "o", "ring": "s", "shm": "^"}  # each all-reduce implementation's points

@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from analysis.plot_common import colour, errors, medians, order, processes, series_rank
-from runtime.results import spread
+from analysis.results_folder import spread
 
 LINE_STYLES = ("-", "--", ":", "-.")  # one per world size in the learning curves
 

@@ -2,9 +2,9 @@
 
     python -m analysis.plots [--results-dir results] [--out-dir results/plots]
 
-Reads the folder with results.load_folder (training runs; the benchmarks' allreduce-bench/1 and
-step-bench/2) and its trace-*.json timelines; other files are skipped with a note. Writes per model
-time-breakdown-, curves- and scaling-<model>.png, then allreduce.png, step-bench.png,
+Reads the folder with results_folder.load_folder (training runs; the benchmarks' allreduce-bench/1
+and step-bench/2) and its trace-*.json timelines; other files are skipped with a note. Writes per
+model time-breakdown-, curves- and scaling-<model>.png, then allreduce.png, step-bench.png,
 bucket-sweep.png and timeline.png; a figure without data is skipped with a note. Each family of
 figures has its module: plot_breakdown.py (time-breakdown, step-bench), plot_learning.py (curves,
 scaling), plot_communication.py (allreduce, bucket-sweep), plot_timeline.py (timeline); what they
@@ -20,11 +20,12 @@ reference):
 DDP waits for its buckets inside backward, so there compute's end is estimated from backwards timed
 without communication: DDP's exposed time is an estimate, and need not equal busy - hidden.
 
-A run contributes its means per step over every measured step of every rank (results.per_step).
-Each configuration (model, series, world size, bucket size) is repeated; figures show the median
-over the repeats, with bars from the fastest to the slowest. A breakdown's compute is the median
-step minus the medians of data and comm exposed, so the layers add up to the median step. Runs of
-bucketed or DDP with a --bucket-mb other than the default appear only in bucket-sweep.png.
+A run contributes its means per step over every measured step of every rank
+(results_folder.per_step). Each configuration (model, series, world size, bucket size) is repeated;
+figures show the median over the repeats, with bars from the fastest to the slowest. A breakdown's
+compute is the median step minus the medians of data and comm exposed, so the layers add up to the
+median step. Runs of bucketed or DDP with a --bucket-mb other than the default appear only in
+bucket-sweep.png.
 """
 import argparse
 import os
@@ -36,7 +37,7 @@ from analysis.plot_common import bucket_variant
 from analysis.plot_communication import plot_allreduce, plot_bucket_sweep
 from analysis.plot_learning import plot_curves, plot_scaling
 from analysis.plot_timeline import plot_timeline, read_traces
-from runtime.results import load_folder, repeats
+from analysis.results_folder import load_folder, repeats
 
 ALLREDUCE_SCHEMA = "allreduce-bench/1"
 STEP_BENCH_SCHEMA = "step-bench/2"

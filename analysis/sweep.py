@@ -32,7 +32,7 @@ import sys
 import time
 
 from analysis import plots
-from manual_allreduce import STRATEGIES
+from runtime.options import STRATEGY_NAMES
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Sized by timing short runs on the 2-core machine (see the docstring).
@@ -55,7 +55,7 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", type=comma_list(str), default=["mlp", "cnn"])
     parser.add_argument("--world-sizes", type=comma_list(int), default=[1, 2, 4])
-    parser.add_argument("--strategies", type=comma_list(str), default=list(STRATEGIES),
+    parser.add_argument("--strategies", type=comma_list(str), default=list(STRATEGY_NAMES),
                         help="manual strategies")
     parser.add_argument("--bucket-mbs", type=comma_list(float), default=[0.25, 1, 4, 25],
                         help="bucket sweep sizes ('' for none)")
@@ -73,12 +73,12 @@ def parse_args(argv=None):
                              "e.g. \"--val-samples 256\"")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = parser.parse_args(argv)
-    unknown = set(args.strategies) - set(STRATEGIES)
+    unknown = set(args.strategies) - set(STRATEGY_NAMES)
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
     if unknown:
         parser.error(f"unknown strategies {sorted(unknown)}; "
-                     f"choose from {', '.join(STRATEGIES)}")
+                     f"choose from {', '.join(STRATEGY_NAMES)}")
     return args
 
 

@@ -28,7 +28,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from benchmarks.common import int_list, run_world_sizes
+from benchmarks.common import int_list, run_world_sizes, time_blocking_all_reduce
 from manual_collectives import SharedMemoryAllReduce, ring_all_reduce
 from runtime import emulated_network
 from runtime.options import OneLineParser
@@ -152,10 +152,7 @@ def measure_size(functions, size, args, world):
             # rotate who goes first: no implementation always follows another
             index = (iteration + turn) % len(names)
             work.copy_(source)  # sums of sums would grow toward inf; refill outside the timed span
-            dist.barrier()
-            start = time.perf_counter()
-            functions[names[index]](work)
-            elapsed = time.perf_counter() - start
+            elapsed = time_blocking_all_reduce(work, functions[names[index]])
             if iteration >= args.warmup:
                 times[index, iteration - args.warmup] = elapsed
     dist.all_reduce(times, op=dist.ReduceOp.MAX)  # elementwise: each iteration's slowest rank

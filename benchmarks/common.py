@@ -1,10 +1,13 @@
 """What the benchmarks share: one set of local processes per world size, rank 0 handing its
-part back; and the parsing of a list of integers."""
+part back; one all-reduce timed from a barrier; and the parsing of a list of integers."""
 import argparse
 import json
 import os
 import sys
 import tempfile
+import time
+
+import torch.distributed as dist
 
 from runtime.launch import LaunchError, free_port, launch_local
 
@@ -30,6 +33,15 @@ def run_world_sizes(bench_rank, args):
                 parts[world] = json.load(file)
     del args.part_path
     return parts
+
+
+def time_blocking_all_reduce(tensor, all_reduce=dist.all_reduce):
+    """Seconds this rank spends in `all_reduce(tensor)`, a call that returns with the sum in place,
+    timed from a barrier: the ranks start together, so the slowest rank's time is the call's."""
+    dist.barrier()
+    start = time.perf_counter()
+    all_reduce(tensor)
+    return time.perf_counter() - start
 
 
 def int_list(text):

@@ -18,7 +18,7 @@ import sys
 import time
 
 from benchmarks import allreduce_bench
-from runtime import emulated_network
+from runtime import shaped_links
 from runtime.options import OneLineParser
 from runtime.results import write_json_atomic
 
@@ -42,12 +42,12 @@ def parse_args(argv=None):
     for rate in args.rates:
         if rate != UNSHAPED:
             try:
-                emulated_network.parse_rate(rate)
+                shaped_links.parse_rate(rate)
             except ValueError as error:
                 parser.error(str(error))
     try:
-        emulated_network.check_usable()
-    except emulated_network.NetworkUnavailable as error:
+        shaped_links.check_usable()
+    except shaped_links.NetworkUnavailable as error:
         parser.error(str(error))
     return args
 
@@ -71,7 +71,7 @@ def main(argv=None):
     args = parse_args(argv)
     rows = []
     for rate in args.rates:
-        bits_per_s = None if rate == UNSHAPED else emulated_network.parse_rate(rate)
+        bits_per_s = None if rate == UNSHAPED else shaped_links.parse_rate(rate)
         for row in measure(rate, args):
             achieved = None if bits_per_s is None else row["busbw_gbps"] * 8e9 / bits_per_s
             rows.append({"rate": rate, "bits_per_s": bits_per_s, "bytes": row["bytes"],

@@ -18,31 +18,32 @@ once per rank. The step's compute does not depend on the pixel values, and this 
 
 Every field is timing.py's: comm busy is the union of the step's collective spans, hidden the part
 before compute ended, exposed the part after; DDP, which waits inside backward, has its exposed
-time estimated as training does, from a backward of the same batch timed without
-communication just before each step (runtime/calibration.py). overlap = hidden / busy. Means
+time estimated as training does, from backwards of the same batches timed without
+communication just after each step (runtime/calibration.py). Each step is the trainer's
+(runtime/step.py), on a batch already in memory. overlap = hidden / busy. Means
 pool every rank's measured steps (means add up: data + compute + exposed = step). Writes
 results/step-bench.json.
 """
 import argparse
 import os
 import platform
-import statistics
 import sys
 import time
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from benchmarks.common import int_list, run_world_sizes
-from manual_allreduce import DEFAULT_BUCKET_MB, STRATEGIES
-from runtime.calibration import CALIBRATION_WINDOW
+from runtime.calibration import BackwardCalibration
 from runtime.launch import threads_per_rank
 from runtime.models import build_model, count_parameters
-from runtime.modes import wrap_model
-from runtime.results import write_json_atomic
-from runtime.timing import FIELDS, StepTimer, overlap, summarize_ranks
+from runtime.optimizers import Schedule
+from runtime.options import STRATEGY_NAMES
+from runtime.results import overlap, write_json_atomic
+from runtime.step import Precision, TrainingStep
+from runtime.timing import FIELDS, StepTimer, summarize_ranks
+from runtime.wrappers import DEFAULT_BUCKET_MB, SyncOptions, wrap_model
 
 SCHEMA = "step-bench/2"
 TARGET = "the best hand-written strategy's step time is at most 1.0x DDP's"
@@ -72,7 +73,7 @@ def parse_args(argv=None):
     add = parser.add_argument
     add("--models", type=name_list(("mlp", "cnn")), default=["mlp", "cnn"], help="e.g. mlp,cnn")
     add("--world-sizes", type=int_list, default=[2, 4], help="e.g. 2,4")
-    add("--strategies", type=name_list(STRATEGIES), default=list(STRATEGIES),
+    add("--strategies", type=name_list(STRATEGY_NAMES), default=list(STRATEGY_NAMES),
         help="hand-written strategies to run")
     add("--steps", type=int, default=30, help="measured steps per configuration")
     add("--warmup", type=int, default=5, help="steps per configuration left out of the statistics")
@@ -91,7 +92,8 @@ def parse_args(argv=None):
 
 
 class Configuration:
-    """One wrapped model copy with its optimizer and its own timer (so its own comm recorder)."""
+    """One wrapped model copy with its optimizer, its own timer (so its own comm recorder), and
+    the trainer's step and calibration."""
 
     def __init__(self, name, model_name, args):
         torch.manual_seed(args.seed)  # every copy starts from the same weights (as rank 0's)
@@ -99,40 +101,24 @@ class Configuration:
         self.model = build_model(model_name)
         self.timer = StepTimer(warmup_steps=args.warmup)
         mode, hook = DDP_CONFIGURATIONS.get(name, ("manual", "none"))  # else a strategy
-        self.wrapped = wrap_model(self.model, mode, self.timer.comm, name, args.bucket_mb,
-                                  comm_hook=hook)
-        # mlp_ddp.py's optimizer
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3, fused=True)
-        self.calibrations = []
-
-    def calibrate(self, images, labels):
-        """DDP: this batch's backward without the all-reduce, as the trainer calibrates it."""
-        with self.wrapped.without_communication():
-            loss = F.cross_entropy(self.wrapped(images), labels)
-            begin = time.perf_counter()
-            loss.backward()
-            self.calibrations.append(time.perf_counter() - begin)
-        self.optimizer.zero_grad(set_to_none=True)
-        self.timer.backward_baseline = statistics.median(self.calibrations[-CALIBRATION_WINDOW:])
+        options = SyncOptions(mode, name, args.bucket_mb, comm_hook=hook)
+        wrapped = wrap_model(self.model, options, self.timer.comm)
+        # mlp_ddp.py's optimizer, at a constant rate
+        optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3, fused=True)
+        precision = Precision(None, torch.device("cpu"))
+        self.train_step = TrainingStep(wrapped, optimizer, Schedule(), load=lambda batch: batch,
+                                       precision=precision, timer=self.timer)
+        # DDP: calibrated after every step, the trainer's calibration at --calibrate-every 1
+        self.calibration = BackwardCalibration(wrapped, self.timer, precision, every=1,
+                                               enabled=options.waits_inside_backward)
 
     def step(self, images, labels):
-        """One training step, phase by phase as runtime/trainer.py takes it. The batch is already
-        in memory: the data phase is only the indexing done by the caller."""
-        timer = self.timer
-        if getattr(self.wrapped, "waits_inside_backward", False):
-            self.calibrate(images, labels)
-        timer.start_step()
-        timer.mark("data")
-        loss = F.cross_entropy(self.wrapped(images), labels)
-        timer.mark("forward")
-        loss.backward()
-        timer.mark("backward")
-        self.wrapped.finish_gradient_synchronization()
-        timer.mark("sync")
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        timer.mark("optimizer")
-        timer.end_step()
+        """One training step, timed as the trainer times it; the data phase is only handing over
+        the batch, which is in memory already."""
+        self.timer.start_step()
+        self.train_step([(images, labels)])
+        self.timer.end_step(self.calibration.baseline)
+        self.calibration.after_step(images, labels)
 
 
 def bench_model(model_name, args, rank):
@@ -202,7 +188,7 @@ def target_report(rows):
     for world, model in sorted({(row["world_size"], row["model"]) for row in rows}):
         mine = {row["configuration"]: row for row in rows
                 if (row["world_size"], row["model"]) == (world, model)}
-        manual = [row for name, row in mine.items() if name in STRATEGIES]
+        manual = [row for name, row in mine.items() if name in STRATEGY_NAMES]
         best = min(manual, key=lambda row: row["step_ratio_to_ddp"])
         same = SAME_TRANSPORT_DDP.get(best["configuration"], "ddp")
         to_same = best["mean_step_s"] / mine[same]["mean_step_s"] if same in mine else None

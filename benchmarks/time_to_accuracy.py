@@ -12,26 +12,22 @@ The full run (--repeats 3, both models, world sizes 1, 2, 4) on a quiet 2-core m
 repeat the recipe about 3.5 min (99 % after about 2.5 epochs of 71 s), our CNN 2-2.5 min per
 world size, our MLP under a minute per world size: about 40 min; on a busy machine up to twice.
 
-Ours: mlp_ddp.py's model, wrappers (runtime/modes.py), optimizer and schedule
-(runtime/optimizers.py) and in-memory data, in a loop that is the trainer's step without its
-instrumentation. Each model's settings (--mlp-options, --cnn-options) are mlp_ddp.py options,
-except that --batch-size there is the global batch, split over the ranks, so every world size
-trains on the same samples at each step. World size 1 is one process, --mode single; each
---configs entry (NAME=OPTIONS, OPTIONS added last) runs at every larger world size: the
-gradient sync under test (e.g. "shm=--mode manual --sync shm").
-The classic recipe (pytorch/examples mnist/main.py), as usually written: its Net (conv 32, conv
-64, max-pool, dropout 0.25, fc 128, dropout 0.5, fc 10, log-softmax: the same layers as our
-CNN), Adadelta lr 1.0, StepLR gamma 0.7 every epoch, batch 64, a torchvision DataLoader with
-ToTensor and Normalize((0.1307,), (0.3081,)), in one process. The loader shuffles, as main.py's
-does on a GPU (on a CPU main.py leaves shuffle off, a quirk not copied), and has no worker
-processes, as main.py's on a CPU. Its curve serves both targets.
+Ours: mlp_ddp.py's model, wrappers, optimizer, schedule and in-memory data, on the CPU over
+gloo; each step is the trainer's own (runtime/step.py's TrainingStep, so --accum-steps and --amp
+count) with its timing marks off and no collective timed. Of what the trainer does around the
+step (DDP's calibration, the NaN watch, checkpoints, progress lines) only the stop on a float16
+wire overflow is kept (--compress fp16 without --amp fp16). Each model's settings (--mlp-options,
+--cnn-options) are mlp_ddp.py options, except that --batch-size there is the global (micro-)batch,
+split over the ranks, so every world size trains on the same samples at each step. World size 1
+is one process, --mode single; each --configs entry (NAME=OPTIONS, OPTIONS added last), the
+gradient sync under test, runs at every larger world size. The classic recipe (pytorch/examples
+mnist/main.py: benchmarks/classic_mnist.py) runs in one process; its curve serves both targets.
 
-Both train on all 60,000 training images. Evaluation: every 1/--evals-per-epoch of an epoch on
-the whole test split, by the same function (runtime.metrics.evaluate, in-memory tensors normalised
-as Normalize does) on both sides; the clock is paused while it runs, so the time to target is
-training time alone, and each run reports its evaluation time (`evaluation_s`) separately, as
-it does the set-up before training (`setup_s`: data loading, model, process group). A run stops
-at its target or at the end of its epochs. Writes results/time-to-accuracy.json after every run.
+Both train on all 60,000 training images and score the whole test split every 1/--evals-per-epoch
+of an epoch with the same function, the clock paused meanwhile (benchmarks/accuracy_curve.py), so
+the time to target is training time alone; each run reports its evaluation time (`evaluation_s`)
+and set-up (`setup_s`) beside it. A run stops at its target or at the end of its epochs. After
+every run: results/time-to-accuracy.json, its summary by time_to_accuracy_summary.py.
 """
 import argparse
 import json
@@ -39,28 +35,28 @@ import os
 import platform
 import shlex
 import signal
-import statistics
 import sys
 import tempfile
 import time
 from types import SimpleNamespace
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
+from benchmarks.accuracy_curve import Curve, evaluation_steps, time_to_target, write_part
+from benchmarks.classic_mnist import CLASSIC, classic_rank
 from benchmarks.common import int_list
+from benchmarks.time_to_accuracy_summary import print_summary, summarise
 from runtime import data
-from runtime.collectives import sum_over_ranks
+from runtime.across_ranks import sum_over_ranks
+from runtime.guards import DivergenceGuard
 from runtime.launch import Placement, free_port, launch_local, process_group, threads_per_rank
-from runtime.metrics import evaluate
 from runtime.models import build_model
-from runtime.modes import wrap_model
 from runtime.optimizers import build_optimizer, steps_per_epoch
 from runtime.options import OneLineParser
 from runtime.options import parse_args as parse_training_options
 from runtime.results import write_json_atomic
-from runtime.timing import CommRecorder
+from runtime.step import Precision, TrainingStep
+from runtime.wrappers import SyncOptions, wrap_model
 
 SCHEMA = "time-to-accuracy/1"
 TARGETS = {"mlp": 0.98, "cnn": 0.99}
@@ -72,92 +68,13 @@ OURS = {
 }
 # the fastest sync on one machine (design_doc §4.7: the step benchmark and results/one-machine/)
 CONFIGS = ("shm=--mode manual --sync shm",)
-TARGET = "our CNN's time to its target test accuracy is at most 0.5x the classic recipe's"
-CLASSIC = "classic"
 EVALUATION = ("the whole test split every 1/evals_per_epoch of an epoch, by the same function on "
               "both sides; the clock is paused during it (evaluation_s, per run, is separate)")
 
 
-def time_to_target(curve, target):
-    """The first point of `curve` ([{"time_s", "samples", "test_accuracy"}, ...], in order) whose
-    accuracy reaches `target`: (time_s, samples), or (None, None) when none does."""
-    for point in curve:
-        if point["test_accuracy"] >= target:
-            return point["time_s"], point["samples"]
-    return None, None
-
-
-def median_or_none(times):
-    """The median of repeated times to target, a repeat that never reached it counting as
-    infinitely slow; None when that median is infinite (or there are no repeats)."""
-    if not times:
-        return None
-    middle = statistics.median(float("inf") if time is None else time for time in times)
-    return None if middle == float("inf") else middle
-
-
-class ClassicNet(nn.Module):
-    """pytorch/examples mnist/main.py's Net, as written there."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3, 1)
-        self.conv2 = nn.Conv2d(32, 64, 3, 1)
-        self.dropout1 = nn.Dropout(0.25)
-        self.dropout2 = nn.Dropout(0.5)
-        self.fc1 = nn.Linear(9216, 128)
-        self.fc2 = nn.Linear(128, 10)
-
-    def forward(self, x):
-        x = F.relu(self.conv1(x))
-        x = F.relu(self.conv2(x))
-        x = F.max_pool2d(x, 2)
-        x = torch.flatten(self.dropout1(x), 1)
-        x = self.dropout2(F.relu(self.fc1(x)))
-        return F.log_softmax(self.fc2(x), dim=1)
-
-
-class Curve:
-    """Test accuracy against training time: the clock runs only between evaluations."""
-
-    def __init__(self, model, test, placement, target, samples_per_step):
-        self.model = model
-        self.test = test
-        self.placement = placement
-        self.target = target
-        self.samples_per_step = samples_per_step
-        self.points = []
-        self.steps = 0
-        self.training_s = 0.0
-        self.evaluation_s = 0.0
-        self.started = time.perf_counter()
-
-    def step_done(self):
-        self.steps += 1
-
-    def evaluate(self, epoch):
-        """Pause the clock, score the test split, restart; returns whether the target is reached
-        (the accuracy is reduced over ranks, so every rank answers the same)."""
-        paused = time.perf_counter()
-        self.training_s += paused - self.started
-        _, accuracy = evaluate(self.model, self.test, self.placement.rank,
-                               self.placement.world_size, torch.device("cpu"))
-        self.model.train()
-        self.points.append({"time_s": self.training_s, "samples": self.steps
-                            * self.samples_per_step, "epoch": epoch, "test_accuracy": accuracy})
-        self.started = time.perf_counter()
-        self.evaluation_s += self.started - paused
-        return accuracy >= self.target
-
-
-def evaluation_steps(steps, per_epoch):
-    """The steps of an epoch (1-based) after which the test split is scored: `per_epoch` evenly
-    spaced, the last one at the epoch's end."""
-    return {round(steps * index / per_epoch) for index in range(1, per_epoch + 1)} - {0}
-
-
 def ours_rank(placement, job):
-    """One rank of one of our runs; rank 0 writes the run's part to job.part_path."""
+    """One rank of one of our runs: the trainer's step in a loop that scores the test split at the
+    evaluation points and stops at the target; rank 0 writes the run's part to job.part_path."""
     begun = time.perf_counter()
     args = job.options
     world = job.world_size
@@ -165,84 +82,51 @@ def ours_rank(placement, job):
         placement = Placement()  # one process, no process group
     torch.set_num_threads(threads_per_rank(args.threads, world))
     torch.manual_seed(args.seed + placement.rank)
+    device = torch.device("cpu")
     with process_group(placement, "gloo", args.timeout):
         dataset = data.load(args.dataset, args.data_dir, 0, args.train_samples,
                             args.test_samples, args.seed)
         model = build_model(args.model, args.hidden_sizes, args.dropout)
-        recorder = CommRecorder()
-        wrapped = wrap_model(model, args.mode, recorder, args.sync, args.bucket_mb, args.compress)
+        wrapped = wrap_model(model, SyncOptions.from_args(args))  # no recorder: nothing timed
         steps = steps_per_epoch(len(dataset.train), args, world)
         optimizer, schedule = build_optimizer(model, args, steps)
+        precision = Precision(args.amp, device)
+        train_step = TrainingStep(wrapped, optimizer, schedule, batch_loader(dataset.train),
+                                  precision, guard=wire_guard(args, precision, device))
         evaluate_after = evaluation_steps(steps, job.evals_per_epoch)
+        samples_per_step = args.batch_size * args.accum_steps  # this rank's
         setup_s = time.perf_counter() - begun
-        sum_over_ranks({"ready": 1}, torch.device("cpu"))  # every rank starts the clock together
-        curve = Curve(wrapped, dataset.test, placement, job.target, args.batch_size * world)
-        reached = False
+        sum_over_ranks({"ready": 1}, device)  # every rank starts the clock together
+        curve = Curve(wrapped, dataset.test, placement, job.target, samples_per_step * world)
         wrapped.train()
         for epoch in range(args.epochs):
-            shard = data.shard_indices(len(dataset.train), args.batch_size, placement.rank, world,
-                                       epoch, args.seed)[:steps]
-            for step, batch in enumerate(shard, 1):
-                # the trainer's train_step, without its timer marks and guards
-                loss = F.cross_entropy(wrapped(dataset.train.images[batch]),
-                                       dataset.train.labels[batch])
-                loss.backward()
-                wrapped.finish_gradient_synchronization()
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                recorder.take()  # the spans are not needed: keep the list from growing
-                schedule.after_step()
+            shard = data.shard_indices(len(dataset.train), samples_per_step, placement.rank,
+                                       world, epoch, args.seed)[:steps]
+            for step, indices in enumerate(shard, 1):
+                # as the trainer does: a row of the shard is the step's micro-batches
+                train_step(indices.view(args.accum_steps, args.batch_size), curve.steps)
                 curve.step_done()
                 if step in evaluate_after and curve.evaluate(epoch + step / steps):
-                    reached = True
                     break
-            if reached:
+            if curve.reached:
                 break
             schedule.after_epoch()
         if placement.rank == 0:
-            write_part(job, curve, setup_s)
+            write_part(job.part_path, curve, setup_s)
 
 
-def classic_rank(placement, job):
-    """The classic recipe in one process; writes the run's part to job.part_path."""
-    begun = time.perf_counter()
-    torchvision = data.import_torchvision()
-    transforms = torchvision.transforms
-    torch.set_num_threads(threads_per_rank(0, 1))
-    torch.manual_seed(job.seed)
-    transform = transforms.Compose([transforms.ToTensor(),
-                                    transforms.Normalize((0.1307,), (0.3081,))])
-    train_set = torchvision.datasets.MNIST(job.data_dir, train=True, download=False,
-                                           transform=transform)
-    loader = torch.utils.data.DataLoader(train_set, batch_size=64, shuffle=True)
-    test = data.load("mnist", job.data_dir, 0, 0, job.test_samples, job.seed).test
-    model = ClassicNet()
-    optimizer = torch.optim.Adadelta(model.parameters(), lr=1.0)
-    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.7)
-    evaluate_after = evaluation_steps(len(loader), job.evals_per_epoch)
-    curve = Curve(model, test, Placement(), job.target, 64)
-    setup_s = time.perf_counter() - begun
-    curve.started = time.perf_counter()
-    model.train()
-    for epoch in range(job.epochs):
-        for step, (images, labels) in enumerate(loader, 1):
-            optimizer.zero_grad()
-            loss = F.nll_loss(model(images), labels)
-            loss.backward()
-            optimizer.step()
-            curve.step_done()
-            if step in evaluate_after and curve.evaluate(epoch + step / len(loader)):
-                write_part(job, curve, setup_s)
-                return
-        scheduler.step()
-    write_part(job, curve, setup_s)
+def batch_loader(split):
+    """TrainingStep's `load` for the in-memory `split`: a micro-batch of sample indices becomes
+    (images, labels), indexed where the data already is, on the CPU."""
+    return lambda indices: (split.images[indices], split.labels[indices])
 
 
-def write_part(job, curve, setup_s):
-    """The run's measurements, for the launcher to read."""
-    write_json_atomic(job.part_path, {"curve": curve.points, "evaluation_s": curve.evaluation_s,
-                                      "setup_s": setup_s, "threads_per_rank":
-                                      torch.get_num_threads()})
+def wire_guard(args, precision, device):
+    """As the trainer's: with float16 on the wire and no loss scaler to catch an overflow, a guard
+    that stops the run at the first non-finite averaged gradient; otherwise None (no check)."""
+    if args.compress == "fp16" and not precision.scaler.is_enabled():
+        return DivergenceGuard(device, watch_wire=True)
+    return None
 
 
 def planned_runs(args):
@@ -320,6 +204,12 @@ def parse_args(argv=None):
     return args
 
 
+def options_text(args, model, options):
+    """A run's options as its record gives them: ours are the model's settings, then the
+    config's; the recipe has none (None)."""
+    return options if model is None else args.model_options[model] + " " + options
+
+
 def run_one(args, planned, repeat, folder):
     """One run in fresh processes; its record, or None (after a line on stderr) if it failed."""
     model, name, world, options = planned
@@ -345,10 +235,9 @@ def run_one(args, planned, repeat, folder):
         return None
     with open(job.part_path) as file:
         part = json.load(file)
-    reached = {each: time_to_target(part["curve"], target)
-               for each, target in targets.items()}
+    reached = {each: time_to_target(part["curve"], target) for each, target in targets.items()}
     return {"model": model, "name": name, "world_size": world, "repeat": repeat, "seed": seed,
-            "options": options if model is None else (args.model_options[model] + " " + options),
+            "options": options_text(args, model, options),
             **part,
             "time_to_target_s": {each: found[0] for each, found in reached.items()},
             "samples_to_target": {each: found[1] for each, found in reached.items()}}
@@ -356,56 +245,8 @@ def run_one(args, planned, repeat, folder):
 
 def key(record):
     """What identifies a run across a resumed benchmark."""
-    return record["model"], record["name"], record["world_size"], record["repeat"], \
-        record["options"]
-
-
-def summarise(args, records):
-    """Per model and configuration: the median time to target, and its ratio to the recipe's
-    median time to the same target."""
-    rows = []
-    for model in args.models:
-        classic = [record["time_to_target_s"][model] for record in records
-                   if record["name"] == CLASSIC and model in record["time_to_target_s"]]
-        classic_median = median_or_none(classic)
-        groups = [(CLASSIC, 1, classic)] if classic else []
-        for _, name, world, _ in planned_runs(args):
-            times = [record["time_to_target_s"][model] for record in records
-                     if (record["model"], record["name"], record["world_size"])
-                     == (model, name, world)]
-            if times and (name, world) not in [(group[0], group[1]) for group in groups]:
-                groups.append((name, world, times))
-        for name, world, times in groups:
-            median = median_or_none(times)
-            ratio = None
-            if median is not None and classic_median:
-                ratio = median / classic_median
-            rows.append({"model": model, "target": args.targets[model], "name": name,
-                         "world_size": world, "times_to_target_s": times,
-                         "median_time_to_target_s": median, "ratio_to_classic": ratio})
-    return rows
-
-
-def print_summary(rows):
-    """The medians and ratios as a table, then the target's verdict."""
-    print(f"\n{'model':>5} {'target':>6} {'config':>10} {'world':>5} {'median s':>9} "
-          f"{'x classic':>9}  repeats (s)")
-    for row in rows:
-        median = row["median_time_to_target_s"]
-        ratio = row["ratio_to_classic"]
-        times = ", ".join("-" if time is None else f"{time:.1f}"
-                          for time in row["times_to_target_s"])
-        print(f"{row['model']:>5} {100 * row['target']:>5.1f}% {row['name']:>10} "
-              f"{row['world_size']:>5} {'-' if median is None else f'{median:.1f}':>9} "
-              f"{'-' if ratio is None else f'{ratio:.2f}':>9}  {times}")
-    print("(training time to the first evaluation at or above the target, evaluation excluded;"
-          " -: not reached)")
-    print(f"\ntarget: {TARGET}")
-    for row in rows:
-        if row["model"] == "cnn" and row["name"] != CLASSIC:
-            holds = row["ratio_to_classic"] is not None and row["ratio_to_classic"] <= 0.5
-            print(f"  {row['name']} world {row['world_size']}: "
-                  f"{'holds' if holds else 'does not hold'}")
+    return (record["model"], record["name"], record["world_size"], record["repeat"],
+            record["options"])
 
 
 def main(argv=None):
@@ -425,6 +266,7 @@ def main(argv=None):
             records = json.load(file).get("runs", [])
     done = {key(record) for record in records}
     plan = planned_runs(args)
+    targets = {model: args.targets[model] for model in args.models}
     failed = False
     with tempfile.TemporaryDirectory() as folder:
         for repeat in range(args.repeats):
@@ -432,9 +274,7 @@ def main(argv=None):
             for planned in plan[shift:] + plan[:shift]:
                 model, name, world, options = planned
                 label = f"repeat {repeat + 1}/{args.repeats}: {name} {model or ''} world {world}"
-                options_text = options if model is None else \
-                    args.model_options[model] + " " + options
-                if (model, name, world, repeat, options_text) in done:
+                if (model, name, world, repeat, options_text(args, model, options)) in done:
                     print(f"{label}: kept from {args.output}", flush=True)
                     continue
                 record = run_one(args, planned, repeat, folder)
@@ -449,8 +289,8 @@ def main(argv=None):
                     "schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                     "environment": environment, "config": config, "evaluation": EVALUATION,
                     "targets": args.targets, "runs": records,
-                    "summary": summarise(args, records)})
-    print_summary(summarise(args, records))
+                    "summary": summarise(records, plan, targets)})
+    print_summary(summarise(records, plan, targets))
     print(f"\nresults: {args.output}")
     return 1 if failed else 0
 

@@ -9,7 +9,8 @@ In Python a region is a block of whole lines at one indentation, after its promp
     ...the solution...
     # END SOLUTION
 
-The handout keeps the prompt's comment lines and puts `raise NotImplementedError("Task 3:
+In Python the prompt may be left out where the docstring above is the specification. The handout
+keeps the prompt's comment lines and puts `raise NotImplementedError("Task 3:
 per-parameter sync")` in place of the rest, at the region's indentation. In Markdown (the design
 document's templates) the markers are HTML comments, invisible in the solution's rendered document:
 
@@ -152,9 +153,7 @@ def find_regions(path, text, tasks):
             if marker is None or marker.kind != "BEGIN SOLUTION":
                 raise MarkerError(path, number, "END PROMPT must be followed at once by "
                                                 "BEGIN SOLUTION Task N")
-            if not 1 <= marker.task <= tasks:
-                raise MarkerError(path, number, f"Task {marker.task} is not a rubric item "
-                                                f"(Task 1 to Task {tasks})")
+            check_task(path, number, marker, tasks)
             prompt_start, begin, state = opened, (index, marker), "solution"
         elif state == "solution":
             if marker is None:
@@ -169,6 +168,10 @@ def find_regions(path, text, tasks):
         elif marker is not None:
             if marker.kind == "BEGIN PROMPT":
                 state, opened = "prompt", index
+            elif marker.kind == "BEGIN SOLUTION" and python:
+                # no prompt: the docstring above is the specification
+                check_task(path, number, marker, tasks)
+                prompt_start, begin, state = index, (index, marker), "solution"
             elif marker.kind == "BEGIN SOLUTION":
                 raise MarkerError(path, number, "BEGIN SOLUTION without a prompt before it "
                                                 "(BEGIN PROMPT ... END PROMPT)")
@@ -180,6 +183,13 @@ def find_regions(path, text, tasks):
         what = "BEGIN SOLUTION" if state == "solution" else "BEGIN PROMPT"
         raise MarkerError(path, start + 1, f"unclosed {what}: no END before the end of the file")
     return regions
+
+
+def check_task(path, number, marker, tasks):
+    """A region's task must be a rubric item."""
+    if not 1 <= marker.task <= tasks:
+        raise MarkerError(path, number, f"Task {marker.task} is not a rubric item "
+                                        f"(Task 1 to Task {tasks})")
 
 
 def check_prompt_line(path, number, line, python, opened):
@@ -197,12 +207,14 @@ def make_region(path, lines, prompt_start, begin, end):
     start, marker = begin
     indent = indentation(lines[start])
     if path.endswith(".py"):
-        for index in (prompt_start, start - 1, end, *range(prompt_start + 1, start - 1)):
+        prompt = (prompt_start, start - 1, *range(prompt_start + 1, start - 1))
+        for index in (start, end, *(prompt if prompt_start < start else ())):
             if indentation(lines[index]) != indent:
                 raise MarkerError(path, index + 1, "the markers and the prompt of a region must "
                                                    f"share the indentation of line {start + 1}")
-    return Region(path, marker.task, marker.label, prompt_start, start, end,
-                  lines[prompt_start + 1:start - 1], indent, enclosing(path, lines, start))
+    prompt = lines[prompt_start + 1:start - 1] if prompt_start < start else []
+    return Region(path, marker.task, marker.label, prompt_start, start, end, prompt, indent,
+                  enclosing(path, lines, start))
 
 
 def indentation(line):

@@ -2,12 +2,14 @@
 
     options.py      the command line: every option, its range, the checks before training
     launch.py       where the processes come from (local, torchrun, srun) and the process group
-      emulated_network.py  --emulate-link: ranks in network namespaces behind shaped links
+      emulated_network.py  --emulate-link, and the command that takes a cluster's network up/down
+        shaped_links.py    the network: ranks or nodes in namespaces behind links shaped by tc
     data.py         MNIST / FashionMNIST in memory, offline copies, each rank's shard
     models.py       the MLP and the CNN
-    modes.py        the --mode wrappers: single, ddp, ddp-no-sync, manual (manual_allreduce.py)
+    wrappers.py     the --mode wrappers: single, ddp, ddp-no-sync, manual (manual_allreduce.py)
     manual_ddp.py   ManualDDP: manual_allreduce.py's strategies behind DDP's interface
-    trainer.py      the one training loop for every mode: Trainer.fit, run_epoch, train_step
+    trainer.py      the one training loop for every mode: Trainer.fit, run_epoch
+      step.py         one optimizer step, the trainer's and the benchmarks'
       metrics.py      training loss and accuracy sums, evaluation over a split
       timing.py       where each step's time went: phases, communication busy/hidden/exposed
       calibration.py  DDP's backward timed without communication, for its exposed estimate
@@ -15,7 +17,7 @@
       checkpoint.py   checkpoints and what a resumed run needs
       reporting.py    rank 0's progress and epoch lines, TensorBoard
       faults.py       failures injected on purpose by the tests (hidden --debug-* options)
-      collectives.py  sums and gathers of small values over ranks
-    results.py      results/<run>.json: the schema, its check, reading a folder of runs
+      across_ranks.py sums and gathers of small values over ranks
+    results.py      results/<run>.json: the schema and its check (analysis/ reads a folder of them)
     atomic.py       files written whole or not at all (results, checkpoints, data copies)
 """

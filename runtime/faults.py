@@ -11,10 +11,10 @@ import time
 class FaultInjection:
     """The faults the hidden --debug-* options ask of this rank."""
 
-    def __init__(self, args, rank):
+    def __init__(self, exit_rank, exit_step, slow_rank, rank):
         self.rank = rank
-        self.exit_step = args.debug_exit_step if rank == args.debug_exit_rank else None
-        self.slow = args.debug_slow_rank == rank
+        self.exit_step = exit_step if rank == exit_rank else None
+        self.slow = slow_rank == rank
 
     def exit_if_due(self, global_step):
         """Die here, as a crashed worker would: exit code 3 at the chosen step, on the first attempt

@@ -14,13 +14,14 @@ class TrainingDiverged(Exception):
 
 class DivergenceGuard:
     """Notes the first step whose loss was not finite on the device (no host sync per step) and
-    stops every rank together when asked to check; stops at once on a float16 wire overflow."""
+    stops every rank together when asked to check; stops at once on a float16 wire overflow.
 
-    def __init__(self, model, scaler, args, device):
-        self.model = model
-        self.scaler = scaler
-        self.compress = args.compress
-        self.checkpoint_dir = args.checkpoint_dir
+    `watch_wire`: gradients crossed the wire in float16 with no loss scaler to catch an overflow
+    (--compress fp16 without --amp fp16)."""
+
+    def __init__(self, device, watch_wire=False, checkpoint_dir=None):
+        self.watch_wire = watch_wire
+        self.checkpoint_dir = checkpoint_dir
         self.first_bad_step = torch.full((), -1, dtype=torch.int64, device=device)
 
     def note_loss(self, loss, step):
@@ -40,11 +41,14 @@ class DivergenceGuard:
         raise TrainingDiverged(f"the loss became NaN or infinite at step {bad.item()}; stopped"
                                + last_good)
 
-    def check_wire(self, step):
-        """fp16 on the wire without a loss scaler: an overflow stops the run at once (with --amp
-        fp16 the scaler sees the inf and skips the step instead). A host sync, in this case only."""
-        overflowed = getattr(self.model, "wire_overflowed", None)  # only the modes that communicate
-        if self.compress == "fp16" and not self.scaler.is_enabled() and overflowed and overflowed():
+    def check_wire(self, params, step):
+        """With `watch_wire`, after synchronisation: an averaged gradient that is not finite
+        overflowed float16 on the wire, and stops the run at once (with --amp fp16 the scaler sees
+        the inf and skips the step instead). A host sync, in this case only."""
+        if not self.watch_wire:
+            return
+        grads = [param.grad for param in params if param.grad is not None]
+        if not torch.stack([grad.isfinite().all() for grad in grads]).all():
             raise TrainingDiverged(f"a gradient overflowed float16 on the wire at step {step} "
-                                   "(largest float16: 65504); use --compress bf16, or --amp fp16 "
-                                   "for loss scaling")
+                                   "(not finite once averaged; largest float16: 65504); use "
+                                   "--compress bf16, or --amp fp16 for loss scaling")

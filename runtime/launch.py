@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from torch import multiprocessing
 
-from runtime import emulated_network
+from runtime import emulated_network, shaped_links
 
 
 class LaunchError(Exception):
@@ -208,13 +208,13 @@ def launch_local(worker, world_size, args, port=None, fork=False):
     fork) and not initialised CUDA, on Linux (macOS's system libraries are not fork-safe).
 
     When one rank fails the others are terminated rather than left blocked in a collective. With
-    args.emulate_link the ranks run on an emulated network (runtime/emulated_network.py), made
+    args.emulate_link the ranks run on an emulated network (runtime/shaped_links.py), made
     before they start and removed after they end, whichever way they end.
     """
     try:
         with emulated_network.for_local_ranks(args, world_size) as network:
             return _launch_local(worker, world_size, args, port, network, fork)
-    except emulated_network.NetworkUnavailable as error:
+    except shaped_links.NetworkUnavailable as error:
         raise LaunchError(str(error)) from None
 
 

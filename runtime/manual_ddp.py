@@ -12,25 +12,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils._pytree import tree_leaves
 
-from manual_allreduce import (
-    DEFAULT_BUCKET_MB,
-    BucketedSync,
-    FlatSync,
-    PerParameterSync,
-    RingSync,
-    SharedMemorySync,
-    broadcast_parameters,
-)
-
-AFTER_BACKWARD = {"per-param": PerParameterSync, "flat": FlatSync, "ring": RingSync,
-                  "shm": SharedMemorySync}
-
-
-def make_sync(strategy, params, bucket_mb=DEFAULT_BUCKET_MB, compress=None, recorder=None):
-    """The strategy named `strategy` (one of manual_allreduce.STRATEGIES) for `params`."""
-    if strategy == "bucketed":
-        return BucketedSync(params, bucket_mb, compress, recorder)
-    return AFTER_BACKWARD[strategy](params, compress, recorder)
+from manual_allreduce import DEFAULT_BUCKET_MB, STRATEGIES, broadcast_parameters, call_when_ready
 
 
 def trainable_parameters(module):
@@ -59,7 +41,8 @@ def parameters_reached(output):
 
 class ManualDDP(nn.Module):
     """`ManualDDP(model, "bucketed")` where code says `DistributedDataParallel(model)`, with DDP's
-    keyword arguments, defaults and semantics.
+    keyword arguments, defaults and semantics; `layers` go around the strategy's all-reduce
+    (manual_allreduce.compressed, runtime/timing.py's timed).
 
     The constructor broadcasts rank 0's parameters and buffers; with `broadcast_buffers` (the
     default) `forward` broadcasts rank 0's buffers again before each forward that follows a
@@ -72,38 +55,41 @@ class ManualDDP(nn.Module):
       - a parameter that gets no gradient is an error, unless `find_unused_parameters=True`: then
         each forward walks the autograd graph, unreached parameters send zeros at once (their
         buckets are not held back), and one parameter unused on every rank keeps `.grad is None`.
+    The strategy sees only what the lesson defines: `grad_ready(param)` once per parameter and
+    step (every parameter holding a gradient by then), and `finish()`.
     """
 
-    def __init__(self, module, strategy="bucketed", bucket_mb=DEFAULT_BUCKET_MB, compress=None,
-                 recorder=None, broadcast_buffers=True, find_unused_parameters=False):
+    def __init__(self, module, strategy="bucketed", bucket_mb=DEFAULT_BUCKET_MB, layers=(),
+                 broadcast_buffers=True, find_unused_parameters=False):
         super().__init__()
         self.module = module
         broadcast_parameters(module)
-        params = trainable_parameters(module)
+        self.params = trainable_parameters(module)
         self.names = {param: name for name, param in module.named_parameters()}
         self.broadcast_buffers = broadcast_buffers
         self.find_unused_parameters = find_unused_parameters
         self.require_buffer_sync = True  # as DDP: a forward after a training forward broadcasts
+        self.accumulating = False  # inside no_sync(): backward keeps its local gradients
         self.ready = set()  # parameters whose gradient arrived since the last forward
         self.unused = set()  # parameters this forward's graph does not reach (find_unused)
-        # Registered before the strategy's own hooks, so a second gradient is refused first.
-        for param in params:
-            param.register_post_accumulate_grad_hook(self._grad_ready)
-        self.sync = make_sync(strategy, params, bucket_mb, compress, recorder)
+        self.zero_filled = set()  # parameters given zeros to send in this step
+        self.sync = STRATEGIES[strategy](self.params, bucket_mb, layers)
+        call_when_ready(self.params, self._grad_ready)
 
     def _grad_ready(self, param):
-        """Autograd's hook: note `param`'s gradient, refusing a second one before a forward."""
-        if self.sync.accumulating:
+        """Autograd's hook: pass `param`'s gradient on, refusing a second one before a forward."""
+        if self.accumulating:
             return
         if param in self.ready or param in self.unused:
             raise RuntimeError("Expected to mark a variable ready only once: parameter "
                                f"'{self.names[param]}' got a second gradient in this backward "
                                "(a second backward needs a new forward)")
         self.ready.add(param)
+        self.sync.grad_ready(param)
 
     def forward(self, *args, **kwargs):
         """The module's forward, after finishing a pending backward and broadcasting buffers."""
-        syncing = torch.is_grad_enabled() and not self.sync.accumulating
+        syncing = torch.is_grad_enabled() and not self.accumulating
         if syncing and (self.ready or self.unused):
             self._finish_backward()  # a second forward and backward before finishing
         # BEGIN PROMPT
@@ -119,25 +105,22 @@ class ManualDDP(nn.Module):
         self.require_buffer_sync = syncing
         if syncing and self.find_unused_parameters:
             reached = parameters_reached(output)
-            unused = [param for param in self.sync.params if param not in reached]
-            self.unused = set(unused)
-            if isinstance(self.sync, BucketedSync):  # they send zeros: count them ready now
-                for param in unused:
-                    self.sync.grad_ready(param)
+            self.unused = {param for param in self.params if param not in reached}
+            self._send_zeros([param for param in self.params if param in self.unused])
         return output
 
     @contextmanager
     def no_sync(self):
         """Backward passes inside only accumulate local gradients, as DDP's `no_sync()`."""
         # BEGIN PROMPT
-        # Set the strategy's `accumulating` flag for the block's duration, even if it raises.
+        # Set `accumulating` for the block's duration, even if it raises.
         # END PROMPT
         # BEGIN SOLUTION Task 3: no_sync
-        self.sync.accumulating = True
+        self.accumulating = True
         try:
             yield
         finally:
-            self.sync.accumulating = False
+            self.accumulating = False
         # END SOLUTION
 
     def finish_gradient_synchronization(self):
@@ -145,17 +128,19 @@ class ManualDDP(nn.Module):
         if self.ready or self.unused:
             self._finish_backward()
 
-    def wire_overflowed(self):
-        """Whether a gradient overflowed float16 on the wire since the last call (a host sync:
-        call it per step only where no loss scaler would catch the inf)."""
-        overflowed = bool(self.sync.overflowed)
-        self.sync.overflowed.zero_()
-        return overflowed
+    def _send_zeros(self, params):
+        """Report `params` ready with a zero gradient where they have none (they took no part in
+        this rank's backward), so that every rank sends the same tensors."""
+        for param in params:
+            if param.grad is None:
+                param.grad = torch.zeros_like(param)
+                self.zero_filled.add(param)
+            self.sync.grad_ready(param)
 
     def _finish_backward(self):
         """Average the gradients of the backward(s) since the last forward; the next backward
         starts afresh."""
-        missing = [param for param in self.sync.params
+        missing = [param for param in self.params
                    if param not in self.ready and param not in self.unused]
         if missing and not self.find_unused_parameters:
             names = ", ".join(self.names[param] for param in missing)
@@ -166,19 +151,20 @@ class ManualDDP(nn.Module):
         unused_everywhere = []
         if self.find_unused_parameters:
             unused_everywhere = self._unused_on_every_rank(missing)
+        self._send_zeros(missing)
         self.sync.finish()
         # No rank computed a gradient for these: leave them None, so no optimizer moves them.
         for param in unused_everywhere:
-            if param in self.sync.zero_filled:
+            if param in self.zero_filled:
                 param.grad = None
-        self.sync.zero_filled.clear()
+        self.zero_filled.clear()
         self.ready = set()
         self.unused = set()
 
     def _unused_on_every_rank(self, missing):
         """The parameters no rank used in this step: one flag per parameter, summed over ranks."""
         locally_unused = set(missing) | self.unused
-        flags = [param not in locally_unused for param in self.sync.params]
-        used = torch.tensor(flags, dtype=torch.int32, device=self.sync.params[0].device)
+        flags = [param not in locally_unused for param in self.params]
+        used = torch.tensor(flags, dtype=torch.int32, device=self.params[0].device)
         dist.all_reduce(used)
-        return [param for param, count in zip(self.sync.params, used.tolist()) if count == 0]
+        return [param for param, count in zip(self.params, used.tolist()) if count == 0]

@@ -2,7 +2,7 @@
 import torch
 from torch.nn.functional import cross_entropy
 
-from runtime.collectives import sum_over_ranks
+from runtime.across_ranks import sum_over_ranks
 from runtime.data import eval_range
 
 

@@ -6,10 +6,12 @@ import argparse
 import os
 import tempfile
 
-from manual_allreduce import DEFAULT_BUCKET_MB, STRATEGIES
 from runtime import emulated_network
 from runtime.data import DATASETS
 from runtime.optimizers import SCHEDULES
+
+STRATEGY_NAMES = ("per-param", "flat", "bucketed", "ring", "shm")  # manual_allreduce.STRATEGIES
+DEFAULT_BUCKET_MB = 25.0  # as DDP's bucket_cap_mb, and manual_allreduce's default
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -59,7 +61,7 @@ def build_parser(description):
     add("--mode", choices=("single", "ddp", "manual", "ddp-no-sync"), default="manual",
         help="how gradients are synchronised (ddp-no-sync: not at all, the compute baseline "
              "for benchmarks)")
-    add("--sync", choices=STRATEGIES, default="bucketed",
+    add("--sync", choices=STRATEGY_NAMES, default="bucketed",
         help="hand-written strategy for --mode manual")
     add("--comm-hook", choices=("none", "shm"), default="none",
         help="how --mode ddp sums its buckets: none = DDP's own all-reduce (gloo/NCCL), shm = "

@@ -11,13 +11,13 @@ TENSORBOARD_EPOCH_FIELDS = ("train_loss", "train_accuracy", "val_loss", "val_acc
 class Report:
     """Rank 0's console lines and TensorBoard scalars."""
 
-    def __init__(self, args, rank):
+    def __init__(self, epochs, tensorboard_dir, rank):
         self.speaks = rank == 0
-        self.epochs = args.epochs
+        self.epochs = epochs
         self.tensorboard = None
-        if args.tensorboard and self.speaks:
+        if tensorboard_dir and self.speaks:
             from torch.utils.tensorboard import SummaryWriter  # optional: only with --tensorboard
-            self.tensorboard = SummaryWriter(args.tensorboard)
+            self.tensorboard = SummaryWriter(tensorboard_dir)
 
     def log(self, line):
         """Print `line` on rank 0."""

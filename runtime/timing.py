@@ -21,6 +21,7 @@ backward minus the baseline, unclamped: its mean is unbiased, and a single step'
 On CUDA the stamps are CUDA events on the current stream, read after the epoch: no device-wide
 synchronize per mark, which would also wait for the communication streams.
 """
+import statistics
 import threading
 import time
 
@@ -60,8 +61,8 @@ class CudaClock:
 
 
 class CommRecorder:
-    """Start and end stamps of the collectives of the current step: the recorder that
-    manual_allreduce.py's strategies and the DDP hook report to."""
+    """Start and end stamps of the collectives of the current step, reported by the `timed`
+    layer around the all-reduce of every mode that communicates."""
 
     def __init__(self, clock=None):
         self.clock = clock or HostClock()
@@ -84,6 +85,22 @@ class CommRecorder:
         with self._lock:
             spans, self.spans = self.spans, []
         return [tuple(span) for span in spans if span[2] is not None]
+
+
+def timed(all_reduce, recorder):
+    """A layer around an all-reduce (manual_allreduce.with_layers): each call's span goes to
+    `recorder`, from just before the call (a collective may do its work inside it) to its
+    completion."""
+    def timed_all_reduce(tensor, name):
+        span = recorder.started(name)
+
+        def record_end(summed):
+            recorder.finished(span)
+            return summed.value()  # raises the collective's error again, if it failed
+
+        return all_reduce(tensor, name).then(record_end)
+
+    return timed_all_reduce
 
 
 def union_length(intervals, low, high):
@@ -152,7 +169,6 @@ class StepTimer:
         self.measured = 0
         self.pending = []  # (step, marks, spans, baseline) of the epoch's measured steps, as stamps
         self.trace = []  # (step, name, start, end) for the first trace_window measured steps
-        self.backward_baseline = None  # DDP: backward without communication (the trainer's)
 
     def start_step(self):
         """Stamp the start of a step."""
@@ -162,12 +178,13 @@ class StepTimer:
         """Stamp the end of `phase` (one of PHASES)."""
         self.marks.append((phase, self.clock.stamp()))
 
-    def end_step(self):
-        """Close the step: keep its marks and collectives unless it is a warm-up step."""
+    def end_step(self, backward_baseline=None):
+        """Close the step: keep its marks and collectives unless it is a warm-up step. DDP's
+        `backward_baseline` (runtime/calibration.py) estimates where its compute ended."""
         spans = self.comm.take()
         self.steps_seen += 1
         if self.steps_seen > self.warmup_steps:
-            self.pending.append((self.steps_seen - 1, self.marks, spans, self.backward_baseline))
+            self.pending.append((self.steps_seen - 1, self.marks, spans, backward_baseline))
 
     def take_epoch(self):
         """The step records of the epoch's measured steps, and an empty list for the next epoch."""
@@ -189,21 +206,14 @@ class StepTimer:
         return records
 
 
-def overlap(hidden, busy):
-    """The share of communication hidden behind computation, in [0, 1]; None without any."""
-    return hidden / busy if busy > 0 else None
-
-
 def summarize(values):
-    """mean, median and p95 of a list of seconds (all zero for an empty list)."""
+    """mean, median (of the two middle values on even counts) and p95 (the value at rank
+    int(0.95 n) in ascending order) of a list of seconds; all zero for an empty list."""
     if not values:
         return {"mean": 0.0, "median": 0.0, "p95": 0.0}
     ordered = sorted(values)
-
-    def quantile(share):
-        return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
-
-    return {"mean": sum(ordered) / len(ordered), "median": quantile(0.5), "p95": quantile(0.95)}
+    p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+    return {"mean": sum(ordered) / len(ordered), "median": statistics.median(ordered), "p95": p95}
 
 
 def summarize_ranks(steps_per_rank):
@@ -212,7 +222,8 @@ def summarize_ranks(steps_per_rank):
     Across ranks, statistics pool every rank's steps; `slowest_rank_mean` is the largest per-rank
     mean. `straggler` compares the ranks' own work (step minus the time waiting for peers, which
     blocking collectives make equal to the slowest rank's step): the slowest rank's mean over the
-    median rank's. 1.0 means balanced.
+    median rank's, the lower middle one on an even count (a rank's own figure, not an average of
+    two). 1.0 means balanced.
     """
     per_rank = [{field: summarize([step[field] for step in steps]) for field in FIELDS}
                 for steps in steps_per_rank]
@@ -220,12 +231,12 @@ def summarize_ranks(steps_per_rank):
               for field in FIELDS}
     for field in FIELDS:
         pooled[field]["slowest_rank_mean"] = max(rank[field]["mean"] for rank in per_rank)
-    own_work = sorted(rank["own_work"]["mean"] for rank in per_rank)
-    median_rank = own_work[(len(own_work) - 1) // 2]
+    own_work = [rank["own_work"]["mean"] for rank in per_rank]
+    median_rank = statistics.median_low(own_work)
     return {
         "per_rank": per_rank,
         "across_ranks": pooled,
-        "straggler": own_work[-1] / median_rank if median_rank > 0 else 1.0,
+        "straggler": max(own_work) / median_rank if median_rank > 0 else 1.0,
     }
 
 

@@ -1,37 +1,34 @@
 """One training loop for every mode: the wrapped model decides how gradients are synchronised.
 
-A step (`Trainer.train_step`) calls only `model(images)`, `model.no_sync()` and
-`model.finish_gradient_synchronization()`; runtime/modes.py has the wrappers. What surrounds the
-step lives beside it: DDP's calibration (calibration.py), the NaN watch (guards.py), checkpoints
-(checkpoint.py), progress lines and TensorBoard (reporting.py) and injected faults (faults.py).
+A step (runtime/step.py, which the benchmarks run too) calls only `model(images)`,
+`model.no_sync()` and `model.finish_gradient_synchronization()`; runtime/wrappers.py has the
+wrappers. What surrounds the step lives beside it: DDP's calibration (calibration.py), the NaN
+watch (guards.py), checkpoints (checkpoint.py), progress lines and TensorBoard (reporting.py) and
+injected faults (faults.py).
 """
 import time
-from contextlib import contextmanager, nullcontext
-from functools import partial
 
-import torch
 import torch.distributed as dist
-from torch.nn.functional import cross_entropy
 
 from runtime import checkpoint
+from runtime.across_ranks import gather, sum_over_ranks
 from runtime.calibration import BackwardCalibration
-from runtime.collectives import gather, sum_over_ranks
 from runtime.data import shard_indices
 from runtime.faults import FaultInjection
 from runtime.guards import DivergenceGuard
 from runtime.metrics import TrainingSums, evaluate
 from runtime.reporting import ProgressLine, Report
 from runtime.results import write_json_atomic
+from runtime.step import Precision, TrainingStep
 from runtime.timing import COMM_FIELDS, chrome_trace, summarize_ranks
 
-AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 EPOCH_TIME_FIELDS = ("data", "compute") + COMM_FIELDS  # each rank's epoch total, in the record
 
 
 class Trainer:
     """Trains a wrapped model on one rank's share of the in-memory data (see `fit`)."""
 
-    def __init__(self, model, optimizer, schedule, dataset, args, placement, timer):
+    def __init__(self, model, optimizer, schedule, dataset, args, placement, timer, sync_options):
         self.model = model
         self.optimizer = optimizer
         self.schedule = schedule  # runtime/optimizers.py's Schedule: the learning rate over the run
@@ -42,20 +39,21 @@ class Trainer:
         self.device = next(model.parameters()).device
         # On a GPU the whole split fits: batches are then indexed there.
         self.train = dataset.train.to(self.device)
-        amp_dtype = AMP_DTYPES.get(args.amp)
-        if amp_dtype:
-            self.autocast = partial(torch.autocast, self.device.type, dtype=amp_dtype)
-        else:
-            self.autocast = nullcontext
-        # fp16's narrow range needs the loss scaled up before backward (and the step skipped on
-        # overflow); bf16's does not.
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=args.amp == "fp16")
+        precision = Precision(args.amp, self.device)
+        self.scaler = precision.scaler  # its state is checkpointed
+        # float16 on the wire with no loss scaler to catch an overflow: the guard watches for it
+        watch_wire = args.compress == "fp16" and not self.scaler.is_enabled()
+        self.guard = DivergenceGuard(self.device, watch_wire, args.checkpoint_dir)
+        self.train_step = TrainingStep(model, optimizer, schedule, self.load, precision, timer,
+                                       self.guard)
+        self.calibration = BackwardCalibration(model, timer, precision, args.accum_steps,
+                                               args.calibrate_every,
+                                               enabled=sync_options.waits_inside_backward)
         self.progress = checkpoint.Progress()
         self.steps_timed = []  # the timing record of every measured step of the run
-        self.calibration = BackwardCalibration(model, timer, args, self.autocast, self.scaler)
-        self.guard = DivergenceGuard(model, self.scaler, args, self.device)
-        self.faults = FaultInjection(args, placement.rank)
-        self.report = Report(args, placement.rank)
+        self.faults = FaultInjection(args.debug_exit_rank, args.debug_exit_step,
+                                     args.debug_slow_rank, placement.rank)
+        self.report = Report(args.epochs, args.tensorboard, placement.rank)
 
     def fit(self):
         """Train the remaining epochs and score the test split; returns the results' training part:
@@ -99,8 +97,8 @@ class Trainer:
             self.faults.exit_if_due(self.progress.global_step)
             micro_batches = shard[step].view(args.accum_steps, args.batch_size)
             self.timer.start_step()
-            loss = self.train_step(micro_batches, sums)
-            self.timer.end_step()
+            loss = self.train_step(micro_batches, self.progress.global_step, sums)
+            self.timer.end_step(self.calibration.baseline)
             self.after_step(step, micro_batches[-1], loss)
             progress_line.step_done(step + 1 - first_step)
         # The calibrations are left out of the epoch's time: the throughput is training's alone.
@@ -113,39 +111,6 @@ class Trainer:
         self.save_checkpoint()
         return record
 
-    def train_step(self, micro_batches, sums):
-        """One optimizer step, as pytorch/examples' DDP tutorial runs a batch: forward, loss and
-        backward on each micro-batch (gradients averaged over ranks on the last one only), then
-        the synchronisation and the optimizer step. Returns the last micro-batch's loss."""
-        last = len(micro_batches) - 1
-        for index, batch in enumerate(micro_batches):
-            with self.phase("data"):
-                images, labels = self.load(batch)
-            with self.model.no_sync() if index < last else nullcontext():
-                with self.phase("forward"), self.autocast():
-                    logits = self.model(images)
-                    loss = cross_entropy(logits, labels)
-                with self.phase("backward"):
-                    self.scaler.scale(loss / len(micro_batches)).backward()
-            sums.add(loss, logits, labels)
-        with self.phase("sync"):
-            self.model.finish_gradient_synchronization()
-        with self.phase("optimizer"):
-            self.guard.check_wire(self.progress.global_step)
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-            # Last, as nanoGPT does: timing.py counts zeroing the gradients in the optimizer phase.
-            self.optimizer.zero_grad(set_to_none=True)
-            self.schedule.after_step()
-        return loss
-
-    @contextmanager
-    def phase(self, name):
-        """A timed phase of the step (timing.py) ends with its block. Phases are contiguous: each
-        runs from the end of the one before, so work between two blocks counts towards the next."""
-        yield
-        self.timer.mark(name)
-
     def load(self, batch):
         """A micro-batch's images and labels on the model's device."""
         images = self.train.images[batch].to(self.device, non_blocking=True)
@@ -156,7 +121,7 @@ class Trainer:
     def after_step(self, step, last_batch, loss):
         """What follows every step, off its reading path: DDP's own statistics and calibration,
         the NaN watch and the periodic checkpoint."""
-        self.calibration.after_step(self.train, last_batch)
+        self.calibration.after_step(self.train.images[last_batch], self.train.labels[last_batch])
         self.guard.note_loss(loss, self.progress.global_step)
         self.progress.global_step += 1
         self.progress.step_in_epoch = step + 1

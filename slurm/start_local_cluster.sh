@@ -10,7 +10,7 @@
 #   sudo slurm/stop_local_cluster.sh
 #
 # With --link-rate RATE (tc syntax: 100mbit, 1gbit, 10gbit) the nodes are on
-# an emulated network instead (runtime/emulated_network.py): each slurmd in
+# an emulated network instead (runtime/shaped_links.py): each slurmd in
 # its own network namespace, named and addressed SUBNET.1 and SUBNET.2, on a
 # Linux bridge (SUBNET.254, where slurmctld is reached) through a veth pair
 # shaped to RATE in both directions by tc tbf. A node's tasks talk over its
@@ -76,7 +76,7 @@ if [ -n "$LINK_RATE" ]; then
     reason=$(network check --rate "$LINK_RATE" 2>&1) || die "${reason#*error: }"
     NODES=("$SUBNET.1" "$SUBNET.2")
     CONTROLLER=$SUBNET.254
-    TAG=ddpns$PORT  # runtime/emulated_network.py's prefix, unique per cluster (its port)
+    TAG=ddpns$PORT  # runtime/shaped_links.py's prefix, unique per cluster (its port)
 fi
 
 # --- packages: install only what is missing --------------------------------

@@ -11,9 +11,8 @@ import os
 import numpy as np
 
 from analysis import build_design_doc as builder
-from analysis import cost_model
-from manual_allreduce import STRATEGIES
-from runtime import results
+from analysis import cost_model, results_folder
+from runtime.options import STRATEGY_NAMES
 from runtime.results import SCHEMA
 from runtime.timing import FIELDS
 from tests.harness import SANDBOX, run_alone
@@ -83,7 +82,7 @@ def run_document(model, series, world, seed, bucket_mb=25.0):
     rng = np.random.default_rng(seed)
     timing = summarize_ranks(step_records(model, series, world, rng))
     step = timing["across_ranks"]["step"]["mean"]
-    mode, sync = ("manual", series) if series in STRATEGIES else (series, "per-param")
+    mode, sync = ("manual", series) if series in STRATEGY_NAMES else (series, "per-param")
     throughput = BATCH * world / step
     if series == "ddp":
         timing["ddp_runtime_statistics"] = [{"backward_compute_s": 0.004, "backward_comm_s": 0.003,
@@ -196,7 +195,7 @@ def write_results(folder, bench=True):
                 if (model, series, world) == MISSING_RUN:
                     continue
                 seed += 1
-                manual = "manual-" if series in STRATEGIES else ""
+                manual = "manual-" if series in STRATEGY_NAMES else ""
                 name = f"sweep-{model}-{manual}{series}-w{world}-r{repeat}"
                 write(os.path.join(folder, name + ".json"),
                       run_document(model, series, world, seed))
@@ -261,17 +260,17 @@ def build_synthetic(tmp_path_factory):
 
 
 def no_notes(note):
-    """results.load_folder's notes, unwanted here."""
+    """results_folder.load_folder's notes, unwanted here."""
 
 
 def spreads_from(folder):
     """{(model, series, world): the step spread over repeats}, by the loader the plots use."""
-    runs, _ = results.load_folder(folder, note=no_notes)
+    runs, _ = results_folder.load_folder(folder, note=no_notes)
     spreads = {}
-    for configuration, group in results.repeats(runs).items():
+    for configuration, group in results_folder.repeats(runs).items():
         model, series, world, bucket_mb = configuration
         if bucket_mb == 25.0:
-            spreads[(model, series, world)] = results.across_repeats(group)
+            spreads[(model, series, world)] = results_folder.across_repeats(group)
     return spreads
 
 

@@ -10,11 +10,10 @@ import copy
 import functools
 import json
 
-from analysis import cost_model, plot_communication
+from analysis import cost_model, plot_communication, results_folder
 from analysis.plot_common import bucket_variant
 from analysis.plot_timeline import complete_events, plot_timeline
-from runtime import results
-from runtime.results import SCHEMA
+from runtime.results import SCHEMA, overlap
 from runtime.timing import FIELDS
 from tests.harness import run_alone
 
@@ -166,9 +165,8 @@ def step_bench():
     for configuration, hidden, exposed in (("flat", 0, 0.004), ("ddp", 0.003, 0.001),
                                            ("ddp-no-sync", 0, 0)):
         record = step_record(hidden=hidden, exposed=exposed)
-        overlap = hidden / record["comm_busy"] if record["comm_busy"] else None
         row = {"world_size": 2, "model": "mlp", "configuration": configuration, "steps": 30,
-               "overlap": overlap, "step_ratio_to_ddp": 1.0}
+               "overlap": overlap(hidden, record["comm_busy"]), "step_ratio_to_ddp": 1.0}
         row.update({f"mean_{field}_s": value for field, value in record.items()})
         rows.append(row)
     return {"schema": "step-bench/2", "measurements": rows}
@@ -191,7 +189,7 @@ def make_trace():
 
 def grouped(runs):
     """The runs by configuration, as plots.main passes them to the strategy figures."""
-    groups = results.repeats(runs).items()
+    groups = results_folder.repeats(runs).items()
     return {configuration: group for configuration, group in groups
             if not bucket_variant(configuration)}
 

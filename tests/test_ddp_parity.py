@@ -19,10 +19,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from manual_allreduce import STRATEGIES, WIRE_DTYPES
+from runtime.options import STRATEGY_NAMES
+from runtime.wrappers import WIRE_DTYPES
 from tests.harness import launch_once, run_in_processes
 
-VARIANTS = [(strategy, wire) for strategy in STRATEGIES for wire in (None, "fp16", "bf16")]
+VARIANTS = [(strategy, wire) for strategy in STRATEGY_NAMES for wire in (None, "fp16", "bf16")]
 STEPS = 3  # training steps per case
 BATCH = 4  # samples per rank and step
 FEATURES = 8
@@ -106,9 +107,10 @@ def compress_hook(wire_dtype, bucket):
     return summed.then(lambda done: buffer.copy_(done.value()[0]))
 
 
-def wrap(model, variant, find_unused):
+def wrap(model, variant, find_unused, layers=()):
     """torch's DDP (variant None, or ("ddp", wire)) with the matching compression hook, or
-    ManualDDP with a strategy."""
+    ManualDDP with a strategy (and the lesson's compression layer)."""
+    from manual_allreduce import compressed
     from runtime.manual_ddp import ManualDDP
 
     if variant is None or variant[0] == "ddp":
@@ -120,7 +122,9 @@ def wrap(model, variant, find_unused):
         ddp.finish_gradient_synchronization = lambda: None
         return ddp
     strategy, wire = variant
-    return ManualDDP(model, strategy, bucket_mb=0.001, compress=wire,
+    if wire:
+        layers = [*layers, lambda all_reduce: compressed(all_reduce, WIRE_DTYPES[wire])]
+    return ManualDDP(model, strategy, bucket_mb=0.001, layers=layers,
                      find_unused_parameters=find_unused)
 
 
@@ -233,7 +237,7 @@ def without_find_unused(rank, world_size, variant):
     return None
 
 
-@pytest.mark.parametrize("variant", [None] + [(strategy, None) for strategy in STRATEGIES],
+@pytest.mark.parametrize("variant", [None] + [(strategy, None) for strategy in STRATEGY_NAMES],
                          ids=variant_id)
 def test_an_unused_parameter_without_find_unused_parameters_is_an_error_naming_it(variant):
     for message in run_in_processes(2, without_find_unused, variant):
@@ -246,17 +250,25 @@ def launch_orders(rank, world_size):
     from runtime.manual_ddp import ManualDDP
 
     torch.manual_seed(0)
-    wrapped = ManualDDP(RankOrder(), "bucketed", bucket_mb=0.001)
+    launched = []
+
+    def noting_names(all_reduce):  # a layer around the all-reduce: the order of the launches
+        def noted(tensor, name):
+            launched.append(name)
+            return all_reduce(tensor, name)
+        return noted
+
+    wrapped = ManualDDP(RankOrder(), "bucketed", bucket_mb=0.001, layers=[noting_names])
     inputs, labels = batch(rank, 0, "order")
     F.cross_entropy(wrapped(inputs), labels).backward()
     wrapped.finish_gradient_synchronization()
-    return [bucket for bucket, _ in wrapped.sync.launch_log], len(wrapped.sync.buckets)
+    return launched, len(wrapped.sync.buckets)
 
 
 def test_ranks_ready_in_different_orders_launch_the_same_buckets_in_the_same_order():
     per_rank = run_in_processes(2, launch_orders)
     orders = [order for order, _ in per_rank]
-    assert orders[0] == orders[1] == list(range(per_rank[0][1]))
+    assert orders[0] == orders[1] == [f"bucket {index}" for index in range(per_rank[0][1])]
 
 
 def ready_twice(rank, world_size):
@@ -279,31 +291,45 @@ def test_a_gradient_reported_twice_without_a_forward_is_an_error_naming_the_para
 
 
 def overflow(rank, world_size, strategy, scaled):
-    from runtime.manual_ddp import ManualDDP
+    from runtime.guards import DivergenceGuard, TrainingDiverged
 
     torch.manual_seed(0)
     model = nn.Linear(FEATURES, 1)
-    wrapped = ManualDDP(model, strategy, compress="fp16")
+    wrapped = wrap(model, (strategy, "fp16"), find_unused=False)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler("cpu", init_scale=1.0, enabled=scaled)
+    guard = DivergenceGuard(torch.device("cpu"), watch_wire=not scaled)
     before = model.weight.detach().clone()
-    # gradients of 2e6 > 65504 x world
+    # gradients of 2e6 > 65504 x world: finite in float32, infinite in float16
     scaler.scale(wrapped(torch.full((2, FEATURES), 1e6)).sum()).backward()
     wrapped.finish_gradient_synchronization()
-    overflowed = wrapped.wire_overflowed()
+    infinite = not model.weight.grad.isfinite().all()
+    try:
+        guard.check_wire(model.parameters(), step=7)
+        stopped = None
+    except TrainingDiverged as error:
+        stopped = str(error)
     scaler.step(optimizer)
     scaler.update()
-    return overflowed, torch.equal(model.weight, before), wrapped.wire_overflowed()
+    return infinite, torch.equal(model.weight, before), stopped
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
-def test_an_fp16_overflow_on_the_wire_is_flagged_and_the_loss_scaler_skips_the_step(strategy):
-    for overflowed, unchanged, flag_after_reading in run_in_processes(2, overflow, strategy, True):
-        assert overflowed and unchanged and not flag_after_reading  # the scaler saw inf: no step
-    for overflowed, unchanged, _ in run_in_processes(2, overflow, strategy, False):
-        # without a scaler the trainer must stop (tests/test_reliability.py)
-        assert overflowed and not unchanged
+@pytest.mark.parametrize("strategy", STRATEGY_NAMES)
+def test_an_fp16_overflow_on_the_wire_stops_the_run_or_the_loss_scaler_skips_the_step(strategy):
+    for infinite, unchanged, stopped in run_in_processes(2, overflow, strategy, True):
+        assert infinite and unchanged and stopped is None  # the scaler saw inf: no step
+    for infinite, _, stopped in run_in_processes(2, overflow, strategy, False):
+        # without a scaler the guard stops the run (tests/test_reliability.py: the trainer's)
+        assert infinite and "overflowed float16 on the wire at step 7" in stopped
 
 
-def test_wire_dtypes_cover_the_compression_options():
-    assert set(WIRE_DTYPES) >= {None, "fp16", "bf16"}
+def test_the_options_name_the_lessons_strategies_default_and_the_wire_dtypes():
+    import manual_allreduce
+    from runtime import options
+
+    (compress,) = [action for action in options.build_parser("")._actions
+                   if action.dest == "compress"]
+    assert set(compress.choices) - {"none"} == set(WIRE_DTYPES)
+    # the runtime's names and default are the lesson's
+    assert options.STRATEGY_NAMES == tuple(manual_allreduce.STRATEGIES)
+    assert options.DEFAULT_BUCKET_MB == manual_allreduce.DEFAULT_BUCKET_MB

@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from analysis import build_design_doc as builder
 from analysis import cost_model
-from manual_allreduce import FIRST_BUCKET_MB
+from analysis.cost_model import FIRST_BUCKET_MB
 from runtime.results import validate
 from tests.design_doc_results import (
     MISSING_RUN,

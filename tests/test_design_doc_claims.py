@@ -6,8 +6,7 @@ import re
 
 import pytest
 
-from analysis import cost_model
-from runtime import results
+from analysis import cost_model, results_folder
 from tests.design_doc_results import (
     ALPHAS,
     BETA,
@@ -37,18 +36,19 @@ def synthetic(tmp_path_factory):
 
 def test_the_synthetic_steps_add_up_as_timing_records_do(synthetic):
     folder, _ = synthetic
-    runs, _ = results.load_folder(folder, note=no_notes)
+    runs, _ = results_folder.load_folder(folder, note=no_notes)
     for run in runs:
-        means = results.per_step(run)
+        means = results_folder.per_step(run)
         # data + compute + exposed == step, and 0 <= hidden <= busy <= step, as
         # timing.step_record makes them
         assert means["data"] + means["compute"] + means["comm_exposed"] == pytest.approx(
             means["step"])
         assert 0 <= means["comm_hidden"] <= means["comm_busy"] <= means["step"]
-        if results.series_name(run) in ("single", "ddp-no-sync"):
+        if results_folder.series_name(run) in ("single", "ddp-no-sync"):
             assert means["comm_busy"] == 0 and means["overlap"] is None
     # at least three repeats of every configuration, the compute baseline included
-    counts = {configuration: len(group) for configuration, group in results.repeats(runs).items()}
+    grouped = results_folder.repeats(runs)
+    counts = {configuration: len(group) for configuration, group in grouped.items()}
     assert min(counts.values()) >= REPEATS
     assert any(series == "ddp-no-sync" for _, series, _, _ in counts)
 
@@ -71,13 +71,13 @@ def test_a_strategy_is_called_faster_only_where_clearly_less_holds_and_indisting
         if " is faster than " in claim:
             faster, slower = claim.split(" is faster than ")
             # the claim is made only where the gap of medians exceeds both spreads
-            assert results.clearly_less(steps[faster], steps[slower]), claim
+            assert results_folder.clearly_less(steps[faster], steps[slower]), claim
             said["faster"] += 1
         else:
             first, second = claim.removesuffix(INDISTINGUISHABLE).split(" and ")
             # indistinguishable: neither is clearly less than the other
-            assert not results.clearly_less(steps[first], steps[second]), claim
-            assert not results.clearly_less(steps[second], steps[first]), claim
+            assert not results_folder.clearly_less(steps[first], steps[second]), claim
+            assert not results_folder.clearly_less(steps[second], steps[first]), claim
             said["indistinguishable"] += 1
     # the synthetic results exercise both verdicts
     assert said["faster"] and said["indistinguishable"]
@@ -98,7 +98,7 @@ def test_the_verdicts_against_the_smallest_median_and_the_summary_follow_the_spr
                     continue
                 slug = series.replace("manual ", "")
                 verdict = numbers[f"verdict.{model}.w{world}.{slug}"]["value"]
-                slower = results.clearly_less(steps[fastest], step)
+                slower = results_folder.clearly_less(steps[fastest], step)
                 assert verdict == ("slower" if slower else "indistinguishable")
         summary = numbers[f"sweep.{model}.summary"]["text"]
         assert summary in documents["README.md"] and summary in documents["4-performance.md"]

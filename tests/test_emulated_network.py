@@ -1,4 +1,5 @@
-"""The emulated network (runtime/emulated_network.py): shaped for real, and gone after every run.
+"""The emulated network (runtime/shaped_links.py, asked for through runtime/emulated_network.py):
+shaped for real, and gone after every run.
 
     sudo CI=true python -m pytest tests/test_emulated_network.py -v -p no:cacheprovider
 
@@ -22,7 +23,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from runtime import emulated_network
+from benchmarks.common import time_blocking_all_reduce
+from runtime import shaped_links
 from runtime.launch import launch_local
 from runtime.options import parse_args
 from tests.harness import one_line_exit_2, run_cli, write_dataset
@@ -37,14 +39,14 @@ MESSAGE_BYTES = 8 * 2**20
 def root_with_tools():
     """Skip (fail under CI) where namespaces cannot be made."""
     try:
-        emulated_network.check_usable()
-    except emulated_network.NetworkUnavailable as error:
+        shaped_links.check_usable()
+    except shaped_links.NetworkUnavailable as error:
         cannot_set_up(str(error))
 
 
 def left_of(tag):
     """Our namespaces and links of this tag still present, as 'kind name'."""
-    return [entry for entry in emulated_network.ours() if entry.split()[1].startswith(tag)]
+    return [entry for entry in shaped_links.ours() if entry.split()[1].startswith(tag)]
 
 
 def timed_all_reduce(placement, args):
@@ -54,10 +56,7 @@ def timed_all_reduce(placement, args):
                             world_size=placement.world_size)
     dist.all_reduce(torch.ones(1024))  # connections made before the timing starts
     tensor = torch.ones(MESSAGE_BYTES // 4)
-    dist.barrier()
-    start = time.perf_counter()
-    dist.all_reduce(tensor)
-    seconds = time.perf_counter() - start
+    seconds = time_blocking_all_reduce(tensor)
     report = {"seconds": seconds, "sum": tensor[0].item(), "namespace": os.readlink(
         "/proc/self/ns/net"), "interface": os.environ.get("GLOO_SOCKET_IFNAME")}
     Path(args.folder, f"{placement.rank}.json").write_text(json.dumps(report))
@@ -72,25 +71,25 @@ def test_an_all_reduce_between_two_namespaces_takes_the_wire_time_then_nothing_i
     # Each rank in a namespace of its own, not this process's, with gloo on the shaped interface.
     namespaces = {report["namespace"] for report in reports}
     assert len(namespaces) == 2 and os.readlink("/proc/self/ns/net") not in namespaces
-    assert {report["interface"] for report in reports} == {emulated_network.INTERFACE}
+    assert {report["interface"] for report in reports} == {shaped_links.INTERFACE}
     assert reports[0]["sum"] == 2.0
     # A 2-rank all-reduce must move 2(n-1)/n x N = N bytes across each link, each way; tbf lets
     # one burst through at once, the rest at the rate.
-    bits_per_s = emulated_network.parse_rate(RATE)
-    wire_s = (MESSAGE_BYTES - emulated_network.burst_bytes(bits_per_s)) * 8 / bits_per_s
+    bits_per_s = shaped_links.parse_rate(RATE)
+    wire_s = (MESSAGE_BYTES - shaped_links.burst_bytes(bits_per_s)) * 8 / bits_per_s
     slowest = max(report["seconds"] for report in reports)
     assert slowest >= wire_s, f"{slowest:.3f} s < the wire time {wire_s:.3f} s: not shaped"
-    assert left_of(f"{emulated_network.PREFIX}{os.getpid()}") == []
-    assert not os.path.exists(f"/run/{emulated_network.PREFIX}{os.getpid()}.network")
+    assert left_of(f"{shaped_links.PREFIX}{os.getpid()}") == []
+    assert not os.path.exists(f"/run/{shaped_links.PREFIX}{os.getpid()}.network")
 
 
 @pytest.mark.parametrize("fail_at", [3, 6, 13])
 def test_a_start_that_fails_midway_removes_what_it_made(root_with_tools, monkeypatch, fail_at):
     # 3: a namespace exists; 6: a veth too; 13: the second host half made
-    monkeypatch.setenv(emulated_network.FAIL_HOOK, str(fail_at))
-    tag = f"{emulated_network.PREFIX}t{os.getpid()}"
-    network = emulated_network.EmulatedNetwork(tag, 2, RATE, record=f"/run/{tag}.network")
-    with pytest.raises(emulated_network.NetworkUnavailable, match="on purpose"):
+    monkeypatch.setenv(shaped_links.FAIL_HOOK, str(fail_at))
+    tag = f"{shaped_links.PREFIX}t{os.getpid()}"
+    network = shaped_links.EmulatedNetwork(tag, 2, RATE, record=f"/run/{tag}.network")
+    with pytest.raises(shaped_links.NetworkUnavailable, match="on purpose"):
         with network:
             pass
     assert left_of(tag) == []
@@ -105,7 +104,7 @@ def test_ctrl_c_on_a_local_run_stops_every_rank_and_removes_the_network(root_wit
                "--epochs", "50", "--results-dir", str(tmp_path / "results")]
     run = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True)
-    tag = f"{emulated_network.PREFIX}{run.pid}"
+    tag = f"{shaped_links.PREFIX}{run.pid}"
     # interrupt once training runs: an epoch line is printed after the first epoch
     deadline = time.monotonic() + 60
     while "epoch 1/" not in (line := run.stdout.readline()) and time.monotonic() < deadline:
@@ -155,7 +154,7 @@ def shaped_cluster(root_with_tools):
     local = Cluster(directory, port)
     # its own subnet: a cluster of the user's may hold the default one
     local.env.update(SLURM_LOCAL_SUBNET=f"10.214.{port % 250}", PYTHON=sys.executable)
-    local.tag = f"{emulated_network.PREFIX}s{port}"
+    local.tag = f"{shaped_links.PREFIX}s{port}"
     started = subprocess.run(["bash", "slurm/start_local_cluster.sh", "--link-rate", "1gbit"],
                              cwd=REPO, env=local.env, capture_output=True, text=True, timeout=300)
     if started.returncode != 0:
@@ -192,7 +191,7 @@ def test_a_two_node_job_on_shaped_links_completes_with_its_ranks_on_two_addresse
     # The gradients crossed the shaped links: 16 steps x 2.3 MB of flat gradients, each way.
     for host in range(2):
         assert sent_bytes(f"{shaped_cluster.tag}h{host}") > 10e6
-        assert sent_bytes(emulated_network.INTERFACE, f"{shaped_cluster.tag}-{host}") > 10e6
+        assert sent_bytes(shaped_links.INTERFACE, f"{shaped_cluster.tag}-{host}") > 10e6
 
 
 def test_a_cluster_start_with_a_bad_rate_or_a_failure_midway_leaves_nothing(root_with_tools):
@@ -204,13 +203,13 @@ def test_a_cluster_start_with_a_bad_rate_or_a_failure_midway_leaves_nothing(root
     try:
         for rate, fail_at in (("1gbt", None), ("1gbit", "8")):
             if fail_at:
-                env[emulated_network.FAIL_HOOK] = fail_at
+                env[shaped_links.FAIL_HOOK] = fail_at
             started = subprocess.run(["bash", "slurm/start_local_cluster.sh", "--link-rate",
                                       rate], cwd=REPO, env=env, capture_output=True, text=True,
                                      timeout=300)
             assert started.returncode != 0
             assert len(started.stderr.strip().splitlines()) == 1, started.stderr
-            assert left_of(f"{emulated_network.PREFIX}s{port}") == []
+            assert left_of(f"{shaped_links.PREFIX}s{port}") == []
             assert daemons_of(directory) == []
     finally:
         shutil.rmtree(directory, ignore_errors=True)

@@ -19,7 +19,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from manual_allreduce import STRATEGIES
+from runtime.options import STRATEGY_NAMES
 from tests.harness import launch_once, run_alone, run_in_processes
 
 STEPS = 3
@@ -110,12 +110,12 @@ def train_one_process(model_name, world_size):
 
 
 def train_distributed(rank, world_size, model_name, mode, strategy, compress):
-    from runtime.modes import wrap_model
     from runtime.timing import CommRecorder
+    from runtime.wrappers import SyncOptions, wrap_model
 
     torch.manual_seed(rank)  # different parameters per rank: the wrapper must broadcast rank 0's
     model = MODELS[model_name]()
-    wrapped = wrap_model(model, mode, CommRecorder(), strategy, bucket_mb=0.5, compress=compress)
+    wrapped = wrap_model(model, SyncOptions(mode, strategy, 0.5, compress), CommRecorder())
     optimizer = torch.optim.SGD(trainable(model), lr=LR)
     images, labels = global_batches(world_size)
     history = [flat_parameters(model)]  # after construction, before any step
@@ -146,10 +146,10 @@ def run_all(rank, world_size, configurations):
 
 
 def configurations():
-    exact = [(model, "manual", strategy, None) for model in MODELS for strategy in STRATEGIES]
+    exact = [(model, "manual", strategy, None) for model in MODELS for strategy in STRATEGY_NAMES]
     exact += [(model, "ddp", None, None) for model in MODELS]
     compressed = [("mlp", "manual", strategy, wire)
-                  for strategy in STRATEGIES for wire in WIRE_PRECISION_BITS]
+                  for strategy in STRATEGY_NAMES for wire in WIRE_PRECISION_BITS]
     compressed += [("mlp", "ddp", None, wire) for wire in WIRE_PRECISION_BITS]
     return exact + compressed
 
@@ -232,8 +232,7 @@ def test_compressed_gradients_stay_within_the_wire_precision(world_size, configu
 def average_by_hand_and_by_each_strategy(rank, world_size):
     """One backward's gradients averaged by `average_gradients`, and by each strategy used alone
     (no wrapper: the bucketed one through its own hooks); the largest difference per strategy."""
-    from manual_allreduce import average_gradients
-    from runtime.manual_ddp import make_sync
+    from manual_allreduce import STRATEGIES, average_gradients, call_when_ready
     from runtime.models import MLP
 
     torch.manual_seed(0)
@@ -248,7 +247,8 @@ def average_by_hand_and_by_each_strategy(rank, world_size):
     differences = {}
     for strategy in STRATEGIES:
         model = copy.deepcopy(untrained)
-        sync = make_sync(strategy, list(model.parameters()), bucket_mb=0.5)
+        sync = STRATEGIES[strategy](list(model.parameters()), bucket_mb=0.5)
+        call_when_ready(list(model.parameters()), sync.grad_ready)
         F.cross_entropy(model(images), labels).backward()
         sync.finish()
         got = [param.grad for param in model.parameters()]

@@ -4,10 +4,9 @@ layouts come from a child with the code under test (plot_documents.py); the figu
 here."""
 import pytest
 
-from analysis import cost_model
+from analysis import cost_model, results_folder
+from analysis.cost_model import FIRST_BUCKET_MB
 from analysis.plot_communication import plot_allreduce, plot_bucket_sweep
-from manual_allreduce import FIRST_BUCKET_MB
-from runtime import results
 from tests.plot_documents import (
     ALPHA,
     BETA,
@@ -59,7 +58,7 @@ def test_allreduce_model_line_passes_through_data_generated_from_alpha_and_beta(
 
 def test_bucket_sweep_annotates_each_point_with_the_cost_model_bucket_count(monkeypatch):
     layouts = layouts_of_the_code(monkeypatch)
-    axis = plot_bucket_sweep(results.repeats(bucket_runs() + strategy_runs())).axes[0]
+    axis = plot_bucket_sweep(results_folder.repeats(bucket_runs() + strategy_runs())).axes[0]
     lines = containers(axis)
     # one line per bucketing series; the flat runs and the single process have no bucket size
     assert sorted(lines) == ["MLP, ddp, 4 processes", "MLP, manual bucketed, 4 processes"]

@@ -1,16 +1,20 @@
 """plots.py draws every figure from a folder of small, schema-valid synthetic results documents;
 what the figures share: step times in ms, and which runs the strategy figures leave out. The
 documents and the models' layouts come from a child with the code under test (plot_documents.py);
-the figures are drawn here."""
+the figures are drawn here. Under the figures, analysis/results_folder.py: repeats grouped, each
+run's means per step, their median and spread."""
 import json
+
+import pytest
 
 from analysis import plots
 from analysis.plot_breakdown import plot_step_bench, plot_time_breakdown
 from analysis.plot_common import bucket_variant
 from analysis.plot_communication import plot_allreduce, plot_bucket_sweep
-from manual_allreduce import DEFAULT_BUCKET_MB
-from runtime import results
+from analysis.results_folder import clearly_less, per_step, repeats, spread
+from runtime.options import DEFAULT_BUCKET_MB
 from runtime.results import SCHEMA, validate
+from runtime.timing import FIELDS
 from tests.plot_documents import (
     allreduce_bench,
     bucket_runs,
@@ -74,7 +78,7 @@ def test_every_step_time_axis_is_in_milliseconds(monkeypatch):
     layouts_of_the_code(monkeypatch)  # the bucket sweep's bucket counts
     figures = [plot_time_breakdown(grouped(strategy_runs()), "mlp"),
                plot_step_bench(step_bench()["measurements"]),
-               plot_bucket_sweep(results.repeats(bucket_runs())),
+               plot_bucket_sweep(repeats(bucket_runs())),
                timeline()]
     labels = [figure.axes[0].get_xlabel() + figure.axes[0].get_ylabel() for figure in figures]
     # the breakdowns, the bucket sweep and the timeline in ms, the all-reduce latency too
@@ -90,3 +94,49 @@ def test_only_bucketed_and_ddp_runs_at_another_bucket_size_stay_out_of_the_strat
     # the bucket size does not change what flat or ddp-no-sync send
     assert not bucket_variant(("mlp", "manual flat", 2, 1.0))
     assert not bucket_variant(("mlp", "ddp-no-sync", 2, 1.0))
+
+
+def timed_run(sync="flat", world=2, created="2026-01-01", step=0.010, hidden=0.002, busy=0.005):
+    """The parts of a results document that results_folder reads."""
+    means = dict.fromkeys(FIELDS, 0.0)
+    means.update(step=step, comm_hidden=hidden, comm_busy=busy)
+    return {"config": {"mode": "manual", "sync": sync, "model": "mlp", "bucket_mb": 25},
+            "environment": {"world_size": world}, "created": created,
+            "timing": {"across_ranks": {field: {"mean": value} for field, value in means.items()},
+                       "straggler": 1.1},
+            "throughput_samples_per_s": 1000.0}
+
+
+def test_the_median_of_an_even_count_of_repeats_is_the_mean_of_the_two_middle_ones():
+    # statistics.median, as timing.summarize takes it
+    assert spread([0.4, 0.1, 0.3, 0.2]) == {"median": 0.25, "min": 0.1, "max": 0.4, "n": 4}
+    assert spread([0.3, 0.1, 0.2])["median"] == 0.2
+    assert spread([]) is None
+
+
+def test_a_difference_is_clear_only_where_the_gap_of_medians_exceeds_both_spreads():
+    tight = spread([1.0, 1.1])
+    # a gap of 1.0 against spreads of 0.1 and 0.5: clear, one way only
+    assert clearly_less(tight, spread([1.8, 2.05, 2.3]))
+    assert not clearly_less(spread([1.8, 2.05, 2.3]), tight)
+    # a gap of 0.5 inside a spread of 1.0: not clear
+    assert not clearly_less(tight, spread([1.1, 1.6, 2.1]))
+
+
+def test_a_runs_overlap_is_hidden_over_busy_and_none_without_communication():
+    assert per_step(timed_run(hidden=0.002, busy=0.005))["overlap"] == pytest.approx(0.4)
+    assert per_step(timed_run(hidden=0.0, busy=0.0))["overlap"] is None
+    # the means of every timed field, with the throughput and the straggler beside them
+    means = per_step(timed_run())
+    assert means["step"] == 0.010 and means["straggler"] == 1.1
+
+
+def test_repeats_are_grouped_by_configuration_oldest_first():
+    runs = [timed_run(created="2026-01-03"), timed_run(sync="ring"), timed_run(),
+            timed_run(created="2026-01-02"), timed_run(world=4)]
+    by_configuration = repeats(runs)
+    assert sorted(by_configuration) == [("mlp", "manual flat", 2, 25.0),
+                                        ("mlp", "manual flat", 4, 25.0),
+                                        ("mlp", "manual ring", 2, 25.0)]
+    flat = by_configuration[("mlp", "manual flat", 2, 25.0)]
+    assert [repeat["created"] for repeat in flat] == ["2026-01-01", "2026-01-02", "2026-01-03"]

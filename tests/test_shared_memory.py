@@ -116,14 +116,15 @@ DDP_WORLD_SIZE = 3
 def train_ddp(rank, world_size):
     """Three SGD steps of DDP, with its own all-reduce and with the shm hook; the parameters after
     each, per hook."""
-    from runtime.modes import TimedDDP
     from runtime.timing import CommRecorder
+    from runtime.wrappers import SyncOptions, wrap_model
 
     histories = {}
     for hook in ("none", "shm"):
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
-        wrapped = TimedDDP(model, CommRecorder(), bucket_mb=0.001, comm_hook=hook)
+        options = SyncOptions("ddp", bucket_mb=0.001, comm_hook=hook)
+        wrapped = wrap_model(model, options, CommRecorder())
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         history = []
         for step in range(3):

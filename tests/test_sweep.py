@@ -10,13 +10,13 @@ import shlex
 import sys
 
 from analysis import sweep
-from manual_allreduce import STRATEGIES
+from runtime.options import STRATEGY_NAMES
 from runtime.results import validate
 from tests.harness import run_alone
 
 TINY = ["--models", "mlp", "--world-sizes", "1,2", "--strategies", "flat", "--bucket-mbs", "1",
         "--max-steps", "5", "--epochs", "1", "--train-samples", "1024", "--repeats", "1"]
-MODES = ["ddp", "ddp-no-sync"] + [f"manual-{strategy}" for strategy in STRATEGIES]
+MODES = ["ddp", "ddp-no-sync"] + [f"manual-{strategy}" for strategy in STRATEGY_NAMES]
 
 
 def dry_run(capsys, argv):

@@ -1,5 +1,6 @@
-"""benchmarks/time_to_accuracy.py: the time-to-target arithmetic and a tiny run end to end (and
-resumed). No speed is asserted. One-cycle: test_learning_rate_schedule.py."""
+"""benchmarks/time_to_accuracy.py: the time-to-target arithmetic (accuracy_curve.py,
+time_to_accuracy_summary.py) and a tiny run end to end (and resumed). No speed is asserted.
+One-cycle: test_learning_rate_schedule.py."""
 import json
 import os
 import subprocess
@@ -8,6 +9,8 @@ import sys
 import pytest
 
 from benchmarks import time_to_accuracy as tta
+from benchmarks.accuracy_curve import evaluation_steps, time_to_target
+from benchmarks.time_to_accuracy_summary import median_or_none
 from tests.harness import REPO
 
 
@@ -20,22 +23,22 @@ def curve(*points):
 def test_time_to_target_is_the_first_evaluation_at_or_above_it():
     points = curve((1.0, 0.95), (2.0, 0.99), (3.0, 0.98), (4.0, 0.995))
     # 0.99 is reached at the second point, not at the later, higher one
-    assert tta.time_to_target(points, 0.99) == (2.0, 200)
+    assert time_to_target(points, 0.99) == (2.0, 200)
     # a target met exactly counts as reached
-    assert tta.time_to_target(points, 0.95) == (1.0, 100)
+    assert time_to_target(points, 0.95) == (1.0, 100)
 
 
 def test_a_target_never_reached_has_no_time_and_a_median_of_such_repeats_is_none():
-    assert tta.time_to_target(curve((1.0, 0.5)), 0.99) == (None, None)
+    assert time_to_target(curve((1.0, 0.5)), 0.99) == (None, None)
     # one repeat of three never reached: it counts as slowest, the median is the other two's max
-    assert tta.median_or_none([3.0, None, 1.0]) == 3.0
-    assert tta.median_or_none([None, None, 1.0]) is None
-    assert tta.median_or_none([]) is None
+    assert median_or_none([3.0, None, 1.0]) == 3.0
+    assert median_or_none([None, None, 1.0]) is None
+    assert median_or_none([]) is None
 
 
 def test_evaluations_are_evenly_spaced_and_the_last_ends_the_epoch():
-    assert tta.evaluation_steps(100, 4) == {25, 50, 75, 100}
-    assert tta.evaluation_steps(3, 4) == {1, 2, 3}  # fewer steps than evaluations: each step
+    assert evaluation_steps(100, 4) == {25, 50, 75, 100}
+    assert evaluation_steps(3, 4) == {1, 2, 3}  # fewer steps than evaluations: each step
 
 
 def run_benchmark(*options):

@@ -3,13 +3,14 @@
 Each scenario runs in a child process (tests/harness.py run_alone) on a fake clock and returns
 its step records; the tests check them here. The code under test is imported inside those
 functions, never at the top, as this module is also imported by the process that decides the
-tests (tests/grading/judge.py)."""
+tests (tests/grading/judge.py). results.overlap is not task code: it is checked here."""
 import contextlib
 import json
 
 import pytest
 import torch
 
+from runtime.results import overlap
 from runtime.timing import FIELDS
 from tests.harness import run_alone, run_cli
 
@@ -51,7 +52,8 @@ def plain(records):
     return [{field: float(value) for field, value in record.items()} for record in records]
 
 
-def one_step(timer, clock, forward, backward, comm_busy, exposed, optimizer=0.01, data=0.002):
+def one_step(timer, clock, forward, backward, comm_busy, exposed, optimizer=0.01, data=0.002,
+             backward_baseline=None):
     """A step whose bucket all-reduce starts in backward, runs `comm_busy` seconds and is
     waited for `exposed` seconds after backward."""
     timer.start_step()
@@ -68,7 +70,7 @@ def one_step(timer, clock, forward, backward, comm_busy, exposed, optimizer=0.01
     timer.mark("sync")
     clock.advance(optimizer)
     timer.mark("optimizer")
-    timer.end_step()
+    timer.end_step(backward_baseline)
 
 
 def time_steps(step, steps, warmup_steps, backward_baseline):
@@ -77,23 +79,14 @@ def time_steps(step, steps, warmup_steps, backward_baseline):
 
     with fake_clock() as clock:
         timer = timing.StepTimer(warmup_steps=warmup_steps)
-        if backward_baseline is not None:
-            timer.backward_baseline = backward_baseline
         for _ in range(steps):
-            one_step(timer, clock, **step)
+            one_step(timer, clock, backward_baseline=backward_baseline, **step)
         return plain(timer.take_epoch())
 
 
 def measured_steps(steps=1, warmup_steps=0, backward_baseline=None, **step):
     """time_steps in a child: the step records of `steps` steps shaped by one_step's options."""
     return run_alone(time_steps, step, steps, warmup_steps, backward_baseline)
-
-
-def overlaps(pairs):
-    """timing.overlap(hidden, busy) for each pair."""
-    from runtime import timing
-
-    return [timing.overlap(hidden, busy) for hidden, busy in pairs]
 
 
 def assert_invariants(step):
@@ -113,8 +106,7 @@ def test_phases_busy_hidden_and_exposed_communication_follow_their_definitions()
     assert step["comm_exposed"] == pytest.approx(0.005)
     assert step["step"] == pytest.approx(0.002 + 0.010 + 0.030 + 0.005 + 0.010)
     assert step["compute"] == pytest.approx(0.010 + 0.030 + 0.010)
-    (share,) = run_alone(overlaps, [(step["comm_hidden"], step["comm_busy"])])
-    assert share == pytest.approx(0.75)
+    assert overlap(step["comm_hidden"], step["comm_busy"]) == pytest.approx(0.75)
     assert_invariants(step)
 
 
@@ -169,10 +161,10 @@ def test_the_union_of_intervals_merges_overlaps_and_clips_to_the_window():
 
 
 def test_overlap_is_the_hidden_share_and_none_without_communication():
-    nothing, all_hidden, none_hidden = run_alone(overlaps, [(0.0, 0.0), (0.01, 0.01), (0.0, 0.01)])
-    assert nothing is None
-    assert all_hidden == 1.0
-    assert none_hidden == 0.0
+    # results.overlap is not task code (the analysis runs it in this process), so it runs here
+    assert overlap(0.0, 0.0) is None
+    assert overlap(0.01, 0.01) == 1.0
+    assert overlap(0.0, 0.01) == 0.0
 
 
 def collective_finished_inside_its_launch_call():
@@ -198,8 +190,8 @@ def test_a_collective_finished_inside_its_launch_call_still_counts_as_busy_and_e
 
 @contextlib.contextmanager
 def pending_all_reduce():
-    """In a child: dist.all_reduce(async_op=True) as seen by start_all_reduce, completing when the
-    scenario says."""
+    """In a child: dist.all_reduce(async_op=True) as seen by the lesson's all_reduce, completing
+    when the scenario says."""
     import manual_allreduce
 
     work = FakeWork()
@@ -216,7 +208,8 @@ def asynchronous_all_reduce():
         timer = timing.StepTimer()
         timer.start_step()
         timer.mark("backward")
-        done = manual_allreduce.start_all_reduce(torch.zeros(1), "bucket 0", timer.comm)
+        timed_all_reduce = timing.timed(manual_allreduce.all_reduce, timer.comm)
+        done = timed_all_reduce(torch.zeros(1), "bucket 0")
         clock.advance(0.004)
         pending.future.set_result([torch.zeros(1)])  # on the backend's thread, really
         done.wait()
@@ -239,8 +232,8 @@ def failed_asynchronous_all_reduce():
     from runtime import timing
 
     with pending_all_reduce() as pending:
-        done = manual_allreduce.start_all_reduce(torch.zeros(1), "bucket 0",
-                                                 timing.CommRecorder())
+        timed_all_reduce = timing.timed(manual_allreduce.all_reduce, timing.CommRecorder())
+        done = timed_all_reduce(torch.zeros(1), "bucket 0")
         pending.future.set_exception(RuntimeError("a peer went away"))
         try:
             done.wait()
@@ -307,27 +300,51 @@ def summarize_ranks(steps_per_rank):
     return timing.summarize_ranks(steps_per_rank)
 
 
+def waiting_steps(own_work):
+    """Three steps of 10 ms (blocking collectives) of which the rank works `own_work` seconds and
+    waits for its peers the rest."""
+    record = dict.fromkeys(FIELDS, 0.0)
+    record.update(step=0.010, own_work=own_work, comm_exposed=0.010 - own_work)
+    return [record] * 3
+
+
+def steps_lasting(seconds):
+    """One step record per value, every field that value."""
+    return [dict.fromkeys(FIELDS, value) for value in seconds]
+
+
 def test_the_straggler_compares_own_work_not_steps_that_waiting_made_equal():
-    # Three ranks whose steps all last 10 ms (blocking collectives); rank 2 works 9 ms of them,
-    # the others 6 ms and then wait 4 ms for it. Step times say 1.0; own work says 1.5.
-    def steps(own_work):
-        record = dict.fromkeys(FIELDS, 0.0)
-        record.update(step=0.010, own_work=own_work, comm_exposed=0.010 - own_work)
-        return [record] * 3
-    summary = run_alone(summarize_ranks, [steps(0.006), steps(0.006), steps(0.009)])
+    # Three ranks whose steps all last 10 ms; rank 2 works 9 ms of them, the others 6 ms and then
+    # wait 4 ms for it. Step times say 1.0; own work says 1.5.
+    ranks = [waiting_steps(0.006), waiting_steps(0.006), waiting_steps(0.009)]
+    summary = run_alone(summarize_ranks, ranks)
     assert summary["across_ranks"]["step"]["slowest_rank_mean"] == pytest.approx(0.010)
     assert summary["straggler"] == pytest.approx(0.009 / 0.006)
 
 
-def test_ranks_are_summarised_per_rank_and_across():
-    def steps(seconds):
-        return [dict.fromkeys(FIELDS, value) for value in seconds]
+def test_with_an_even_count_of_ranks_the_straggler_is_over_the_lower_middle_rank():
+    # Own work 6, 7, 8 and 12 ms: the median rank is the 7 ms one, a rank's own figure (not 7.5)
+    ranks = [waiting_steps(0.006), waiting_steps(0.008), waiting_steps(0.012), waiting_steps(0.007)]
+    summary = run_alone(summarize_ranks, ranks)
+    assert summary["straggler"] == pytest.approx(0.012 / 0.007)
 
-    summary = run_alone(summarize_ranks, [steps([1.0, 1.0, 1.0]), steps([1.0, 2.0, 3.0]),
-                                          steps([4.0, 4.0, 4.0])])
+
+def test_ranks_are_summarised_per_rank_and_across():
+    summary = run_alone(summarize_ranks, [steps_lasting([1.0, 1.0, 1.0]),
+                                          steps_lasting([1.0, 2.0, 3.0]),
+                                          steps_lasting([4.0, 4.0, 4.0])])
     assert [rank["step"]["mean"] for rank in summary["per_rank"]] == [1.0, 2.0, 4.0]
     assert summary["across_ranks"]["step"]["median"] == 2.0
     assert summary["across_ranks"]["step"]["slowest_rank_mean"] == 4.0
+
+
+def test_the_median_of_an_even_count_of_steps_is_the_mean_of_the_two_middle_ones():
+    summary = run_alone(summarize_ranks, [steps_lasting([1.0, 2.0]), steps_lasting([4.0, 3.0])])
+    # each rank's two steps: 1.5 and 3.5; the four pooled (1, 2, 3, 4): 2.5, as statistics.median
+    assert [rank["step"]["median"] for rank in summary["per_rank"]] == [1.5, 3.5]
+    assert summary["across_ranks"]["step"]["median"] == 2.5
+    # p95 is the step at rank int(0.95 n) in ascending order: the slowest of four
+    assert summary["across_ranks"]["step"]["p95"] == 4.0
 
 
 def test_the_trace_has_one_track_per_rank_and_every_phase(tiny_data, tmp_path):

@@ -10,8 +10,9 @@ import os
 import pytest
 import torch
 
-from manual_allreduce import STRATEGIES
+from analysis.results_folder import series_name
 from runtime import results
+from runtime.options import STRATEGY_NAMES
 from tests.grading.sandbox import run_python
 from tests.harness import SANDBOX, run_cli, run_ok
 
@@ -59,7 +60,7 @@ def test_busy_hidden_and_exposed_keep_their_invariants_for_every_strategy_and_dd
     rows = json.loads(output.read_text())["measurements"]
     assert {(row["world_size"], row["configuration"]) for row in rows} == \
         {(world, name) for world in (2, 4)
-         for name in ("ddp", "ddp-shm", "ddp-no-sync", *STRATEGIES)}
+         for name in ("ddp", "ddp-shm", "ddp-no-sync", *STRATEGY_NAMES)}
     for row in rows:
         where = f"{row['configuration']} at {row['world_size']} ranks"
         fields = ("data", "compute", "comm_busy", "comm_hidden", "comm_exposed", "step")
@@ -134,7 +135,7 @@ def test_ddp_calibration_leaves_training_bit_identical_and_says_what_it_estimate
 def test_the_compute_baseline_mode_runs_ddp_without_communicating(tiny_data, tmp_path):
     document = run(tmp_path, tiny_data, "nosync", "--world-size", 2, "--mode", "ddp-no-sync")
     assert document["timing"]["across_ranks"]["comm_busy"]["mean"] == 0
-    assert results.series_name(document) == "ddp-no-sync"
+    assert series_name(document) == "ddp-no-sync"
 
 
 def test_every_committed_results_file_satisfies_the_timing_invariants():

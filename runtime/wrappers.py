@@ -1,0 +1,217 @@
+"""The --mode values behind one interface, so one training loop serves them all.
+
+Each wraps the model in a module with `forward`, `no_sync()` and
+`finish_gradient_synchronization()`:
+  single       one process, nothing to synchronise: the baseline
+  ddp          torch's DistributedDataParallel, its buckets averaged by a communication hook that
+               times each all-reduce; with --comm-hook shm summed by manual_collectives'
+               shared-memory all-reduce instead of gloo's
+  ddp-no-sync  DDP with every backward inside no_sync(): each rank keeps its own gradients, so the
+               ranks drift apart. A benchmark, not training: the same processes with no
+               communication, the compute baseline that tells contention for the cores from
+               communication
+  manual       `runtime.manual_ddp.ManualDDP`, the hand-written strategies of manual_allreduce.py
+Every all-reduce goes through the timing layer (timing.timed). --compress is the lesson's
+compression layer for mode manual and torch's fp16_compress_wrapper design for mode ddp: a
+reference mode runs no code of the lesson's but the shared-memory transport it is asked for.
+"""
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from manual_allreduce import compressed, with_layers
+from manual_collectives import SharedMemoryAllReduce
+from runtime.manual_ddp import ManualDDP
+from runtime.options import DEFAULT_BUCKET_MB
+from runtime.timing import timed
+
+WIRE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}  # --compress
+REDUCER_TIMES = ("compute", "comm", "compute_comm_overlap")  # DDP's backward_<name>_time fields
+
+
+@dataclass(frozen=True)
+class SyncOptions:
+    """How a run synchronises its gradients: the options of mlp_ddp.py that wrap_model reads."""
+    mode: str = "manual"
+    sync: str = "bucketed"  # the hand-written strategy of mode manual
+    bucket_mb: float = DEFAULT_BUCKET_MB
+    compress: str | None = None  # the wire dtype: None, "fp16" or "bf16"
+    comm_hook: str = "none"  # how mode ddp sums its buckets: "none" (gloo/NCCL) or "shm"
+
+    @classmethod
+    def from_args(cls, args):
+        return cls(args.mode, args.sync, args.bucket_mb, args.compress, args.comm_hook)
+
+    @property
+    def through_shared_memory(self):
+        """Whether the gradients are summed through shared memory, which holds CPU tensors."""
+        return ((self.mode == "manual" and self.sync == "shm")
+                or (self.mode == "ddp" and self.comm_hook == "shm"))
+
+    @property
+    def waits_inside_backward(self):
+        """DDP waits for its buckets inside backward: there the end of compute is estimated
+        (runtime/calibration.py); the other modes wait after it, where waiting is measured."""
+        return self.mode == "ddp"
+
+
+class SingleProcess(nn.Module):
+    """The model alone, with the wrappers' interface: one process has nothing to synchronise."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    def no_sync(self):
+        """Nothing to skip: a context that does nothing."""
+        return nullcontext()
+
+    def finish_gradient_synchronization(self):
+        """Nothing to wait for."""
+
+
+def completed(tensor):
+    """A future already complete with `tensor`."""
+    done = torch.futures.Future()
+    done.set_result(tensor)
+    return done
+
+
+class HookedDDP(DistributedDataParallel):
+    """torch's DDP, its buckets averaged by `all_reduce` (a function as manual_allreduce's, with
+    the timing layer around it) from a communication hook that does what DDP's default does:
+    divide, then sum. Keeps the reducer's own timings per step, and can leave the all-reduce out
+    (runtime/calibration.py)."""
+
+    def __init__(self, module, all_reduce, bucket_mb=DEFAULT_BUCKET_MB, compress=None,
+                 device_ids=None):
+        super().__init__(module, device_ids=device_ids, bucket_cap_mb=bucket_mb)
+        self.all_reduce = all_reduce
+        self.communicate = True
+        hook = self.average_bucket
+        if compress:
+            hook = compress_wrapper(hook, WIRE_DTYPES[compress])
+        self.register_comm_hook(None, hook)
+        # The reducer's own timings every step (runtime_statistics). On CUDA this makes the
+        # reducer read its CUDA events once per step (a host sync after backward): not yet
+        # measured on a GPU.
+        self._set_ddp_runtime_logging_sample_rate(1)
+        self.reducer_steps = []
+
+    def average_bucket(self, state, bucket):
+        """As torch's allreduce_hook: the bucket divided by the world size, then summed."""
+        buffer = bucket.buffer().div_(dist.get_world_size())
+        if not self.communicate:  # calibration: DDP's whole backward, but no all-reduce
+            return completed(buffer)
+
+        def averaged(summed):
+            summed.value()  # raises the all-reduce's error again, if it failed
+            return buffer
+
+        return self.all_reduce(buffer, f"bucket {bucket.index()}").then(averaged)
+
+    def finish_gradient_synchronization(self):
+        """Nothing to do: DDP's backward already waited for every bucket before returning."""
+
+    @contextmanager
+    def without_communication(self):
+        """Backward passes inside run every step of DDP's but the all-reduce (their gradients
+        are not averaged)."""
+        self.communicate = False
+        try:
+            yield
+        finally:
+            self.communicate = True
+
+    def record_runtime_statistics(self):
+        """After a training step's backward: the reducer's own timings of it (backward compute,
+        communication, their overlap), kept per step so the run's means cover the same steps as
+        the timer's (no warm-up, no calibration)."""
+        self.logger.set_runtime_stats_and_log()  # DDP calls it at the next forward; here, now
+        logged = self._get_ddp_logging_data()
+        times = {name: logged.get(f"backward_{name}_time", 0) / 1e9 for name in REDUCER_TIMES}
+        self.reducer_steps.append(times)
+
+    def runtime_statistics(self):
+        """The means over the recorded steps, in seconds; exposed = communication - overlap,
+        i.e. communication still running after the reducer's last gradient was ready."""
+        count = max(1, len(self.reducer_steps))
+        mean = {name: sum(step[name] for step in self.reducer_steps) / count
+                for name in REDUCER_TIMES}
+        return {"steps": len(self.reducer_steps), "backward_compute_s": mean["compute"],
+                "backward_comm_s": mean["comm"],
+                "backward_overlap_s": mean["compute_comm_overlap"],
+                "exposed_s": mean["comm"] - mean["compute_comm_overlap"]}
+
+
+def compress_wrapper(hook, wire_dtype):
+    """torch's fp16_compress_wrapper for any 16-bit `wire_dtype` (its bf16 one needs NCCL): the
+    bucket cast to the wire dtype, `hook` run on it, the sum cast back."""
+    def compressed_hook(state, bucket):
+        bucket.set_buffer(bucket.buffer().to(wire_dtype))
+        summed = hook(state, bucket)
+
+        def decompress(done):
+            decompressed = bucket.buffer()
+            decompressed.copy_(done.value())
+            return decompressed
+
+        return summed.then(decompress)
+
+    return compressed_hook
+
+
+class NoSyncDDP(DistributedDataParallel):
+    """DDP whose every forward runs inside no_sync(), so no backward communicates: the same
+    processes and the same backward without communication, the compute baseline."""
+
+    def forward(self, *args, **kwargs):
+        with self.no_sync():
+            return super().forward(*args, **kwargs)
+
+    def finish_gradient_synchronization(self):
+        """Nothing to do: no gradient is averaged."""
+
+
+def shared_memory_all_reduce():
+    """An all-reduce through manual_collectives' shared memory, as manual_allreduce.all_reduce
+    (blocking: its future is complete when it returns). A collective: every rank calls it."""
+    shared = SharedMemoryAllReduce()
+
+    def all_reduce(tensor, name):
+        shared.all_reduce(tensor)
+        return completed(tensor)
+
+    return all_reduce
+
+
+def library_all_reduce(tensor, name):
+    """The library's all-reduce (gloo or NCCL), started without waiting."""
+    return dist.all_reduce(tensor, async_op=True).get_future()
+
+
+def wrap_model(model, options, recorder=None, device_ids=None):
+    """`model` wrapped for `options.mode` (see above); `recorder` (a timing.CommRecorder), if
+    given, records the collectives' spans."""
+    if options.mode == "single":
+        return SingleProcess(model)
+    if options.mode == "ddp-no-sync":
+        return NoSyncDDP(model, device_ids=device_ids, bucket_cap_mb=options.bucket_mb)
+    timing = [partial(timed, recorder=recorder)] if recorder else []
+    if options.mode == "ddp":
+        shm = options.comm_hook == "shm"
+        all_reduce = shared_memory_all_reduce() if shm else library_all_reduce
+        return HookedDDP(model, with_layers(all_reduce, timing), options.bucket_mb,
+                         options.compress, device_ids)
+    compression = []
+    if options.compress:
+        compression = [partial(compressed, wire_dtype=WIRE_DTYPES[options.compress])]
+    return ManualDDP(model, options.sync, options.bucket_mb, timing + compression)
