@@ -129,9 +129,13 @@ def record_cases(rank, world_size, cases):
     """In one rank: {label: calls} of STEPS steps of wrapper(model, *args, **options) per case;
     a case names its wrapper ("ManualDDP" or "Wrong"): a class handed over itself would be
     imported, while the arguments are read, from the judge's folder, not the sandbox."""
-    from runtime.manual_ddp import ManualDDP
+    from runtime.wrappers import SyncOptions, wrap_model
 
-    wrappers = {"ManualDDP": ManualDDP, "Wrong": Wrong}
+    def manual_ddp(model, strategy, **options):
+        """ManualDDP as mlp_ddp.py builds it: with the compression layer for `compress`."""
+        return wrap_model(model, SyncOptions("manual", strategy, **options))
+
+    wrappers = {"ManualDDP": manual_ddp, "Wrong": Wrong}
     recorded = {}
     for label, wrapper_name, args, options in cases:
         wrapper = wrappers[wrapper_name]
@@ -314,8 +318,9 @@ class Wrong:
 
 # --- The tests: the submission's strategy passes each check, the wrong ones fail it -----------
 def record(world_size, solutions, wrong):
-    """Each rank's {label: calls}: first ManualDDP(model, strategy, **options) for each label:
-    (strategy, options) of `solutions` (one that raises stops the test), then each Wrong."""
+    """Each rank's {label: calls}: first mode manual's ManualDDP(model, strategy, **options) (the
+    options: SyncOptions' bucket_mb, compress) for each label: (strategy, options) of `solutions`
+    (one that raises stops the test), then each Wrong."""
     cases = [(label, "ManualDDP", (strategy,), options)
              for label, (strategy, options) in solutions.items()]
     cases += [(label, "Wrong", (), options) for label, options in wrong.items()]

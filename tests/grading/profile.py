@@ -64,7 +64,7 @@ PROFILE = (
     "is_an_error_naming_it?bucketed]",
     "tests/test_ddp_parity.py::test_ranks_ready_in_different_orders_",
     "tests/test_ddp_parity.py::test_a_gradient_reported_twice_",
-    "tests/test_ddp_parity.py::test_wire_dtypes_",
+    "tests/test_ddp_parity.py::test_the_options_name_the_lessons_",
     "tests/test_integrity.py::",
     "tests/test_cli.py::test_manual_mode_on_two_processes",
     # core.timing: the definitions, the invariants of every strategy's timing at 2 and 4 ranks,
