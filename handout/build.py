@@ -118,7 +118,8 @@ def make(repo):
     """The Handout of the solution checked out at `repo`."""
     rubric = load_module(repo, "tests/grading/rubric.py")
     profile = load_module(repo, "tests/grading/profile.py")
-    hidden = tuple(profile.HIDDEN_TESTS)
+    # the hidden modules, and the file that names them
+    hidden = tuple(profile.HIDDEN_TESTS) + ("tests/grading/hidden.py",)
     instructors = INSTRUCTOR_ONLY + tuple(getattr(profile, "INSTRUCTOR_ONLY", ()))
     titles = [item.title for item in rubric.ITEMS]
     student = {}

@@ -73,7 +73,9 @@ class ManualDDP(nn.Module):
         self.ready = set()  # parameters whose gradient arrived since the last forward
         self.unused = set()  # parameters this forward's graph does not reach (find_unused)
         self.zero_filled = set()  # parameters given zeros to send in this step
-        self.sync = STRATEGIES[strategy](self.params, bucket_mb, layers)
+        # a name of the lesson's STRATEGIES, or a class with their constructor and methods
+        strategy_class = STRATEGIES[strategy] if isinstance(strategy, str) else strategy
+        self.sync = strategy_class(self.params, bucket_mb, layers)
         call_when_ready(self.params, self._grad_ready)
 
     def _grad_ready(self, param):

@@ -1,7 +1,7 @@
 """A gloo process group that reports every operation it carries: the integrity checks' view from
 below torch.distributed's Python names.
 
-tests/test_integrity.py watches torch.distributed's functions by name. A strategy can go around a
+The integrity checks watch torch.distributed's functions by name. A strategy can go around a
 name: a reference saved under another one, the group object's own methods
 (`dist.group.WORLD.allreduce`), or torch's DDP, whose reducer calls the group from C++. Each of
 those still reaches the process group itself. This one is made by the test harness before any

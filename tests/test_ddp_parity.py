@@ -1,8 +1,9 @@
 """ManualDDP does what torch's DistributedDataParallel does on the hard cases, same arguments.
 
-Every case runs in real gloo processes (2, 3 and 4 ranks, one launch per world size): each rank
-trains torch's DDP and ManualDDP with every strategy, with and without fp16/bf16 on the wire, from
-the same parameters on the same per-rank data; every rank returns what it saw; the tests compare.
+Every case runs in real gloo processes (2, 3 and 4 ranks; one launch per strategy and world size,
+so a strategy that fails fails only its own cases, and one for torch's DDP): each rank trains
+ManualDDP with the strategy, with and without fp16/bf16 on the wire, or torch's DDP, from the same
+parameters on the same per-rank data; every rank returns what it saw; the tests compare.
   batchnorm  buffers re-broadcast before each forward (broadcast_buffers=True)
   branch     a layer used only on some ranks, one used on none (find_unused_parameters=True)
   order      ranks whose gradients become ready in different orders
@@ -161,20 +162,25 @@ def train(rank, model_name, variant):
     return states, gradients
 
 
-def all_cases(rank, world_size):
-    outcome = {}
-    for model_name in MODELS:
-        outcome[(model_name, None)] = train(rank, model_name, None)
-        for variant in VARIANTS:
-            outcome[(model_name, variant)] = train(rank, model_name, variant)
-        for wire in ("fp16", "bf16"):
-            outcome[(model_name, ("ddp", wire))] = train(rank, model_name, ("ddp", wire))
-    return outcome
+def all_cases(rank, world_size, variants):
+    """{(model, variant): what train returned} for every model and each of `variants`."""
+    return {(model_name, variant): train(rank, model_name, variant)
+            for model_name in MODELS for variant in variants}
 
 
 @launch_once
-def outcomes(world_size):
-    return run_in_processes(world_size, all_cases, timeout_s=120)
+def launch(world_size, strategy):
+    """Every case of one strategy ("ddp": torch's DDP, the reference) at one world size."""
+    if strategy == "ddp":
+        variants = [None, ("ddp", "fp16"), ("ddp", "bf16")]
+    else:
+        variants = [variant for variant in VARIANTS if variant[0] == strategy]
+    return run_in_processes(world_size, all_cases, variants, timeout_s=120)
+
+
+def outcomes(world_size, variant):
+    """Rank by rank, {(model, variant): outcome} of the launch that trained `variant`."""
+    return launch(world_size, "ddp" if variant is None or variant[0] == "ddp" else variant[0])
 
 
 def reference(variant):
@@ -197,9 +203,10 @@ def assert_states_equal(left, right, tolerance, where):
 @pytest.mark.parametrize("model_name", ["batchnorm", "branch", "order", "twice"])
 @pytest.mark.parametrize("variant", VARIANTS, ids=variant_id)
 def test_every_strategy_equals_ddp_after_every_step(world_size, model_name, variant):
-    per_rank = outcomes(world_size)
+    per_rank = outcomes(world_size, variant)
+    references = outcomes(world_size, reference(variant))
     for rank, outcome in enumerate(per_rank):
-        theirs, _ = outcome[(model_name, reference(variant))]
+        theirs, _ = references[rank][(model_name, reference(variant))]
         mine, _ = outcome[(model_name, variant)]
         for step, (expected, actual) in enumerate(zip(theirs, mine)):
             # parameters and buffers (BatchNorm's running statistics) as DDP's, on every rank
@@ -215,7 +222,7 @@ def test_every_strategy_equals_ddp_after_every_step(world_size, model_name, vari
 
 @pytest.mark.parametrize("variant", [None] + VARIANTS, ids=variant_id)
 def test_a_parameter_unused_on_every_rank_keeps_no_gradient_and_does_not_move(variant):
-    for outcome in outcomes(2):
+    for outcome in outcomes(2, variant):
         states, gradients = outcome[("branch", variant)]
         assert all(step["never.weight"] is None and step["never.bias"] is None
                    for step in gradients)

@@ -1,11 +1,14 @@
 """Every hand-written strategy trains exactly the model that torch's DDP, and one process on the
 global batch, train.
 
-Each world size runs once in real gloo processes. Every rank trains every configuration
-on its slice of the same global batches; after every step rank 0 compares its parameters
-with DDP's and with a one-process model trained on the whole global batch, and every rank
-compares its parameters with rank 0's. SGD without momentum keeps a gradient summed instead
-of averaged visible (Adam would hide any constant factor).
+Each strategy runs in real gloo processes of its own, once per world size (so a correct
+strategy passes beside an unfinished one), driven alone as ManualDDP drives it
+(tests/adapters.py: no other piece of the lesson is needed). Every rank trains every model on
+its slice of the same global batches; after every step rank 0 compares its parameters with
+DDP's and with a one-process model trained on the whole global batch, and every rank compares
+its parameters with rank 0's. SGD without momentum keeps a gradient summed instead of averaged
+visible (Adam would hide any constant factor). ManualDDP's start-up broadcast is checked apart,
+with a strategy of the tests' own.
 
 The code under test is imported inside the functions that run in the child processes, never at the
 top: this module is also imported by the process that decides the tests (tests/grading/judge.py).
@@ -110,12 +113,22 @@ def train_one_process(model_name, world_size):
 
 
 def train_distributed(rank, world_size, model_name, mode, strategy, compress):
+    """Mode ddp: torch's DDP (the given wrapper); mode manual: the strategy alone, with the
+    lesson's compression layer for `compress`."""
+    from manual_allreduce import compressed
     from runtime.timing import CommRecorder
-    from runtime.wrappers import SyncOptions, wrap_model
+    from runtime.wrappers import WIRE_DTYPES, SyncOptions, wrap_model
+    from tests.adapters import StrategyAlone
 
-    torch.manual_seed(rank)  # different parameters per rank: the wrapper must broadcast rank 0's
+    torch.manual_seed(0)  # every rank builds rank 0's model: nothing here broadcasts it
     model = MODELS[model_name]()
-    wrapped = wrap_model(model, SyncOptions(mode, strategy, 0.5, compress), CommRecorder())
+    if mode == "ddp":
+        wrapped = wrap_model(model, SyncOptions(mode, bucket_mb=0.5, compress=compress),
+                             CommRecorder())
+    else:
+        layers = [lambda all_reduce: compressed(all_reduce, WIRE_DTYPES[compress])] if compress \
+            else []
+        wrapped = StrategyAlone(model, strategy, bucket_mb=0.5, layers=layers)
     optimizer = torch.optim.SGD(trainable(model), lr=LR)
     images, labels = global_batches(world_size)
     history = [flat_parameters(model)]  # after construction, before any step
@@ -145,18 +158,27 @@ def run_all(rank, world_size, configurations):
     return outcome
 
 
-def configurations():
+def configurations(strategy=None):
+    """(model, mode, strategy, wire dtype) of every run; with `strategy` ("ddp" for DDP), only
+    its own runs: what one launch trains."""
     exact = [(model, "manual", strategy, None) for model in MODELS for strategy in STRATEGY_NAMES]
     exact += [(model, "ddp", None, None) for model in MODELS]
     compressed = [("mlp", "manual", strategy, wire)
                   for strategy in STRATEGY_NAMES for wire in WIRE_PRECISION_BITS]
     compressed += [("mlp", "ddp", None, wire) for wire in WIRE_PRECISION_BITS]
-    return exact + compressed
+    every = exact + compressed
+    return [run for run in every if strategy is None or (run[2] or "ddp") == strategy]
 
 
 @launch_once
-def outcomes(world_size):
-    return run_in_processes(world_size, run_all, configurations(), timeout_s=120)
+def launch(world_size, strategy):
+    """One launch per strategy and world size: a strategy that fails fails only its own tests."""
+    return run_in_processes(world_size, run_all, configurations(strategy), timeout_s=120)
+
+
+def outcomes(world_size, configuration):
+    """Rank by rank, {configuration: (history, distances)} of the launch that trained it."""
+    return launch(world_size, configuration[2] or "ddp")
 
 
 def train_one_process_each(world_size):
@@ -186,7 +208,7 @@ def name(configuration):
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 @pytest.mark.parametrize("configuration", EXACT, ids=name)
 def test_every_step_equals_one_process_on_the_global_batch(world_size, configuration):
-    history, _ = outcomes(world_size)[0][configuration]
+    history, _ = outcomes(world_size, configuration)[0][configuration]
     expected, _ = reference(configuration[0], world_size)
     for step, (got, want) in enumerate(zip(history[1:], expected), start=1):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6,
@@ -196,8 +218,9 @@ def test_every_step_equals_one_process_on_the_global_batch(world_size, configura
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 @pytest.mark.parametrize("configuration", [c for c in EXACT if c[1] == "manual"], ids=name)
 def test_every_step_equals_torch_ddp(world_size, configuration):
-    history, _ = outcomes(world_size)[0][configuration]
-    ddp_history, _ = outcomes(world_size)[0][(configuration[0], "ddp", None, None)]
+    history, _ = outcomes(world_size, configuration)[0][configuration]
+    ddp = (configuration[0], "ddp", None, None)
+    ddp_history, _ = outcomes(world_size, ddp)[0][ddp]
     for step, (got, want) in enumerate(zip(history, ddp_history)):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6,
                                    msg=lambda detail, step=step: f"after step {step}: {detail}")
@@ -205,9 +228,8 @@ def test_every_step_equals_torch_ddp(world_size, configuration):
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 @pytest.mark.parametrize("configuration", configurations(), ids=name)
-def test_ranks_seeded_differently_hold_identical_parameters_from_the_start(world_size,
-                                                                           configuration):
-    for rank, result in enumerate(outcomes(world_size)):
+def test_every_rank_holds_rank_0s_parameters_after_every_step(world_size, configuration):
+    for rank, result in enumerate(outcomes(world_size, configuration)):
         _, distances = result[configuration]
         assert distances == [0.0] * (STEPS + 1), f"rank {rank} differs from rank 0 by {distances}"
 
@@ -218,7 +240,7 @@ def test_compressed_gradients_stay_within_the_wire_precision(world_size, configu
     """Bound: each averaged gradient element is rounded to the wire dtype at most once per rank's
     contribution and once per partial sum, so its error is below world_size * 2^-p * max|g|
     (p significand bits); an SGD step moves a parameter by lr * g, and errors add up over steps."""
-    history, _ = outcomes(world_size)[0][configuration]
+    history, _ = outcomes(world_size, configuration)[0][configuration]
     expected, largest_gradient = reference(configuration[0], world_size)
     unit = 2.0 ** -WIRE_PRECISION_BITS[configuration[3]]
     for step, (got, want) in enumerate(zip(history[1:], expected), start=1):
@@ -229,35 +251,62 @@ def test_compressed_gradients_stay_within_the_wire_precision(world_size, configu
             assert error > 0, "compressed and exact runs agree to the bit: was anything compressed?"
 
 
-def average_by_hand_and_by_each_strategy(rank, world_size):
-    """One backward's gradients averaged by `average_gradients`, and by each strategy used alone
-    (no wrapper: the bucketed one through its own hooks); the largest difference per strategy."""
-    from manual_allreduce import STRATEGIES, average_gradients, call_when_ready
+def average_by_hand(rank, world_size):
+    """One backward's gradients averaged by `average_gradients`, against the gradient of one
+    process on the whole global batch: the largest difference."""
+    from manual_allreduce import average_gradients
     from runtime.models import MLP
 
     torch.manual_seed(0)
-    reference = MLP(dropout=0.0)
-    generator = torch.Generator().manual_seed(rank)
-    images = torch.randn(BATCH_PER_RANK, 1, 28, 28, generator=generator)
-    labels = torch.randint(0, 10, (BATCH_PER_RANK,), generator=generator)
-    untrained = copy.deepcopy(reference)
-    F.cross_entropy(reference(images), labels).backward()
-    average_gradients(reference)
-    expected = [param.grad for param in reference.parameters()]
-    differences = {}
-    for strategy in STRATEGIES:
-        model = copy.deepcopy(untrained)
-        sync = STRATEGIES[strategy](list(model.parameters()), bucket_mb=0.5)
-        call_when_ready(list(model.parameters()), sync.grad_ready)
-        F.cross_entropy(model(images), labels).backward()
-        sync.finish()
-        got = [param.grad for param in model.parameters()]
-        differences[strategy] = max((mine - theirs).abs().max().item()
-                                    for mine, theirs in zip(got, expected))
-    return differences
+    model = MLP(dropout=0.0)
+    whole = copy.deepcopy(model)
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randn(BATCH_PER_RANK * world_size, 1, 28, 28, generator=generator)
+    labels = torch.randint(0, 10, (BATCH_PER_RANK * world_size,), generator=generator)
+    mine = slice(rank * BATCH_PER_RANK, (rank + 1) * BATCH_PER_RANK)
+    F.cross_entropy(model(images[mine]), labels[mine]).backward()
+    average_gradients(model)
+    F.cross_entropy(whole(images), labels).backward()
+    return max((got.grad - want.grad).abs().max().item()
+               for got, want in zip(model.parameters(), whole.parameters()))
 
 
-def test_average_gradients_the_plain_version_equals_every_strategy():
-    for rank, differences in enumerate(run_in_processes(3, average_by_hand_and_by_each_strategy)):
-        assert all(difference <= 1e-6 for difference in differences.values()), \
-            f"rank {rank}: largest difference per strategy {differences}"
+def test_average_gradients_the_plain_version_equals_one_process_on_the_global_batch():
+    for rank, difference in enumerate(run_in_processes(3, average_by_hand)):
+        assert difference <= 1e-6, f"rank {rank}: gradients differ by up to {difference:.3g}"
+
+
+def start_from_rank_0(rank, world_size):
+    """ManualDDP around differently seeded ranks, with the tests' own strategy: the largest
+    distance of the parameters to rank 0's after construction (buffers too) and after each of
+    STEPS steps (a rank's BatchNorm statistics differ until the next forward re-broadcasts them)."""
+    from runtime.manual_ddp import ManualDDP
+    from tests.adapters import AverageEachAfterBackward
+
+    torch.manual_seed(rank)  # different parameters per rank: ManualDDP must broadcast rank 0's
+    model = nn.Sequential(nn.Linear(784, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 10))
+    wrapped = ManualDDP(model, AverageEachAfterBackward)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    images, labels = global_batches(world_size)
+    distances = []
+    for step in range(STEPS + 1):
+        tensors = list(model.parameters()) + (list(model.buffers()) if step == 0 else [])
+        state = torch.cat([tensor.detach().reshape(-1).float() for tensor in tensors])
+        from_rank0 = state.clone()
+        dist.broadcast(from_rank0, 0)
+        distances.append((state - from_rank0).abs().max().item())
+        if step == STEPS:
+            break
+        mine = slice((step * world_size + rank) * BATCH_PER_RANK,
+                     (step * world_size + rank + 1) * BATCH_PER_RANK)
+        F.cross_entropy(wrapped(images[mine].flatten(1)), labels[mine]).backward()
+        wrapped.finish_gradient_synchronization()
+        optimizer.step()
+        optimizer.zero_grad()
+    return distances
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_manual_ddp_starts_ranks_seeded_differently_from_rank_0s_parameters(world_size):
+    for rank, distances in enumerate(run_in_processes(world_size, start_from_rank_0)):
+        assert distances == [0.0] * (STEPS + 1), f"rank {rank} differs from rank 0 by {distances}"

@@ -119,6 +119,17 @@ def test_hidden_tests_instructor_files_and_generated_ones_stay_out_of_the_studen
     assert {"ASSIGNMENT.md", "tests/conftest.py", "tests/grading/rubric.py"} <= student
 
 
+def test_the_students_copy_names_no_hidden_test(out):
+    hidden = [os.path.basename(path) for path in HIDDEN_TESTS]
+    assert "tests/grading/hidden.py" not in set(files_under(os.path.join(out, "student")))
+    naming = []
+    for path in files_under(os.path.join(out, "student")):
+        with open(os.path.join(out, "student", path), "rb") as file:
+            text = file.read().decode(errors="replace")
+        naming += [f"{path} names {name}" for name in hidden if name in text]
+    assert naming == []
+
+
 def test_the_judge_gets_every_task_module_as_the_student_does_and_nothing_of_the_solution(out):
     """The autograder's judge imports the student's copy of each module (tests/grading/judge.py):
     the task modules are exactly the Python files with solution regions."""

@@ -57,16 +57,17 @@ def record_bucket_launches(rank, world_size):
     """Train two steps with small buckets; return each step's launches, as they were when
     backward returned and after finishing."""
     from manual_allreduce import BucketedSync
-    from runtime.manual_ddp import ManualDDP
     from runtime.models import MLP
+    from tests.adapters import StrategyAlone
 
     torch.manual_seed(0)
     module = MLP(dropout=0.0)
-    ready = []  # this backward's gradients, counted by a hook that runs before ManualDDP's
+    ready = []  # this backward's gradients, counted by a hook that runs before the strategy's
     for param in module.parameters():
         param.register_post_accumulate_grad_hook(ready.append)
     launches = []
-    model = ManualDDP(module, "bucketed", bucket_mb=0.25, layers=[noting_launches(launches, ready)])
+    model = StrategyAlone(module, "bucketed", bucket_mb=0.25,
+                          layers=[noting_launches(launches, ready)])
     assert isinstance(model.sync, BucketedSync)
     steps = []
     for step in range(2):
@@ -78,7 +79,7 @@ def record_bucket_launches(rank, world_size):
         launched_during_backward = list(launches)  # before finish(): from the hooks
         model.finish_gradient_synchronization()
         steps.append({"during_backward": launched_during_backward, "all": list(launches),
-                      "buckets": len(model.sync.buckets), "gradients": len(model.params)})
+                      "buckets": len(model.sync.buckets), "gradients": len(model.sync.params)})
     return steps
 
 
