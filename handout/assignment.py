@@ -59,8 +59,12 @@ def render(template, rubric, hidden, regions):
     hidden_items = {item for path in hidden for item in item_of(rubric, path)}
     sections = [task_section(number, item, regions, hidden_items)
                 for number, item in enumerate(rubric.ITEMS, start=1)]
+    return template.replace("@TASKS@", "\n\n".join(sections)).replace("@MARKS@", marks(rubric))
+
+
+def marks(rubric):
+    """The paragraph that says what the assignment is worth, and for what."""
     total = sum(item.marks for item in rubric.ITEMS)
-    marks = paragraph(f"The assignment is worth {total:g} marks: "
-                      f"{marks_of(rubric, 'core.', 'the code')}, "
-                      f"{marks_of(rubric, 'design.', 'the design document')}.")
-    return template.replace("@TASKS@", "\n\n".join(sections)).replace("@MARKS@", marks)
+    return paragraph(f"The assignment is worth {total:g} marks: "
+                     f"{marks_of(rubric, 'core.', 'the code')}, "
+                     f"{marks_of(rubric, 'design.', 'the design document')}.")

@@ -3,7 +3,8 @@
 The student's copy is every tracked file except the instructor's (INSTRUCTOR_ONLY, and the hidden
 tests of tests/grading/profile.py), the generated design document (design_doc/*.md and
 numbers.json: the student builds their own from the templates) and results/; with every solution
-region replaced by its prompt (regions.py), and ASSIGNMENT.md. The autograder holds Gradescope's two
+region replaced by its prompt (regions.py), ASSIGNMENT.md, and the student's own README.md and
+GRADING.md (student_docs.py). The autograder holds Gradescope's two
 scripts and the grading material: grade.py, every test (the hidden ones too), requirements.txt,
 pyproject.toml, and the student's Python modules, which the judge imports in place of the
 submission's (tests/grading/judge.py). Everything is made in memory first, so a marker error
@@ -16,11 +17,12 @@ import subprocess
 import zipfile
 from typing import NamedTuple
 
-from handout import assignment, regions
+from handout import assignment, regions, student_docs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The instructor's tools and their tests: in neither the student's copy nor the autograder.
 INSTRUCTOR_ONLY = ("make_handout.py", "grade.py", "handout/", "tests/test_handout.py",
+                   ".ci/",  # the solution's CI builds and grades the handout: not the student's
                    # a working variant of the ring's exchange, which Task 3 asks for
                    "benchmarks/ring_variants/")
 AUTOGRADER_SCRIPTS = ("setup.sh", "run_autograder")  # in handout/, copied as they are
@@ -130,11 +132,23 @@ def make(repo):
         student[path], found = student_copy(path, read(repo, path), titles)
         replaced += found
     student["results/README.md"] = File(RESULTS_README.encode())
-    template = os.path.join(HERE, "ASSIGNMENT.md.in")
-    with open(template) as file:
-        text = assignment.render(file.read(), rubric, hidden, replaced)
+    text = assignment.render(text_of(HERE, "ASSIGNMENT.md.in"), rubric, hidden, replaced)
     student["ASSIGNMENT.md"] = File(text.encode())
+    # the student's own README and GRADING.md: the solution's are the instructor's
+    text = student_docs.readme(text_of(HERE, "README.md.in"), rubric, text_of(repo, "README.md"))
+    student["README.md"] = File(text.encode())
+    student["GRADING.md"] = File(student_docs.grading(text_of(HERE, "GRADING.md.in"),
+                                                      rubric).encode())
     return Handout(student, autograder_files(repo, instructors, student), replaced)
+
+
+def text_of(folder, name):
+    """The text of the file `name` in `folder`; empty if there is none."""
+    path = os.path.join(folder, name)
+    if not os.path.isfile(path):
+        return ""
+    with open(path) as file:
+        return file.read()
 
 
 def autograder_files(repo, instructors, student):

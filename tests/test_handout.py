@@ -3,6 +3,7 @@ hidden tests are only in the autograder, run_autograder always leaves a results.
 marker or a folder in use stops the build with one line."""
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -252,3 +253,71 @@ def test_assignment_md_lists_every_rubric_item_as_a_numbered_task(out):
         assert f"{item.marks:g} marks · rubric item `{item.id}`" in assignment
     assert "python -m pytest" in assignment
     assert "@TASKS@" not in assignment and "@MARKS@" not in assignment
+
+
+MARKDOWN_LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")  # [text](target) and ![alt](image)
+COMMANDS = (re.compile(r"\bpython3? -m ([\w.]+)"), re.compile(r"\bpython3? ([\w/]+\.py)\b"),
+            re.compile(r"(?<![\w.])\./([\w/.-]+\.sh)\b"))
+NOT_OURS = {"venv", "pip", "pytest"}  # modules a command may run that are not the repository's
+
+
+def markdown_files(folder):
+    return [path for path in files_under(folder) if path.endswith(".md")]
+
+
+def test_every_link_and_image_in_the_students_markdown_is_in_the_students_copy(out):
+    student = os.path.join(out, "student")
+    broken = []
+    for path in markdown_files(student):
+        for target in MARKDOWN_LINK.findall(text_of(os.path.join(student, path))):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue  # a web address or an anchor in the same file
+            linked = os.path.join(student, os.path.dirname(path), target.split("#")[0])
+            if not os.path.exists(linked):
+                broken.append(f"{path} -> {target}")
+    assert broken == []
+
+
+def test_every_command_the_students_guides_name_exists_in_the_students_copy(out):
+    student = os.path.join(out, "student")
+    missing = []
+    for guide in ("README.md", "ASSIGNMENT.md", "GRADING.md"):
+        text = text_of(os.path.join(student, guide))
+        for module in COMMANDS[0].findall(text):
+            if module.split(".")[0] in NOT_OURS:
+                continue
+            relative = module.replace(".", "/")
+            if not any(os.path.isfile(os.path.join(student, relative + suffix))
+                       for suffix in (".py", "/__main__.py")):
+                missing.append(f"{guide}: python -m {module}")
+        for pattern in COMMANDS[1:]:
+            missing += [f"{guide}: {name}" for name in pattern.findall(text)
+                        if not os.path.isfile(os.path.join(student, name))]
+    assert missing == []
+
+
+def test_the_students_readme_and_grading_are_written_for_the_student(out):
+    student = os.path.join(out, "student")
+    readme = text_of(os.path.join(student, "README.md"))
+    grading = text_of(os.path.join(student, "GRADING.md"))
+    for text in (readme, grading):
+        assert "instructor" not in text.lower() and "grade.py" not in text
+        assert "make_handout" not in text and "reference solution" not in text
+    # every task in order, with the command that checks it alone, and the timing definitions
+    for number, item in enumerate(ITEMS, start=1):
+        assert f"Task {number}, {item.title}" in readme and f"-k {item.id}`" in readme
+        assert f"`{item.id}`" in grading
+    assert "## Timing: what the numbers mean" in readme and "comm_exposed" in readme
+    assert not os.path.exists(os.path.join(student, ".ci"))  # the solution's CI, not theirs
+
+
+def test_the_students_quick_start_test_command_runs_on_the_handout(out):
+    # the second command of the quick start, on the untouched handout: the tests of Task 1 run
+    # and fail (exit code 1, not a collection or usage error), and the table of marks is printed
+    done = subprocess.run([sys.executable, "-m", "pytest", "-k", "core.mlp", "-q",
+                           "-p", "no:cacheprovider"], cwd=os.path.join(out, "student"),
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, OFFLINE_DATA_DIR=""))
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "python -m pytest -k core.mlp" in text_of(os.path.join(out, "student", "README.md"))
+    assert "core.mlp" in done.stdout and "NotImplementedError" in done.stdout
