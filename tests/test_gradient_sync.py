@@ -85,7 +85,23 @@ def global_batches(world_size):
 
 
 def flat_parameters(model):
-    return torch.cat([param.detach().reshape(-1) for param in model.parameters()]).clone()
+    """{name: a copy} of the model's parameters: a failure can then name the first that differs."""
+    return {name: param.detach().clone() for name, param in model.named_parameters()}
+
+
+def flattened(parameters):
+    """One tensor of every parameter's elements, in order."""
+    return torch.cat([tensor.reshape(-1) for tensor in parameters.values()])
+
+
+def assert_parameters_close(got, want, when):
+    """Each parameter as the reference's, to float32 summation-order tolerance; a failure names
+    the step and the first parameter that differs, expected against got."""
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=1e-5, atol=1e-6,
+                                   msg=lambda detail, name=name: f"{when}, parameter '{name}' "
+                                                                 f"(expected: the reference): "
+                                                                 f"{detail}")
 
 
 def trainable(model):
@@ -150,7 +166,8 @@ def run_all(rank, world_size, configurations):
     for configuration in configurations:
         history = train_distributed(rank, world_size, *configuration)
         distances = []
-        for params in history:
+        for parameters in history:
+            params = flattened(parameters)
             from_rank0 = params.clone()
             dist.broadcast(from_rank0, 0)
             distances.append((params - from_rank0).abs().max().item())
@@ -211,8 +228,7 @@ def test_every_step_equals_one_process_on_the_global_batch(world_size, configura
     history, _ = outcomes(world_size, configuration)[0][configuration]
     expected, _ = reference(configuration[0], world_size)
     for step, (got, want) in enumerate(zip(history[1:], expected), start=1):
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6,
-                                   msg=lambda detail, step=step: f"after step {step}: {detail}")
+        assert_parameters_close(got, want, f"after step {step}, against one process")
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
@@ -222,8 +238,7 @@ def test_every_step_equals_torch_ddp(world_size, configuration):
     ddp = (configuration[0], "ddp", None, None)
     ddp_history, _ = outcomes(world_size, ddp)[0][ddp]
     for step, (got, want) in enumerate(zip(history, ddp_history)):
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6,
-                                   msg=lambda detail, step=step: f"after step {step}: {detail}")
+        assert_parameters_close(got, want, f"after step {step}, against torch's DDP")
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
@@ -245,7 +260,7 @@ def test_compressed_gradients_stay_within_the_wire_precision(world_size, configu
     unit = 2.0 ** -WIRE_PRECISION_BITS[configuration[3]]
     for step, (got, want) in enumerate(zip(history[1:], expected), start=1):
         bound = step * LR * world_size * unit * largest_gradient + 1e-6
-        error = (got - want).abs().max().item()
+        error = (flattened(got) - flattened(want)).abs().max().item()
         assert error <= bound, f"after step {step}: error {error:.3g} above the bound {bound:.3g}"
         if world_size > 1 and step == 1:
             assert error > 0, "compressed and exact runs agree to the bit: was anything compressed?"
