@@ -6,10 +6,10 @@ Their names and patterns are in tests/grading/hidden.py, itself hidden: the stud
 file names none of them.
 
 PROFILE: the rubric's tests that grade a submission within BUDGET_S on 2 cores; the whole suite
-takes about 6½ minutes. Most of core.distributed's ~490 tests are the parity matrices, whose cases
-share one launch of gloo processes per world size: the profile keeps every case of the launches
-it runs (every strategy, DDP and compression; MLP, CNN, the frozen and shared traps; the hard
-cases) at 2, 3 and 4 ranks, not every matrix at every size. Every item keeps tests that need
+takes about 7 minutes. Most of core.distributed's ~490 tests are the parity matrices, whose cases
+share one launch of gloo processes per strategy and world size: the profile keeps every case of
+the launches it runs (every strategy, DDP and compression; MLP, CNN, the frozen and shared traps;
+the hard cases) at 2, 3 and 4 ranks, not every matrix at every size. Every item keeps tests that need
 nothing but the repository; the design document's tests are all in. Left out: checks repeated at
 another size, the Slurm cluster (root, a minute), and the slowest runs where a faster test
 checks the same thing (each named below, with why). A pattern is a case-insensitive glob for the
