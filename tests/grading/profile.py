@@ -9,10 +9,10 @@ PROFILE: the rubric's tests that grade a submission within BUDGET_S on 2 cores; 
 takes about 7 minutes. Most of core.distributed's ~490 tests are the parity matrices, whose cases
 share one launch of gloo processes per strategy and world size: the profile keeps every case of
 the launches it runs (every strategy, DDP and compression; MLP, CNN, the frozen and shared traps;
-the hard cases) at 2, 3 and 4 ranks, not every matrix at every size. Every item keeps tests that need
-nothing but the repository; the design document's tests are all in. Left out: checks repeated at
-another size, the Slurm cluster (root, a minute), and the slowest runs where a faster test
-checks the same thing (each named below, with why). A pattern is a case-insensitive glob for the
+the hard cases) at 2, 3 and 4 ranks, not every matrix at every size. Every item keeps tests that
+need nothing but the repository; the design document's tests are all in. Left out: checks
+repeated at another size, the Slurm cluster (root, a minute), and the slowest runs where a faster
+test checks the same thing (each named below, with why). A pattern is a case-insensitive glob for the
 start of a node id, as in rubric.py; LEFT_OUT wins over PROFILE.
 """
 import fnmatch
