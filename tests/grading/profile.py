@@ -12,8 +12,8 @@ the launches it runs (every strategy, DDP and compression; MLP, CNN, the frozen 
 the hard cases) at 2, 3 and 4 ranks, not every matrix at every size. Every item keeps tests that
 need nothing but the repository; the design document's tests are all in. Left out: checks
 repeated at another size, the Slurm cluster (root, a minute), and the slowest runs where a faster
-test checks the same thing (each named below, with why). A pattern is a case-insensitive glob for the
-start of a node id, as in rubric.py; LEFT_OUT wins over PROFILE.
+test checks the same thing (each named below, with why). A pattern is a case-insensitive glob for
+the start of a node id, as in rubric.py; LEFT_OUT wins over PROFILE.
 """
 import fnmatch
 import importlib.util
