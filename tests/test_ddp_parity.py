@@ -254,7 +254,7 @@ def test_an_unused_parameter_without_find_unused_parameters_is_an_error_naming_i
 
 
 def launch_orders(rank, world_size):
-    from runtime.manual_ddp import ManualDDP
+    from tests.adapters import StrategyAlone
 
     torch.manual_seed(0)
     launched = []
@@ -265,7 +265,7 @@ def launch_orders(rank, world_size):
             return all_reduce(tensor, name)
         return noted
 
-    wrapped = ManualDDP(RankOrder(), "bucketed", bucket_mb=0.001, layers=[noting_names])
+    wrapped = StrategyAlone(RankOrder(), "bucketed", bucket_mb=0.001, layers=[noting_names])
     inputs, labels = batch(rank, 0, "order")
     F.cross_entropy(wrapped(inputs), labels).backward()
     wrapped.finish_gradient_synchronization()
@@ -280,8 +280,9 @@ def test_ranks_ready_in_different_orders_launch_the_same_buckets_in_the_same_ord
 
 def ready_twice(rank, world_size):
     from runtime.manual_ddp import ManualDDP
+    from tests.adapters import AverageEachAfterBackward
 
-    wrapped = ManualDDP(nn.Linear(FEATURES, 1), "flat")
+    wrapped = ManualDDP(nn.Linear(FEATURES, 1), AverageEachAfterBackward)
     loss = wrapped(torch.ones(2, FEATURES)).sum()
     loss.backward(retain_graph=True)
     try:

@@ -127,19 +127,24 @@ class Recorder:
 
 def record_cases(rank, world_size, cases):
     """In one rank: {label: calls} of STEPS steps of wrapper(model, *args, **options) per case;
-    a case names its wrapper ("ManualDDP" or "Wrong"): a class handed over itself would be
+    a case names its wrapper ("Strategy" or "Wrong"): a class handed over itself would be
     imported, while the arguments are read, from the judge's folder, not the sandbox."""
-    from runtime.wrappers import SyncOptions, wrap_model
+    from manual_allreduce import compressed
+    from runtime.wrappers import WIRE_DTYPES
+    from tests.adapters import StrategyAlone
 
-    def manual_ddp(model, strategy, **options):
-        """ManualDDP as mlp_ddp.py builds it: with the compression layer for `compress`."""
-        return wrap_model(model, SyncOptions("manual", strategy, **options))
+    def strategy_alone(model, strategy, compress=None, bucket_mb=25.0):
+        """The lesson's strategy alone (no other piece of the lesson), with the lesson's
+        compression layer for `compress`."""
+        layers = [lambda all_reduce: compressed(all_reduce, WIRE_DTYPES[compress])] \
+            if compress else []
+        return StrategyAlone(model, strategy, bucket_mb, layers)
 
-    wrappers = {"ManualDDP": manual_ddp, "Wrong": Wrong}
+    wrappers = {"Strategy": strategy_alone, "Wrong": Wrong}
     recorded = {}
     for label, wrapper_name, args, options in cases:
         wrapper = wrappers[wrapper_name]
-        torch.manual_seed(rank)  # different on each rank: start-up must broadcast rank 0's
+        torch.manual_seed(rank)  # different on each rank: what is sent is each rank's own
         model = small_model()
         with Recorder() as recorder:
             for param in model.parameters():  # before the strategy's hooks: they run first
@@ -318,10 +323,10 @@ class Wrong:
 
 # --- The tests: the submission's strategy passes each check, the wrong ones fail it -----------
 def record(world_size, solutions, wrong):
-    """Each rank's {label: calls}: first mode manual's ManualDDP(model, strategy, **options) (the
-    options: SyncOptions' bucket_mb, compress) for each label: (strategy, options) of `solutions`
-    (one that raises stops the test), then each Wrong."""
-    cases = [(label, "ManualDDP", (strategy,), options)
+    """Each rank's {label: calls}: first the lesson's strategy alone (tests/adapters.py; the
+    options: bucket_mb, compress) for each label: (strategy, options) of `solutions` (one that
+    raises stops the test), then each Wrong."""
+    cases = [(label, "Strategy", (strategy,), options)
              for label, (strategy, options) in solutions.items()]
     cases += [(label, "Wrong", (), options) for label, options in wrong.items()]
     # a hang: 30 s
