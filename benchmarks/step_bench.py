@@ -118,7 +118,7 @@ class Configuration:
         self.timer.start_step()
         self.train_step([(images, labels)])
         self.timer.end_step(self.calibration.baseline)
-        self.calibration.after_step(images, labels)
+        self.calibration.after_step(lambda: (images, labels))
 
 
 def bench_model(model_name, args, rank):

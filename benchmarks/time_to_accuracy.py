@@ -91,8 +91,10 @@ def ours_rank(placement, job):
         steps = steps_per_epoch(len(dataset.train), args, world)
         optimizer, schedule = build_optimizer(model, args, steps)
         precision = Precision(args.amp, device)
+        # the trainer's float16-wire stop; its NaN watch is left out (a diverged run: not reached)
+        guard = DivergenceGuard(device, args.compress, precision.scaler.is_enabled())
         train_step = TrainingStep(wrapped, optimizer, schedule, batch_loader(dataset.train),
-                                  precision, guard=wire_guard(args, precision, device))
+                                  precision, guard=guard)
         evaluate_after = evaluation_steps(steps, job.evals_per_epoch)
         samples_per_step = args.batch_size * args.accum_steps  # this rank's
         setup_s = time.perf_counter() - begun
@@ -119,14 +121,6 @@ def batch_loader(split):
     """TrainingStep's `load` for the in-memory `split`: a micro-batch of sample indices becomes
     (images, labels), indexed where the data already is, on the CPU."""
     return lambda indices: (split.images[indices], split.labels[indices])
-
-
-def wire_guard(args, precision, device):
-    """As the trainer's: with float16 on the wire and no loss scaler to catch an overflow, a guard
-    that stops the run at the first non-finite averaged gradient; otherwise None (no check)."""
-    if args.compress == "fp16" and not precision.scaler.is_enabled():
-        return DivergenceGuard(device, watch_wire=True)
-    return None
 
 
 def planned_runs(args):

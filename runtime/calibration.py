@@ -32,15 +32,15 @@ class BackwardCalibration:
         self.baseline = None  # the median of the latest CALIBRATION_WINDOW of them
         self.seconds = 0.0  # spent calibrating since the last take_seconds(), off the epoch's time
 
-    def after_step(self, images, labels):
+    def after_step(self, last_batch):
         """After a training step: DDP's own statistics of it, then a calibration on the step's
-        last micro-batch where one is due."""
+        last micro-batch where one is due (`last_batch()` gives its images and labels)."""
         if not self.enabled:
             return
         if self.timer.steps_seen > self.timer.warmup_steps:
             self.model.record_runtime_statistics()  # DDP's own view: the estimate's cross-check
         if self.due():
-            self.calibrate(images, labels)
+            self.calibrate(*last_batch())
 
     def due(self):
         """Before each of the first CALIBRATION_WINDOW measured steps (a baseline from the start),

@@ -14,13 +14,11 @@ class TrainingDiverged(Exception):
 
 class DivergenceGuard:
     """Notes the first step whose loss was not finite on the device (no host sync per step) and
-    stops every rank together when asked to check; stops at once on a float16 wire overflow.
+    stops every rank together when asked to check; stops at once on a float16 wire overflow where
+    gradients cross the wire in float16 (`compress`) with no loss scaler to catch it."""
 
-    `watch_wire`: gradients crossed the wire in float16 with no loss scaler to catch an overflow
-    (--compress fp16 without --amp fp16)."""
-
-    def __init__(self, device, watch_wire=False, checkpoint_dir=None):
-        self.watch_wire = watch_wire
+    def __init__(self, device, compress=None, scaler_enabled=False, checkpoint_dir=None):
+        self.watch_wire = compress == "fp16" and not scaler_enabled
         self.checkpoint_dir = checkpoint_dir
         self.first_bad_step = torch.full((), -1, dtype=torch.int64, device=device)
 
@@ -42,9 +40,9 @@ class DivergenceGuard:
                                + last_good)
 
     def check_wire(self, params, step):
-        """With `watch_wire`, after synchronisation: an averaged gradient that is not finite
-        overflowed float16 on the wire, and stops the run at once (with --amp fp16 the scaler sees
-        the inf and skips the step instead). A host sync, in this case only."""
+        """On a float16 wire with no loss scaler, after synchronisation: an averaged gradient that
+        is not finite overflowed float16 on the wire, and stops the run at once (with --amp fp16
+        the scaler sees the inf and skips the step instead). A host sync, in this case only."""
         if not self.watch_wire:
             return
         grads = [param.grad for param in params if param.grad is not None]

@@ -41,9 +41,8 @@ class Trainer:
         self.train = dataset.train.to(self.device)
         precision = Precision(args.amp, self.device)
         self.scaler = precision.scaler  # its state is checkpointed
-        # float16 on the wire with no loss scaler to catch an overflow: the guard watches for it
-        watch_wire = args.compress == "fp16" and not self.scaler.is_enabled()
-        self.guard = DivergenceGuard(self.device, watch_wire, args.checkpoint_dir)
+        self.guard = DivergenceGuard(self.device, args.compress, self.scaler.is_enabled(),
+                                     args.checkpoint_dir)
         self.train_step = TrainingStep(model, optimizer, schedule, self.load, precision, timer,
                                        self.guard)
         self.calibration = BackwardCalibration(model, timer, precision, args.accum_steps,
@@ -121,7 +120,8 @@ class Trainer:
     def after_step(self, step, last_batch, loss):
         """What follows every step, off its reading path: DDP's own statistics and calibration,
         the NaN watch and the periodic checkpoint."""
-        self.calibration.after_step(self.train.images[last_batch], self.train.labels[last_batch])
+        self.calibration.after_step(lambda: (self.train.images[last_batch],
+                                             self.train.labels[last_batch]))
         self.guard.note_loss(loss, self.progress.global_step)
         self.progress.global_step += 1
         self.progress.step_in_epoch = step + 1

@@ -306,7 +306,7 @@ def overflow(rank, world_size, strategy, scaled):
     wrapped = wrap(model, (strategy, "fp16"), find_unused=False)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler("cpu", init_scale=1.0, enabled=scaled)
-    guard = DivergenceGuard(torch.device("cpu"), watch_wire=not scaled)
+    guard = DivergenceGuard(torch.device("cpu"), "fp16", scaler_enabled=scaled)
     before = model.weight.detach().clone()
     # gradients of 2e6 > 65504 x world: finite in float32, infinite in float16
     scaler.scale(wrapped(torch.full((2, FEATURES), 1e6)).sum()).backward()
