@@ -37,7 +37,6 @@ class TrainingStep:
         self.precision = precision
         self.timer = timer
         self.guard = guard  # runtime/guards.py: an overflow on a float16 wire stops the run
-        self.params = [param for param in model.parameters() if param.requires_grad]
 
     def __call__(self, micro_batches, number=0, sums=None):
         """The step; `number` (the run's step count) names it in errors, and `sums` (a
@@ -59,7 +58,7 @@ class TrainingStep:
             self.model.finish_gradient_synchronization()
         with self.phase("optimizer"):
             if self.guard is not None:
-                self.guard.check_wire(self.params, number)
+                self.guard.check_wire(self.model.parameters(), number)
             self.precision.scaler.step(self.optimizer)
             self.precision.scaler.update()
             # Last, as nanoGPT does: timing.py counts zeroing the gradients in the optimizer phase.

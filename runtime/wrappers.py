@@ -210,12 +210,17 @@ def wrap_model(model, options, recorder=None, device_ids=None):
         if recorder:
             all_reduce = timed(all_reduce, recorder)
         return HookedDDP(model, all_reduce, options.bucket_mb, options.compress, device_ids)
-    # The lesson only here: the reference modes run none of its code.
-    from manual_allreduce import compressed
-    from runtime.manual_ddp import ManualDDP
+    from runtime.manual_ddp import ManualDDP  # the lesson only here: see the module's docstring
 
     timing = [partial(timed, recorder=recorder)] if recorder else []
-    compression = []
-    if options.compress:
-        compression = [partial(compressed, wire_dtype=WIRE_DTYPES[options.compress])]
-    return ManualDDP(model, options.sync, options.bucket_mb, timing + compression)
+    return ManualDDP(model, options.sync, options.bucket_mb,
+                     timing + compression_layers(options.compress))
+
+
+def compression_layers(compress):
+    """The lesson's compression layer for --compress `compress` (none without it)."""
+    if not compress:
+        return []
+    from manual_allreduce import compressed
+
+    return [partial(compressed, wire_dtype=WIRE_DTYPES[compress])]

@@ -14,9 +14,10 @@ class StrategyAlone:
 
     def __init__(self, module, strategy, bucket_mb=25.0, layers=()):
         from manual_allreduce import STRATEGIES, call_when_ready
+        from runtime.manual_ddp import trainable_parameters
 
         self.module = module
-        params = [param for param in module.parameters() if param.requires_grad]
+        params = trainable_parameters(module)
         self.sync = STRATEGIES[strategy](params, bucket_mb, layers)
         call_when_ready(params, self.sync.grad_ready)
 

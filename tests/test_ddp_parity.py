@@ -108,11 +108,11 @@ def compress_hook(wire_dtype, bucket):
     return summed.then(lambda done: buffer.copy_(done.value()[0]))
 
 
-def wrap(model, variant, find_unused, layers=()):
+def wrap(model, variant, find_unused):
     """torch's DDP (variant None, or ("ddp", wire)) with the matching compression hook, or
     ManualDDP with a strategy (and the lesson's compression layer)."""
-    from manual_allreduce import compressed
     from runtime.manual_ddp import ManualDDP
+    from runtime.wrappers import compression_layers
 
     if variant is None or variant[0] == "ddp":
         ddp = DistributedDataParallel(model, find_unused_parameters=find_unused,
@@ -123,9 +123,7 @@ def wrap(model, variant, find_unused, layers=()):
         ddp.finish_gradient_synchronization = lambda: None
         return ddp
     strategy, wire = variant
-    if wire:
-        layers = [*layers, lambda all_reduce: compressed(all_reduce, WIRE_DTYPES[wire])]
-    return ManualDDP(model, strategy, bucket_mb=0.001, layers=layers,
+    return ManualDDP(model, strategy, bucket_mb=0.001, layers=compression_layers(wire),
                      find_unused_parameters=find_unused)
 
 

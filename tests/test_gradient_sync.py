@@ -131,9 +131,8 @@ def train_one_process(model_name, world_size):
 def train_distributed(rank, world_size, model_name, mode, strategy, compress):
     """Mode ddp: torch's DDP (the given wrapper); mode manual: the strategy alone, with the
     lesson's compression layer for `compress`."""
-    from manual_allreduce import compressed
     from runtime.timing import CommRecorder
-    from runtime.wrappers import WIRE_DTYPES, SyncOptions, wrap_model
+    from runtime.wrappers import SyncOptions, compression_layers, wrap_model
     from tests.adapters import StrategyAlone
 
     torch.manual_seed(0)  # every rank builds rank 0's model: nothing here broadcasts it
@@ -142,9 +141,8 @@ def train_distributed(rank, world_size, model_name, mode, strategy, compress):
         wrapped = wrap_model(model, SyncOptions(mode, bucket_mb=0.5, compress=compress),
                              CommRecorder())
     else:
-        layers = [lambda all_reduce: compressed(all_reduce, WIRE_DTYPES[compress])] if compress \
-            else []
-        wrapped = StrategyAlone(model, strategy, bucket_mb=0.5, layers=layers)
+        wrapped = StrategyAlone(model, strategy, bucket_mb=0.5,
+                                layers=compression_layers(compress))
     optimizer = torch.optim.SGD(trainable(model), lr=LR)
     images, labels = global_batches(world_size)
     history = [flat_parameters(model)]  # after construction, before any step

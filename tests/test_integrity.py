@@ -129,16 +129,13 @@ def record_cases(rank, world_size, cases):
     """In one rank: {label: calls} of STEPS steps of wrapper(model, *args, **options) per case;
     a case names its wrapper ("Strategy" or "Wrong"): a class handed over itself would be
     imported, while the arguments are read, from the judge's folder, not the sandbox."""
-    from manual_allreduce import compressed
-    from runtime.wrappers import WIRE_DTYPES
+    from runtime.wrappers import compression_layers
     from tests.adapters import StrategyAlone
 
     def strategy_alone(model, strategy, compress=None, bucket_mb=25.0):
         """The lesson's strategy alone (no other piece of the lesson), with the lesson's
         compression layer for `compress`."""
-        layers = [lambda all_reduce: compressed(all_reduce, WIRE_DTYPES[compress])] \
-            if compress else []
-        return StrategyAlone(model, strategy, bucket_mb, layers)
+        return StrategyAlone(model, strategy, bucket_mb, compression_layers(compress))
 
     wrappers = {"Strategy": strategy_alone, "Wrong": Wrong}
     recorded = {}
