@@ -4,6 +4,7 @@
     python make_handout.py OUT_DIR --force    # replace those three in a folder that is not empty
     python make_handout.py OUT_DIR --source /path/to/solution    # from another checkout
     python make_handout.py --self-check OUT_DIR  # then grade it untouched, and with the solution
+    python make_handout.py --self-check --per-item OUT_DIR  # and with each item alone (~10 min)
 
 OUT_DIR/student/ is a repository to give students: every file git tracks here, with each
 solution region (`# BEGIN SOLUTION Task N` ... `# END SOLUTION`, and `<!-- ... -->` in the design
@@ -35,6 +36,9 @@ def main(argv=None):
     parser.add_argument("--self-check", action="store_true",
                         help="grade the handout untouched (every core item must earn 0, fast) "
                              "and with the solution put back (full marks); exit 1 if not")
+    parser.add_argument("--per-item", action="store_true",
+                        help="with --self-check: also grade the handout with each item's regions "
+                             "alone, which must earn exactly that item")
     args = parser.parse_args(argv)
     try:
         build.check_out_dir(args.out_dir, args.force)
@@ -50,7 +54,8 @@ def main(argv=None):
           f"{len(handout.autograder)} files" + ("" if "grade.py" in handout.autograder
                                                 else " (no grade.py yet: it will not grade)"))
     if args.self_check:
-        return self_check.self_check(os.path.abspath(args.source), handout, args.out_dir)
+        return self_check.self_check(os.path.abspath(args.source), handout, args.out_dir,
+                                     per_item=args.per_item)
     return 0
 
 

@@ -45,7 +45,7 @@ def average_gradients(model):
 def broadcast_parameters(module, src=0):
     """Copy rank `src`'s parameters and buffers to every rank, so differently seeded ranks agree:
     every tensor, in the same order on every rank, in place and without autograd."""
-    # BEGIN SOLUTION Task 3: the start-up broadcast
+    # BEGIN SOLUTION Task 8: the start-up broadcast
     with torch.no_grad():
         for tensor in list(module.parameters()) + list(module.buffers()):
             dist.broadcast(tensor, src)
@@ -117,7 +117,7 @@ class FlatSync(PerParameterSync):
 
     def finish(self):
         """After backward: pack every gradient into self.buffer, average it as "flat", unpack."""
-        # BEGIN SOLUTION Task 3: flat sync
+        # BEGIN SOLUTION Task 4: flat sync
         grads = [param.grad for param in self.params]
         pack(grads, self.buffer)
         average(self.buffer, self.all_reduce, "flat")
@@ -138,7 +138,7 @@ def bucket_layout(params, bucket_mb, first_bucket_mb=FIRST_BUCKET_MB):
     """`params` in groups of consecutive parameters, taken in reverse (gradients become ready
     roughly from the last layer back), each up to `bucket_mb` MiB and the first up to
     `first_bucket_mb`, as DDP's; a gradient larger than a bucket gets one of its own."""
-    # BEGIN SOLUTION Task 3: the bucket layout
+    # BEGIN SOLUTION Task 5: the bucket layout
     groups = [[]]
     size = 0
     for param in reversed(params):
@@ -179,7 +179,7 @@ class BucketedSync(PerParameterSync):
         are all ready: pack, divide, and start its all-reduce as "bucket <index>" without
         waiting. Strictly in index order, so every rank issues the same collectives in the same
         order even where a hook fires early."""
-        # BEGIN SOLUTION Task 3: the bucket hook
+        # BEGIN SOLUTION Task 5: the bucket hook
         self.bucket_of[param].ready += 1
         while self.next_to_start < len(self.buckets):
             bucket = self.buckets[self.next_to_start]
@@ -194,7 +194,7 @@ class BucketedSync(PerParameterSync):
     def finish(self):
         """After backward, every gradient reported: wait for every bucket in order, unpack its
         average into the gradients, and reset the buckets for the next step."""
-        # BEGIN SOLUTION Task 3: finishing the buckets
+        # BEGIN SOLUTION Task 5: finishing the buckets
         for bucket in self.buckets:
             bucket.summed.wait()
             unpack(bucket.buffer, [param.grad for param in bucket.params])
@@ -220,7 +220,7 @@ def compressed(all_reduce, wire_dtype):
     skips the step); bfloat16 keeps 8, with float32's range."""
 
     def all_reduce_compressed(tensor, name):
-        # BEGIN SOLUTION Task 3: compression
+        # BEGIN SOLUTION Task 7: compression
         wire = tensor.to(wire_dtype)
 
         def copy_back(summed):

@@ -32,7 +32,7 @@ def ring_all_reduce(tensor):
     # Only point-to-point messages (dist.isend, dist.recv through _exchange), no collective;
     # receive into receive_buffer's scratch tensor.
     # END PROMPT
-    # BEGIN SOLUTION Task 3: the ring all-reduce
+    # BEGIN SOLUTION Task 6: the ring all-reduce
     world, rank = dist.get_world_size(), dist.get_rank()
     if world == 1 or tensor.numel() == 0:
         return tensor
@@ -70,7 +70,7 @@ def _exchange(send, right, receive, left):
     # BEGIN PROMPT
     # Post the send without waiting, receive, then wait for the send.
     # END PROMPT
-    # BEGIN SOLUTION Task 3: one exchange of the ring
+    # BEGIN SOLUTION Task 6: one exchange of the ring
     request = dist.isend(send, right) if send.numel() else None
     if receive.numel():
         dist.recv(receive, left)

@@ -16,7 +16,7 @@ results_folder.repeats, as the plots read them.
 
 What §1-§3 say is in design_sections.py; §4's measurements in design_performance.py (the sweep)
 and design_benchmarks.py (bucket sweep, step benchmark); the α-β fits and their predictions in
-design_fits.py; the projections of §5 in design_scaling.py (all over cost_model.py); §5.6's runs on
+design_fits.py; the projections of §5 in design_scaling.py (all over cost_model.py); §5.7's runs on
 the emulated network (results/emulated/, results/slurm/link-1gbit/) in design_emulated.py; the
 registry of numbers and their formatting in design_numbers.py.
 """

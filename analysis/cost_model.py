@@ -6,13 +6,18 @@ One all-reduce of N bytes over n ranks costs
     T = a(n) * alpha + b(n) * N * beta
 
 alpha is the fixed cost of one message step (latency, handshake, the call's overhead), beta the
-seconds per byte that one rank sends. For the ring (reduce-scatter, then all-gather) there are
-a = 2(n-1) dependent steps and each rank sends b * N = 2(n-1)/n * N bytes (Patarasuk & Yuan
-2009); the additions of the reduction are folded into beta. gloo's own all-reduce is a ring too
-when no algorithm is chosen (gloo/allreduce.cc), so the same form is fitted to both.
-Halving-doubling (Rabenseifner's reduce-scatter by recursive halving, then all-gather by recursive
-doubling; gloo's `halving_doubling`) sends the same 2(n-1)/n * N bytes in a = 2 ceil(log2 n) steps:
-it changes the latency term only.
+seconds per byte that one rank sends: a(n) counts the message steps that must happen one after
+another, b(n) * N the bytes each rank sends. The additions of the reduction are folded into beta.
+For the ring (reduce-scatter, then all-gather, as manual_collectives.ring_all_reduce) a and b are
+ring_coefficients; gloo's own all-reduce is a ring too when no algorithm is chosen
+(gloo/allreduce.cc), so the same form is fitted to both. Halving-doubling (Rabenseifner's
+reduce-scatter by recursive halving, then all-gather by recursive doubling; gloo's
+`halving_doubling`) sends the ring's bytes in a = 2 ceil(log2 n) steps: it changes the latency term
+only.
+
+Three functions here are the assignment's derivations (Task 11, the document's numbers):
+ring_coefficients, bucket_sizes and crossover_world_size. Their docstrings are their
+specification; tests/test_cost_model.py checks them with numbers worked by hand.
 
 Everything here is a pure function of numbers (no torch, no files): build_design_doc.py reads
 the results, calls these, and records where every input came from.
@@ -35,18 +40,33 @@ DDP_FIRST_BUCKET_MB = 1  # torch DDP caps its first bucket at 1 MiB
 # (this module stays free of torch)
 FIRST_BUCKET_MB = 1
 
+
 def ring_coefficients(world_size):
-    """(a, b) of T = a*alpha + b*N*beta for the ring: 2(n-1) steps, 2(n-1)/n of the buffer sent
-    per rank."""
+    """(a, b) of T = a*alpha + b*N*beta for the ring all-reduce of an N-byte buffer over n ranks.
+
+    The ring (manual_collectives.ring_all_reduce) cuts the buffer into n chunks of N/n bytes (take
+    them equal here) and runs a reduce-scatter, then an all-gather. Each phase is a sequence of
+    exchanges: in one exchange every rank sends one chunk to its right neighbour and receives one
+    from its left, all ranks at once, and an exchange cannot start before the one before it is
+    done. a: the number of exchanges of the whole all-reduce, one after another (each pays
+    alpha). b: the bytes one rank sends over the whole all-reduce, as a fraction of N (a plain
+    number, not bytes). One rank (n = 1) sends nothing: (0, 0).
+
+    `world_size` is n: a number, or a numpy array of them (fit_alpha_beta passes one). Return a
+    and b as floats, or as float arrays of world_size's shape: numpy arithmetic on
+    `np.asarray(world_size, dtype=float)` gives either.
+    """
+    # BEGIN SOLUTION Task 11: the ring's message steps and bytes
     ranks = np.asarray(world_size, dtype=float)
     return 2 * (ranks - 1), 2 * (ranks - 1) / ranks
+    # END SOLUTION
 
 
 def halving_doubling_coefficients(world_size):
-    """(a, b) for halving-doubling: 2 ceil(log2 n) steps, the ring's 2(n-1)/n of the buffer per
-    rank."""
+    """(a, b) for halving-doubling: 2 ceil(log2 n) steps, the ring's b (the same bytes per rank)."""
     ranks = np.asarray(world_size, dtype=float)
-    return 2 * np.ceil(np.log2(np.maximum(ranks, 1))), 2 * (ranks - 1) / ranks
+    _, sent_fraction = ring_coefficients(ranks)
+    return 2 * np.ceil(np.log2(np.maximum(ranks, 1))), sent_fraction
 
 
 ALGORITHMS = {"ring": ring_coefficients, "halving-doubling": halving_doubling_coefficients}
@@ -141,13 +161,22 @@ def relative_error(predicted, measured):
 # --- Messages per step: what each strategy all-reduces ------------------------------------------
 
 def bucket_sizes(param_bytes, bucket_mb, first_bucket_mb=FIRST_BUCKET_MB):
-    """Bytes of each bucket of manual_allreduce.BucketedSync, in launch order.
+    """Bytes of each bucket of manual_allreduce.BucketedSync, in launch order (a list of ints).
 
-    `param_bytes` in registration (`parameters()`) order. As BucketedSync: walk the parameters
-    in reverse (the order backward produces their gradients) and start a new bucket when the
-    next gradient would take the current one past `bucket_mb` MiB; with `first_bucket_mb`, the
-    first bucket's cap is the smaller of the two (DDP's small first bucket).
+    `param_bytes`: the bytes of each parameter's gradient, in registration (`parameters()`)
+    order; never empty. The buckets are laid out as manual_allreduce.bucket_layout lays out the
+    parameters. Walk the gradients in reverse (the last parameter first: the order backward
+    produces them). The current bucket takes the next gradient, unless it already holds some and
+    the gradient would take it past its cap (more bytes than the cap; exactly the cap still
+    fits): then the current bucket is closed and a new one starts with that gradient. So a
+    gradient larger than the cap gets a bucket of its own, and no gradient is ever split.
+
+    The caps, in MiB (1 MiB = 2**20 bytes): the first bucket's is min(first_bucket_mb,
+    bucket_mb) (DDP's small first bucket, so the first all-reduce starts early); every later
+    bucket's is bucket_mb. `first_bucket_mb` None (or 0) means no separate first cap: the first
+    bucket's is bucket_mb too. The buckets' bytes add up to sum(param_bytes).
     """
+    # BEGIN SOLUTION Task 11: the bytes of each bucket
     capacity = min(first_bucket_mb or bucket_mb, bucket_mb) * 2**20
     buckets = []
     size = 0  # bytes in the bucket being filled
@@ -158,6 +187,7 @@ def bucket_sizes(param_bytes, bucket_mb, first_bucket_mb=FIRST_BUCKET_MB):
             capacity = bucket_mb * 2**20
         size += nbytes
     return buckets + [size]
+    # END SOLUTION
 
 
 def ddp_bucket_sizes(param_bytes, bucket_mb, first_bucket_mb=DDP_FIRST_BUCKET_MB):
@@ -259,13 +289,25 @@ def projected_step(candidate):
 
 
 def crossover_world_size(compute_s, total_bytes, alpha, beta, largest=2**20, algorithm="ring"):
-    """The smallest world size whose flat all-reduce takes at least as long as the compute of a
-    step (communication dominates from there on), or None if none up to `largest` does."""
+    """The smallest world size whose one flat all-reduce takes at least the compute of a step.
+
+    The world size n is the smallest of 2, 3, ..., `largest` at which
+    allreduce_time(total_bytes, n, alpha, beta, algorithm) >= compute_s (seconds; alpha in
+    seconds per message step, beta in seconds per byte): from there on communication dominates
+    the step if nothing overlaps. n = 1 is never the answer (nothing is communicated). Return it
+    as an int, or None if no world size up to `largest` (included) reaches compute_s.
+
+    The time never decreases as n grows, for either algorithm, so bisection works; so does
+    evaluating every n at once (the coefficient functions take numpy arrays). A Python loop over
+    the default million world sizes takes seconds, and the build calls this a dozen times.
+    """
+    # BEGIN SOLUTION Task 11: where communication dominates
     world_sizes = np.arange(2, largest + 1, dtype=float)
     message_steps, sent_fraction = ALGORITHMS[algorithm](world_sizes)
     comm = message_steps * alpha + sent_fraction * total_bytes * beta
     (over,) = np.nonzero(comm >= compute_s)
     return int(world_sizes[over[0]]) if len(over) else None
+    # END SOLUTION
 
 
 def link_beta(gbit_per_s):

@@ -1,4 +1,4 @@
-"""What the emulated cluster network measured (§5.6): the all-reduce on shaped links with the α-β
+"""What the emulated cluster network measured (§5.7): the all-reduce on shaped links with the α-β
 model fitted to it and checked against the configured rate, the highest rate this machine can
 emulate, and training through SLURM on two nodes whose links are shaped, beside the model's
 prediction.
@@ -38,7 +38,7 @@ TRAINING_COLUMNS = ["sync", "nodes × ranks", "runs", "step", "busy comm", "hidd
 
 
 def emulated_section(numbers, results_dir, layouts):
-    """The context of §5.6: every table and number, 'not measured' where a file is missing."""
+    """The context of §5.7: every table and number, 'not measured' where a file is missing."""
     folder = os.path.join(results_dir, "emulated")
     numbers.stated("emulated.rate", LINK_BITS_PER_S / 1e9, "Gbit/s", "code",
                    "analysis/make_emulated_results.sh: LINK_RATE=1gbit")
@@ -68,7 +68,7 @@ def emulated_section(numbers, results_dir, layouts):
               and name.endswith(".busy_vs_predicted")]
     for label, pick in (("low", smallest), ("high", largest)):
         numbers.derived(f"emulated.predict.{label}", pick, ratios, "ratio",
-                        f"the {label}est measured / predicted busy of §5.6")
+                        f"the {label}est measured / predicted busy of §5.7")
     smaller_buckets(numbers, training + f"-bucket-{SMALL_BUCKET_MB:g}mb")
     return context
 
@@ -159,7 +159,7 @@ def ring_order_numbers(numbers, folder):
                 else f"{row['bytes'] // 2**20}m"
             numbers.measured(f"emulated.ring_order.{name}.w{row['world_size']}.{size}", path,
                              f"comparisons[{index}].busbw_ratio_to_gloo", "ratio")
-    for name in RING_QUOTED:  # what §5.6 quotes, "not measured" without the file
+    for name in RING_QUOTED:  # what §5.7 quotes, "not measured" without the file
         if f"emulated.ring_order.{name}" not in numbers.entries:
             numbers.add(f"emulated.ring_order.{name}", None, "ratio")
 

@@ -25,7 +25,7 @@ REFERENCE_SCRIPT = os.path.join(REPO, "analysis", "make_reference_results.sh")
 ISSUED = {"per-param": "after backward, one blocking all-reduce per tensor",
           "flat": "after backward, one all-reduce of a packed buffer",
           "bucketed": "during backward, each bucket as soon as it is full",
-          "ring": "after backward, 2(n−1) blocking send/receive exchanges",
+          "ring": "after backward, blocking send/receive exchanges around the ring",
           "ddp": "during backward, from autograd hooks, per bucket"}
 TRACE_HEADLINES = {"first_launch_before_backward_end": "trace_us",
                    "last_done_after_backward_end": "trace_us", "allreduces": "count"}
@@ -96,9 +96,11 @@ def strategy_row(numbers, model, strategy, sizes, worlds, first_bucket_mb):
     for world in worlds:
         message_steps, sent_fraction = cost_model.ring_coefficients(world)
         numbers.add(f"{key}.w{world}.message_steps", int(message_steps) * len(messages), "count",
-                    kind="model", formula="2(n-1) per all-reduce")
+                    kind="model", formula="cost_model.ring_coefficients(n)'s message steps per "
+                                          "all-reduce x the all-reduces")
         numbers.add(f"{key}.w{world}.bytes_per_rank", float(sent_fraction) * sum(messages),
-                    "bytes", kind="model", formula="2(n-1)/n x the bytes all-reduced")
+                    "bytes", kind="model", formula="cost_model.ring_coefficients(n)'s fraction "
+                                                   "sent per rank x the bytes all-reduced")
         cells += [numbers.text(f"{key}.w{world}.message_steps"),
                   numbers.text(f"{key}.w{world}.bytes_per_rank")]
     return cells + [ISSUED[strategy]]

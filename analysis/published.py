@@ -1,4 +1,4 @@
-"""Published figures the design document's projections are compared with (§5.5): each with its
+"""Published figures the design document's projections are compared with (§5.6): each with its
 source, as numbers.json records it."""
 
 FIGURES = {  # name -> (value, source)

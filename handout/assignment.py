@@ -1,8 +1,11 @@
 """The student's ASSIGNMENT.md: ASSIGNMENT.md.in with its task list made from the rubric and from
 the solution regions the handout replaced, so the numbering, the marks and the places to write
-cannot drift from what is graded."""
+cannot drift from what is graded. A task the tests grade gets the command that runs its tests; a
+task a person grades (the rubric's graded_by="person") gets what the reader looks for instead."""
 import fnmatch
 import textwrap
+
+PERSON = "read by a person against the rubric; no test earns it"
 
 
 def item_of(rubric, path):
@@ -15,6 +18,43 @@ def item_of(rubric, path):
                 return ()
             return (items,) if isinstance(items, str) else tuple(items)
     return ()
+
+
+def by_person(item):
+    """Whether a person grades the item (an older rubric's Item has no graded_by: tests)."""
+    return getattr(item, "graded_by", "tests") == "person"
+
+
+def builds_on(item):
+    """The ids of the items whose code the item's tests also run (none in an older rubric)."""
+    return tuple(getattr(item, "builds_on", ()))
+
+
+def marks_text(marks):
+    """'1 mark', '2 marks', '0.5 marks'."""
+    return f"{marks:g} mark" + ("" if marks == 1 else "s")
+
+
+def tasks_text(numbers):
+    """'Task 3', 'Tasks 3 and 5', 'Tasks 1 to 9' (a run of three or more), 'Tasks 1, 3 and 5'."""
+    numbers = sorted(numbers)
+    if len(numbers) == 1:
+        return f"Task {numbers[0]}"
+    if len(numbers) > 2 and numbers == list(range(numbers[0], numbers[-1] + 1)):
+        return f"Tasks {numbers[0]} to {numbers[-1]}"
+    return f"Tasks {', '.join(str(number) for number in numbers[:-1])} and {numbers[-1]}"
+
+
+def numbers_of(rubric):
+    """{item id: its task number}: the tasks are numbered as the rubric lists its items."""
+    return {item.id: number for number, item in enumerate(rubric.ITEMS, start=1)}
+
+
+def how_checked(item):
+    """How a task is graded, in a few words: the command that runs its tests, or who reads it."""
+    if by_person(item):
+        return PERSON
+    return f"its public tests: `python -m pytest -k {item.id}`"
 
 
 def places(task, regions):
@@ -32,39 +72,86 @@ def paragraph(text):
     return textwrap.fill(text, 100, break_on_hyphens=False)
 
 
-def task_section(number, item, regions, hidden_items):
-    """One task: its marks, how to run its tests, where to write it, and how it is graded."""
-    lines = [f"### Task {number}: {item.title}", "",
-             f"{item.marks:g} marks · rubric item `{item.id}` · its public tests: "
-             f"`python -m pytest -k {item.id}`", "",
-             places(number, regions), "",
-             paragraph(f"**What the tests check.** {item.checks}"), "",
-             paragraph(f"**What a reader also judges.** {item.needs_human}")]
+def dependencies(rubric):
+    """The sentence that says which tasks' tests also run the code of other tasks."""
+    numbers = numbers_of(rubric)
+    clauses = [f"Task {numbers[item.id]} ({item.title}), whose tests also need the code of "
+               f"{tasks_text(numbers[other] for other in builds_on(item))}"
+               for item in rubric.ITEMS if builds_on(item)]
+    if not clauses:
+        return "none."
+    if len(clauses) > 1:
+        clauses = ["; ".join(clauses[:-1]) + ";"] + ["and " + clauses[-1]]
+    return " ".join(clauses) + "."
+
+
+def fill_in(template, placeholder, text):
+    """`template` with `placeholder` replaced by `text`, and the paragraph that held it wrapped
+    again at 100 columns (a paragraph: lines between blank lines)."""
+    paragraphs = template.split("\n\n")
+    for index, block in enumerate(paragraphs):
+        if placeholder in block:
+            paragraphs[index] = paragraph(" ".join(block.replace(placeholder, text).split()))
+    return "\n\n".join(paragraphs)
+
+
+def task_section(number, item, regions, hidden_items, numbers):
+    """One task: its marks, how it is graded, where to write it, and what is judged."""
+    heading = f"{marks_text(item.marks)} · rubric item `{item.id}` · "
+    if len(heading + how_checked(item)) > 100:  # a command is never cut: it goes on its own line
+        heading = heading.rstrip() + "\n"
+    lines = [f"### Task {number}: {item.title}", "", heading + how_checked(item), ""]
+    if builds_on(item):
+        others = tasks_text(numbers[other] for other in builds_on(item))
+        lines += [paragraph(f"Its tests also run the code of {others}: they pass once those "
+                            "are written too."), ""]
+    lines += [places(number, regions), ""]
+    if by_person(item):
+        lines.append(paragraph("**What the reader looks for.** " + item.needs_human))
+    else:
+        if item.checks:
+            lines += [paragraph(f"**What the tests check.** {item.checks}"), ""]
+        lines.append(paragraph(f"**What a reader also judges.** {item.needs_human}"))
     if item.id in hidden_items:
         lines += ["", "Hidden tests, which only the autograder has, also grade this task."]
     return "\n".join(lines)
 
 
-def marks_of(rubric, prefix, what):
-    """'N marks for `what` (Tasks i, j, ...)': the items whose id starts with `prefix`."""
-    numbered = [(number, item) for number, item in enumerate(rubric.ITEMS, start=1)
-                if item.id.startswith(prefix)]
-    marks = sum(item.marks for _, item in numbered)
-    return f"{marks:g} for {what} (Tasks {', '.join(str(number) for number, _ in numbered)})"
-
-
 def render(template, rubric, hidden, regions):
     """ASSIGNMENT.md from its template: @TASKS@ becomes the tasks, @MARKS@ a paragraph with the
-    marks in all."""
+    marks in all, @DEPENDENCIES@ the tasks whose tests run the code of others."""
     hidden_items = {item for path in hidden for item in item_of(rubric, path)}
-    sections = [task_section(number, item, regions, hidden_items)
-                for number, item in enumerate(rubric.ITEMS, start=1)]
+    numbers = numbers_of(rubric)
+    sections = [task_section(numbers[item.id], item, regions, hidden_items, numbers)
+                for item in rubric.ITEMS]
+    template = fill_in(template, "@DEPENDENCIES@", dependencies(rubric))
     return template.replace("@TASKS@", "\n\n".join(sections)).replace("@MARKS@", marks(rubric))
 
 
+def marks_of(rubric, chosen, what):
+    """'N for `what` (Tasks i to j)': the items `chosen` picks."""
+    numbered = [(number, item) for number, item in enumerate(rubric.ITEMS, start=1)
+                if chosen(item)]
+    total = sum(item.marks for _, item in numbered)
+    return f"{total:g} for {what} ({tasks_text(number for number, _ in numbered)})"
+
+
 def marks(rubric):
-    """The paragraph that says what the assignment is worth, and for what."""
+    """The paragraph that says what the assignment is worth, for what, and who grades it."""
     total = sum(item.marks for item in rubric.ITEMS)
-    return paragraph(f"The assignment is worth {total:g} marks: "
-                     f"{marks_of(rubric, 'core.', 'the code')}, "
-                     f"{marks_of(rubric, 'design.', 'the design document')}.")
+    code = marks_of(rubric, lambda item: item.id.startswith("core."), "the code")
+    parts = [code]
+    if any(item.id.startswith("design.") and not by_person(item) for item in rubric.ITEMS):
+        parts.append(marks_of(rubric, lambda item: item.id.startswith("design.")
+                              and not by_person(item), "the design document's numbers and "
+                              "derivations"))
+    if any(by_person(item) for item in rubric.ITEMS):
+        parts.append(marks_of(rubric, by_person, "the design document's sections"))
+    listed = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
+    text = f"The assignment is worth {total:g} marks: {listed}."
+    if any(by_person(item) for item in rubric.ITEMS):
+        tested = [number for number, item in enumerate(rubric.ITEMS, start=1)
+                  if not by_person(item)]
+        text += (f" The tests grade {tasks_text(tested)}; a person reads each of the others "
+                 "against the rubric.")
+    return paragraph(text)

@@ -6,6 +6,12 @@
 2. The same repository with the solution put back (every file holding a solution region, the
    design document and the results it is built from): every assessed item must earn its marks.
 Both grades are written to OUT_DIR/self-check/{untouched,solved}.json.
+
+With --per-item, also each item alone, which proves the items independent: the handout with only
+that item's regions written (and those of the items it builds on, rubric.Item.builds_on) must
+earn exactly that item's marks (and theirs), nothing else. The main job, which builds on every
+item, is left to the solved grade. The design document's item gets the committed results back
+and builds the document in the copy, as a student would. Each grade: OUT_DIR/self-check/ITEM.json.
 """
 import json
 import os
@@ -13,7 +19,7 @@ import shutil
 import subprocess
 import sys
 
-from handout import build
+from handout import build, regions
 
 
 def grade(source, submission, report, budget_s):
@@ -58,7 +64,8 @@ def check_solved(report):
     first line of each of its tests that did not pass (CI's log is all there is to go on)."""
     problems = []
     for item in report["items"]:
-        if item["status"] == "not assessed" or item["earned"] == item["marks"]:
+        if item["status"] in ("not assessed", "graded by a person") or \
+                item["earned"] == item["marks"]:
             continue
         problems.append(f"handout with the solution: {item['id']} earned {item['earned'] or 0:g}"
                         f" of {item['marks']:g} ({item.get('because') or item['status']})")
@@ -75,8 +82,9 @@ def summary(name, report):
             f"in {report['elapsed_s']:.0f} s")
 
 
-def self_check(source, handout, out_dir, budget_s=300):
-    """Grade the handout untouched and solved; print the outcome; 0 when both are as they must."""
+def self_check(source, handout, out_dir, budget_s=300, per_item=False):
+    """Grade the handout untouched and solved (and each item alone with `per_item`); print the
+    outcome; 0 when every grade is as it must be."""
     folder = os.path.join(out_dir, "self-check")
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
@@ -97,7 +105,80 @@ def self_check(source, handout, out_dir, budget_s=300):
         return 1
     print(summary("handout with the solution", solved))
     problems = check_untouched(untouched, budget_s) + check_solved(solved)
+    if per_item:
+        problems += per_item_check(source, handout, out_dir, budget_s)
     for problem in problems:
         print(f"self-check: {problem}")
     print("self-check: " + ("failed" if problems else "passed"))
     return 1 if problems else 0
+
+
+def with_tasks(source, handout, titles, tasks):
+    """{path: text} of every file holding solution regions: the regions of `tasks` (numbers) as
+    the solution has them, every other replaced by its prompt, as in the handout."""
+    texts = {}
+    for path in sorted({region.path for region in handout.regions}):
+        with open(os.path.join(source, path)) as file:
+            text = file.read()
+        others = [region for region in handout.regions
+                  if region.path == path and region.task not in tasks]
+        texts[path] = regions.replace_regions(text, others, titles)
+    return texts
+
+
+def one_item_copy(source, handout, rubric, item, student, folder):
+    """The `student` repository copied to `folder` with only `item`'s regions written (and those
+    of the items it builds on); the design document's item also gets results/ and builds the
+    document."""
+    shutil.copytree(student, folder)
+    numbers = {entry.id: number for number, entry in enumerate(rubric.ITEMS, start=1)}
+    tasks = {numbers[item.id]} | {numbers[other] for other in item.builds_on}
+    titles = [entry.title for entry in rubric.ITEMS]
+    for path, text in with_tasks(source, handout, titles, tasks).items():
+        with open(os.path.join(folder, path), "w") as file:
+            file.write(text)
+    if item.id == "design.numbers":
+        for path in build.tracked_files(source):
+            if path.startswith("results/"):
+                os.makedirs(os.path.dirname(os.path.join(folder, path)), exist_ok=True)
+                shutil.copy2(os.path.join(source, path), os.path.join(folder, path))
+        subprocess.run([sys.executable, "-m", "analysis.build_design_doc"], cwd=folder,
+                       check=True, capture_output=True, timeout=300)
+
+
+def check_one_item(report, item):
+    """Problems with the grade of the handout holding `item` alone: it must earn that item and the
+    items it builds on, in full, and nothing else."""
+    expected = {item.id, *item.builds_on}
+    problems = []
+    for entry in report["items"]:
+        if entry["id"] in expected and entry["earned"] != entry["marks"]:
+            problems.append(f"{item.id} alone: {entry['id']} earned {entry['earned'] or 0:g} of "
+                            f"{entry['marks']:g} ({entry['status']})")
+            problems += [f"  {test['nodeid']}: {test['outcome']}: "
+                         + ((test.get("output") or "").strip().splitlines() or [""])[-1][:300]
+                         for test in report.get("tests", [])
+                         if entry["id"] in test["items"] and test["outcome"] != "passed"]
+        elif entry["id"] not in expected and entry["earned"]:
+            problems.append(f"{item.id} alone: {entry['id']} earned {entry['earned']:g} too")
+    return problems
+
+
+def per_item_check(source, handout, out_dir, budget_s):
+    """Grade the handout with each item alone; the problems found, and one line per item."""
+    rubric = build.load_module(source, "tests/grading/rubric.py")
+    folder = os.path.join(out_dir, "self-check")
+    problems = []
+    for item in rubric.ITEMS:
+        if item.graded_by != "tests" or item.id == "core.end_to_end":
+            continue
+        copy = os.path.join(folder, "items", item.id)
+        one_item_copy(source, handout, rubric, item, os.path.join(out_dir, "student"), copy)
+        report, output = grade(source, copy, os.path.join(folder, f"{item.id}.json"), budget_s)
+        if report is None:
+            problems.append(f"{item.id} alone: grading wrote no report:\n{output}")
+            continue
+        shutil.rmtree(copy)
+        print(summary(f"{item.id} alone", report))
+        problems += check_one_item(report, item)
+    return problems

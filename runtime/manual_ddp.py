@@ -97,7 +97,7 @@ class ManualDDP(nn.Module):
         # BEGIN PROMPT
         # With broadcast_buffers, where require_buffer_sync says so: rank 0's buffers to every rank.
         # END PROMPT
-        # BEGIN SOLUTION Task 3: the buffers' broadcast
+        # BEGIN SOLUTION Task 8: the buffers' broadcast
         if self.broadcast_buffers and self.require_buffer_sync:
             with torch.no_grad():
                 for buffer in self.module.buffers():
@@ -117,7 +117,7 @@ class ManualDDP(nn.Module):
         # BEGIN PROMPT
         # Set `accumulating` for the block's duration, even if it raises.
         # END PROMPT
-        # BEGIN SOLUTION Task 3: no_sync
+        # BEGIN SOLUTION Task 8: no_sync
         self.accumulating = True
         try:
             yield

@@ -108,7 +108,7 @@ def union_length(intervals, low, high):
     # BEGIN PROMPT
     # Overlapping intervals count once: sweep them in order of start, clipped to [low, high].
     # END PROMPT
-    # BEGIN SOLUTION Task 4: the length of a union of intervals
+    # BEGIN SOLUTION Task 9: the length of a union of intervals
     total = 0.0
     reach = low  # the union so far ends here
     for start, end in sorted(intervals):
@@ -131,7 +131,7 @@ def step_record(marks, spans, backward_baseline=None):
     # marks; busy, hidden and exposed communication as union_length of the spans; with a
     # backward_baseline (DDP), compute's end estimated as the docstring says.
     # END PROMPT
-    # BEGIN SOLUTION Task 4: one step's timing record
+    # BEGIN SOLUTION Task 9: one step's timing record
     record = dict.fromkeys(PHASES, 0.0)
     last_backward = None
     for (_, before), (phase, after) in zip(marks, marks[1:]):

@@ -1,8 +1,11 @@
 """How the tests reach one piece of the lesson at a time, as Stanford CS336's tests/adapters.py
 does: a strategy of manual_allreduce.py driven alone, the way ManualDDP drives it, so that its
 tests need neither ManualDDP nor another strategy; and a strategy of the tests' own, so that
-ManualDDP's tests need no strategy of the lesson. Used inside the tests' child processes."""
+ManualDDP's tests need no strategy of the lesson; and a model of the tests' own, so that no test
+but the MLP's needs Task 1. Used inside the tests' child processes."""
+import torch
 import torch.distributed as dist
+from torch import nn
 
 
 class StrategyAlone:
@@ -29,8 +32,9 @@ class StrategyAlone:
 
 
 class AverageEachAfterBackward:
-    """The tests' own strategy, with the lesson's constructor and methods: after backward, each
-    gradient summed by dist.all_reduce and divided (the six lines that open the lesson)."""
+    """The tests' own strategy, with the lesson's constructor and methods, by another road than
+    the lesson's: after backward every rank gathers every rank's gradient and takes their mean.
+    Slower than an all-reduce, and not what the lesson asks for."""
 
     def __init__(self, params, bucket_mb=None, layers=()):
         self.params = params
@@ -40,5 +44,13 @@ class AverageEachAfterBackward:
 
     def finish(self):
         for param in self.params:
-            dist.all_reduce(param.grad)
-            param.grad /= dist.get_world_size()
+            gathered = [torch.empty_like(param.grad) for _ in range(dist.get_world_size())]
+            dist.all_gather(gathered, param.grad)
+            param.grad.copy_(torch.stack(gathered).mean(dim=0))
+
+
+def small_mlp():
+    """The tests' own MLP for MNIST-shaped images: no dropout, so each rank computes exactly what
+    one process would."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 32), nn.ReLU(),
+                         nn.Linear(32, 10))

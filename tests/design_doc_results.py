@@ -1,17 +1,21 @@
 """A small, complete results folder for the design-document tests, written by the tests: every
 configuration of the sweep repeated, the bucket sweep, both benchmarks and a trace; the emulated
-network's all-reduce and SLURM runs (§5.6) and the one-machine sweep (§4.7).
+network's all-reduce and SLURM runs (§5.7) and the one-machine sweep (§4.7).
 
 The files are written, and the document built, in a child process with the code under test
-(tests/harness.py run_alone): the runs are summarised by runtime.timing and the build reads the
-models and the bucket layout, all task code, never run by the process that decides the tests."""
+(tests/harness.py run_alone): the benchmark's times come from the cost model and the build reads
+the models and the cost model's derivations, all task code, never run by the process that decides
+the tests. The build renders the submission's templates, whose prose is the student's, and also
+templates of the tests' own (SHOWN: one placeholder each), so that the tests read the build's tables
+and texts whatever the prose around them."""
 import json
 import os
+from typing import NamedTuple
 
 import numpy as np
 
 from analysis import build_design_doc as builder
-from analysis import cost_model, results_folder
+from analysis import results_folder
 from runtime.options import STRATEGY_NAMES
 from runtime.results import SCHEMA
 from runtime.timing import FIELDS
@@ -36,6 +40,18 @@ EMULATED_ALPHA = 300e-6
 BASE = {"mlp": 0.008, "cnn": 0.09}
 STEPS_PER_EPOCH = 20
 BATCH = 64
+# The tables and texts the tests read, each rendered alone from a template of the tests' own.
+SHOWN = ("table.comm.mlp", "table.comm.cnn", "table.buckets.mlp", "table.trace", "table.fits",
+         "table.sweep.mlp", "table.sweep.cnn", "table.pairs", "table.project.mlp",
+         "table.project.cnn", "table.crossover", "table.allreduce", "table.one_machine",
+         "table.emulated.training.mlp", "table.emulated.training.cnn")
+
+
+class SyntheticBuild(NamedTuple):
+    """What the `synthetic` fixtures return: a build from the synthetic results."""
+    folder: str  # the results folder
+    documents: dict  # {file name: text} of the submission's templates, and numbers.json
+    shown: dict  # {placeholder of SHOWN: what the build renders for it}
 
 
 def step_records(model, series, world, rng, steps=12):
@@ -113,7 +129,9 @@ def allreduce_row(world, size, implementation, time):
 
 def allreduce_bench(noise=0.0, seed=0, alphas=ALPHAS, beta=BETA):
     """The α-β model's times at `alphas` (per world size) and `beta` for gloo, 1.3x those for
-    the ring."""
+    the ring. Run in a child: the cost model is task code."""
+    from analysis import cost_model
+
     rng = np.random.default_rng(seed)
     rows = []
     for world in alphas:
@@ -179,14 +197,14 @@ def sweep_configurations():
                               if series not in ("single", "shm")]  # shm: one_machine_results
 
 
-def make_results(folder, bench=True):
-    """write_results(folder, bench) in a child; returns `folder`."""
-    return run_alone(write_results, folder, bench)
+def make_results(folder, bench=True, noise=0.0):
+    """write_results(folder, bench, noise) in a child; returns `folder`."""
+    return run_alone(write_results, folder, bench, noise)
 
 
-def write_results(folder, bench=True):
+def write_results(folder, bench=True, noise=0.0):
     """Every configuration REPEATS times, interleaved as sweep.py runs them, named as it names
-    them."""
+    them; the all-reduce benchmark's times with relative Gaussian `noise`."""
     os.makedirs(folder, exist_ok=True)
     seed = 0
     for repeat in range(1, REPEATS + 1):
@@ -205,7 +223,7 @@ def write_results(folder, bench=True):
                 write(os.path.join(folder, f"bucket-mlp-{series}-{size:g}mb-w4-r{repeat}.json"),
                       run_document("mlp", series, 4, seed, bucket_mb=size))
     if bench:
-        write(os.path.join(folder, "allreduce-bench.json"), allreduce_bench())
+        write(os.path.join(folder, "allreduce-bench.json"), allreduce_bench(noise=noise))
     emulated_results(folder)
     one_machine_results(folder)
     write(os.path.join(folder, "step-bench.json"), step_bench())
@@ -214,7 +232,7 @@ def write_results(folder, bench=True):
 
 
 def emulated_results(folder):
-    """§5.6's inputs: the all-reduce on shaped links (gloo exactly the α-β model at the link's β),
+    """§5.7's inputs: the all-reduce on shaped links (gloo exactly the α-β model at the link's β),
     and the SLURM runs of 2 nodes x 1 and x 2, repeated."""
     emulated = os.path.join(folder, "emulated")
     alphas = {2: EMULATED_ALPHA, 4: 2 * EMULATED_ALPHA}
@@ -245,18 +263,28 @@ def one_machine_results(folder):
                   run_document("mlp", series, world, seed))
 
 
-def write_and_build(folder, out_dir):
-    """write_results(folder), then the document built from it for `out_dir`. Run in a child."""
+def write_and_build(folder, out_dir, shown_dir):
+    """write_results(folder), then the document built from it for `out_dir`, and SHOWN rendered
+    from templates written to `shown_dir`: (documents, shown). Run in a child."""
     write_results(folder)
-    return builder.build(folder, out_dir)
+    documents = builder.build(folder, out_dir)
+    os.makedirs(shown_dir, exist_ok=True)
+    for name in SHOWN:
+        with open(os.path.join(shown_dir, f"{name}.md"), "w") as file:
+            file.write(f"{{{{ {name} }}}}\n")
+    builder.TEMPLATES = shown_dir
+    shown = builder.build(folder, out_dir)
+    return documents, {name: shown[f"{name}.md"] for name in SHOWN}
 
 
 def build_synthetic(tmp_path_factory):
-    """(results folder, {file name: text} of a build from it): what the `synthetic` fixtures
-    return."""
+    """The SyntheticBuild that the `synthetic` fixtures return."""
     folder = str(tmp_path_factory.mktemp("results"))
+    shown_dir = str(tmp_path_factory.mktemp("shown"))
     # the document's place in the submission: its figure links are relative to it
-    return folder, run_alone(write_and_build, folder, os.path.join(SANDBOX, "design_doc"))
+    documents, shown = run_alone(write_and_build, folder, os.path.join(SANDBOX, "design_doc"),
+                                 shown_dir)
+    return SyntheticBuild(folder, documents, shown)
 
 
 def no_notes(note):

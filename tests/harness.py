@@ -18,6 +18,10 @@ from tests.grading import sandbox
 from tests.grading.sandbox import SANDBOX
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Options for runs that check the data's sharding, not the MLP, a strategy or the timing: the given
+# CNN under torch's DDP (or one process), every step a warm-up step, so that no step is timed.
+# Such a run needs no code of the lesson but runtime/data.py's.
+SHARDING_ONLY = ("--model", "cnn", "--warmup-steps", 10**6)
 MNIST_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
                "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
 

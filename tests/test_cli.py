@@ -8,7 +8,7 @@ import torch
 
 import mlp_ddp
 from runtime import results
-from tests.harness import one_line_exit_2, run_cli, run_ok
+from tests.harness import SHARDING_ONLY, one_line_exit_2, run_cli, run_ok
 
 SMALL = ("--val-samples", 100, "--epochs", 1, "--warmup-steps", 1)
 
@@ -55,17 +55,12 @@ def assert_same_parameters(left, right):
         torch.testing.assert_close(left[key], right[key], rtol=1e-5, atol=1e-6, msg=key)
 
 
-ACCUMULATING_MODES = {"ddp": ("--mode", "ddp"),
-                      "manual-bucketed": ("--mode", "manual", "--sync", "bucketed",
-                                          "--bucket-mb", 0.25)}
-
-
-@pytest.mark.parametrize("mode", ACCUMULATING_MODES.values(), ids=ACCUMULATING_MODES.keys())
-def test_gradient_accumulation_equals_one_step_on_the_larger_batch(tiny_data, tmp_path, mode):
-    larger_batch = trained_parameters(tmp_path, "single", tiny_data, "--mode", "single",
-                                      "--batch-size", 32)
-    accumulated = trained_parameters(tmp_path, "accumulated", tiny_data, *mode, "--world-size", 2,
-                                     "--batch-size", 8, "--accum-steps", 2)
+def test_gradient_accumulation_equals_one_step_on_the_larger_batch(tiny_data, tmp_path):
+    larger_batch = trained_parameters(tmp_path, "single", tiny_data, *SHARDING_ONLY,
+                                      "--mode", "single", "--batch-size", 32)
+    accumulated = trained_parameters(tmp_path, "accumulated", tiny_data, *SHARDING_ONLY,
+                                     "--mode", "ddp", "--world-size", 2, "--batch-size", 8,
+                                     "--accum-steps", 2)
     assert_same_parameters(accumulated, larger_batch)
 
 

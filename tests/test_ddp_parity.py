@@ -3,11 +3,15 @@
 Every case runs in real gloo processes (2, 3 and 4 ranks; one launch per strategy and world size,
 so a strategy that fails fails only its own cases, and one for torch's DDP): each rank trains
 ManualDDP with the strategy, with and without fp16/bf16 on the wire, or torch's DDP, from the same
-parameters on the same per-rank data; every rank returns what it saw; the tests compare.
+parameters on the same per-rank data; every rank returns what it saw; the tests compare. ManualDDP
+runs with each strategy of the lesson (the whole job), and with the tests' own strategy
+(tests/adapters.py, the variant "own"), so that ManualDDP's own work (the start-up broadcast,
+buffers, no_sync, unused parameters) is checked with no strategy of the lesson.
   batchnorm  buffers re-broadcast before each forward (broadcast_buffers=True)
   branch     a layer used only on some ranks, one used on none (find_unused_parameters=True)
   order      ranks whose gradients become ready in different orders
-  twice      two forward and backward passes before one finish, after a no_sync() one
+  twice      two forward and backward passes before one finish, after a no_sync() one whose
+             gradients stay each rank's own (a finish after it sends nothing)
 
 The code under test is imported inside the functions that run in the child processes, never at the
 top: this module is also imported by the process that decides the tests (tests/grading/judge.py).
@@ -25,6 +29,7 @@ from runtime.wrappers import WIRE_DTYPES
 from tests.harness import launch_once, run_in_processes
 
 VARIANTS = [(strategy, wire) for strategy in STRATEGY_NAMES for wire in (None, "fp16", "bf16")]
+OWN = ("own", None)  # ManualDDP with the tests' own strategy, which has no compression
 STEPS = 3  # training steps per case
 BATCH = 4  # samples per rank and step
 FEATURES = 8
@@ -110,9 +115,11 @@ def compress_hook(wire_dtype, bucket):
 
 def wrap(model, variant, find_unused):
     """torch's DDP (variant None, or ("ddp", wire)) with the matching compression hook, or
-    ManualDDP with a strategy (and the lesson's compression layer)."""
+    ManualDDP with the tests' own strategy (OWN), or with a strategy of the lesson (and the
+    lesson's compression layer)."""
     from runtime.manual_ddp import ManualDDP
     from runtime.wrappers import compression_layers
+    from tests.adapters import AverageEachAfterBackward
 
     if variant is None or variant[0] == "ddp":
         ddp = DistributedDataParallel(model, find_unused_parameters=find_unused,
@@ -122,6 +129,8 @@ def wrap(model, variant, find_unused):
             ddp.register_comm_hook(WIRE_DTYPES[wire], compress_hook)
         ddp.finish_gradient_synchronization = lambda: None
         return ddp
+    if variant == OWN:  # ManualDDP accepts a class with the strategies' constructor and methods
+        return ManualDDP(model, AverageEachAfterBackward, find_unused_parameters=find_unused)
     strategy, wire = variant
     return ManualDDP(model, strategy, bucket_mb=0.001, layers=compression_layers(wire),
                      find_unused_parameters=find_unused)
@@ -132,7 +141,8 @@ def snapshot(model):
 
 
 def train(rank, model_name, variant):
-    """STEPS steps; the state after each, and the gradients before each optimizer step."""
+    """STEPS steps; the state after each, the gradients before each optimizer step, and ("twice"
+    only) the gradients after each step's no_sync() backward and a finish."""
     torch.manual_seed(0)
     model = MODELS[model_name]()
     wrapped = wrap(model, variant, find_unused=model_name == "branch")
@@ -142,11 +152,14 @@ def train(rank, model_name, variant):
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     states = []
     gradients = []
+    kept = []
     for step in range(STEPS):
         inputs, labels = batch(rank, step, model_name)
         if model_name == "twice":
             with wrapped.no_sync():
                 F.cross_entropy(wrapped(inputs), labels).backward()
+            wrapped.finish_gradient_synchronization()  # nothing to finish: no_sync sent nothing
+            kept.append({name: param.grad.clone() for name, param in model.named_parameters()})
             F.cross_entropy(wrapped(inputs * 2), labels).backward()
             F.cross_entropy(wrapped(-inputs), labels).backward()  # a second one, unfinished
         else:
@@ -157,7 +170,7 @@ def train(rank, model_name, variant):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         states.append(snapshot(model))
-    return states, gradients
+    return states, gradients, kept
 
 
 def all_cases(rank, world_size, variants):
@@ -168,9 +181,12 @@ def all_cases(rank, world_size, variants):
 
 @launch_once
 def launch(world_size, strategy):
-    """Every case of one strategy ("ddp": torch's DDP, the reference) at one world size."""
+    """Every case of one strategy ("ddp": torch's DDP, the reference; "own": the tests' own) at
+    one world size."""
     if strategy == "ddp":
         variants = [None, ("ddp", "fp16"), ("ddp", "bf16")]
+    elif strategy == "own":
+        variants = [OWN]
     else:
         variants = [variant for variant in VARIANTS if variant[0] == strategy]
     return run_in_processes(world_size, all_cases, variants, timeout_s=120)
@@ -199,16 +215,21 @@ def assert_states_equal(left, right, tolerance, where):
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 @pytest.mark.parametrize("model_name", ["batchnorm", "branch", "order", "twice"])
-@pytest.mark.parametrize("variant", VARIANTS, ids=variant_id)
+@pytest.mark.parametrize("variant", VARIANTS + [OWN], ids=variant_id)
 def test_every_strategy_equals_ddp_after_every_step(world_size, model_name, variant):
     per_rank = outcomes(world_size, variant)
     references = outcomes(world_size, reference(variant))
     for rank, outcome in enumerate(per_rank):
-        theirs, _ = references[rank][(model_name, reference(variant))]
-        mine, _ = outcome[(model_name, variant)]
+        theirs, _, theirs_kept = references[rank][(model_name, reference(variant))]
+        mine, _, mine_kept = outcome[(model_name, variant)]
         for step, (expected, actual) in enumerate(zip(theirs, mine)):
             # parameters and buffers (BatchNorm's running statistics) as DDP's, on every rank
             assert_states_equal(actual, expected, TOLERANCE[variant[1]], f"rank {rank} step {step}")
+        if theirs_kept:
+            # after the first step's no_sync() backward each rank holds its own gradients, as
+            # under DDP (later steps' depend on parameters that the wire has rounded)
+            assert_states_equal(mine_kept[0], theirs_kept[0], TOLERANCE[None],
+                                f"rank {rank}, the gradients of no_sync()")
     for step in range(STEPS):  # and the parameters agree across ranks
         states = [outcome[(model_name, variant)][0][step] for outcome in per_rank]
         first = {name: tensor for name, tensor in states[0].items() if "running" not in name}
@@ -218,10 +239,10 @@ def test_every_strategy_equals_ddp_after_every_step(world_size, model_name, vari
                                 f"rank {rank} against rank 0, step {step}")
 
 
-@pytest.mark.parametrize("variant", [None] + VARIANTS, ids=variant_id)
+@pytest.mark.parametrize("variant", [None] + VARIANTS + [OWN], ids=variant_id)
 def test_a_parameter_unused_on_every_rank_keeps_no_gradient_and_does_not_move(variant):
     for outcome in outcomes(2, variant):
-        states, gradients = outcome[("branch", variant)]
+        states, gradients, _ = outcome[("branch", variant)]
         assert all(step["never.weight"] is None and step["never.bias"] is None
                    for step in gradients)
         assert all(step["rare.weight"] is not None for step in gradients)  # used on even ranks
@@ -242,8 +263,8 @@ def without_find_unused(rank, world_size, variant):
     return None
 
 
-@pytest.mark.parametrize("variant", [None] + [(strategy, None) for strategy in STRATEGY_NAMES],
-                         ids=variant_id)
+@pytest.mark.parametrize("variant", [None] + [(strategy, None) for strategy in STRATEGY_NAMES]
+                         + [OWN], ids=variant_id)
 def test_an_unused_parameter_without_find_unused_parameters_is_an_error_naming_it(variant):
     for message in run_in_processes(2, without_find_unused, variant):
         assert message is not None and "find_unused_parameters" in message

@@ -1,10 +1,14 @@
 """The design document is built from the results files, every number in it can be traced back to
-one, and the build fails clearly where it cannot; §3's bucket layouts are those of the code.
+one, and the build fails clearly where it cannot; §3's bucket layouts are the cost model's, and
+DDP's are torch's.
 
-The build, the models and BucketedSync run in child processes in the submission's folder
-(tests/harness.py), imported inside the functions run there, never at the top: this module is also
-imported by the process that decides the tests (tests/grading/judge.py). The committed document,
-its results and its templates are read from that folder, harness.SANDBOX."""
+The build, the models and the cost model (whose derivations are the student's) run in child
+processes in the submission's folder (tests/harness.py), imported inside the functions run there,
+never at the top: this module is also imported by the process that decides the tests
+(tests/grading/judge.py). The committed document, its results and its templates are read from that
+folder, harness.SANDBOX. The sections' prose is the student's: the tests read the build's numbers
+(numbers.json) and its tables as the build renders them alone (design_doc_results.SHOWN), never
+a word of the prose."""
 import json
 import math
 import os
@@ -17,21 +21,18 @@ import torch
 import torch.distributed as dist
 
 from analysis import build_design_doc as builder
-from analysis import cost_model
-from analysis.cost_model import FIRST_BUCKET_MB
+from analysis.cost_model import DDP_FIRST_BUCKET_MB, FIRST_BUCKET_MB
 from runtime.results import validate
 from tests.design_doc_results import (
     MISSING_RUN,
     SECTIONS,
-    allreduce_bench,
     build_synthetic,
     make_results,
     nudge_allreduce_times,
     numbers_of,
-    write,
 )
 from tests.grading import sandbox
-from tests.harness import SANDBOX, launch_once, run_alone, run_in_processes
+from tests.harness import SANDBOX, launch_once, run_alone
 
 COMMITTED = os.path.join(SANDBOX, "design_doc", "numbers.json")
 RESULTS = os.path.join(SANDBOX, "results")
@@ -46,8 +47,7 @@ FIT_ATTRIBUTES = {"alpha_s": "alpha", "beta_s_per_byte": "beta", "bandwidth": "b
 
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):
-    """(results folder, {file name: text}) of a build from the synthetic results, both made in
-    a child."""
+    """The SyntheticBuild of the synthetic results, made in a child."""
     return build_synthetic(tmp_path_factory)
 
 
@@ -62,81 +62,86 @@ MODELS = ["mlp", "cnn"]
 BUCKET_MBS = [0.25, 1, 4, 25]
 
 
-def layouts_of_the_code(rank, world_size):
-    """{"<model>": its parameters' shapes and dtypes, "<model>-<bucket_mb>": the byte sizes of
-    BucketedSync's buckets}. Run in a child, whose process group BucketedSync needs."""
-    from manual_allreduce import BucketedSync
+def model_shapes():
+    """{model: its parameters' shapes and dtypes}. Run in a child: the MLP is task code."""
     from runtime.models import build_model
 
-    layouts = {}
-    for model in MODELS:
-        layouts[model] = [(list(parameter.shape), str(parameter.dtype).removeprefix("torch."))
-                          for parameter in build_model(model).parameters()]
-        for bucket_mb in BUCKET_MBS:  # a fresh model each: BucketedSync hooks its parameters
-            buckets = BucketedSync(list(build_model(model).parameters()), bucket_mb).buckets
-            layouts[f"{model}-{bucket_mb}"] = [bucket.buffer.numel() * bucket.buffer.element_size()
-                                               for bucket in buckets]
-    return layouts
+    return {model: [(list(parameter.shape), str(parameter.dtype).removeprefix("torch."))
+                    for parameter in build_model(model).parameters()]
+            for model in MODELS}
 
 
 @launch_once
 def code_layouts():
-    """layouts_of_the_code, one launch for every test."""
-    return run_in_processes(1, layouts_of_the_code)[0]
+    """model_shapes, one launch for every test."""
+    return run_alone(model_shapes)
 
 
 def test_the_synthetic_results_are_valid_results_files(synthetic):
-    folder, _ = synthetic
-    for name in os.listdir(folder):
+    for name in os.listdir(synthetic.folder):
         if name.startswith(("sweep-", "bucket-")):
-            with open(os.path.join(folder, name)) as file:
+            with open(os.path.join(synthetic.folder, name)) as file:
                 assert validate(json.load(file)) == [], name
 
 
-def test_every_section_exists_with_its_tables_and_numbers(synthetic):
-    _, documents = synthetic
+def test_every_section_renders_and_its_numbers_come_from_the_models_and_the_cost_model(synthetic):
+    documents = synthetic.documents
     assert set(SECTIONS) | {"numbers.json"} <= set(documents)
+    # every placeholder of the submission's templates is one the build defines
+    for name in SECTIONS:
+        assert "{{" not in documents[name].replace("`{{ name }}`", ""), name
     numbers = numbers_of(documents)
+
+    def value(name):
+        return numbers[name]["value"]
+    assert numbers["model.mlp.parameters"]["text"] == "567,434"
+    assert numbers["model.mlp.bytes"]["text"] == "2.27 MB"
+    layouts = code_layouts()  # the models of the code under test
+    cnn_parameters = sum(math.prod(shape) for shape, _ in layouts["cnn"])
+    assert value("model.cnn.parameters") == cnn_parameters
+    mlp_bytes = value("model.mlp.bytes")
+    # the ring's message steps and bytes per rank, per all-reduce: 2(n-1), 2(n-1)/n of the buffer
+    assert value("comm.mlp.ring.w2.message_steps") == 2
+    assert value("comm.mlp.flat.w4.message_steps") == 6
+    assert value("comm.mlp.per-param.w4.message_steps") == 6 * len(layouts["mlp"])
+    assert value("comm.mlp.flat.w2.bytes_per_rank") == pytest.approx(mlp_bytes)
+    assert value("comm.mlp.flat.w4.bytes_per_rank") == pytest.approx(1.5 * mlp_bytes)
+    # the MLP's buckets, worked by hand in tests/test_cost_model.py
+    assert value("buckets.mlp.bucketed.25") == [664_104, 1_605_632]
+    assert value("buckets.mlp.bucketed.0.25") == [137_768, 524_288, 2_048, 1_605_632]
+
+
+def test_the_build_fills_its_tables_with_the_numbers_it_registers(synthetic):
+    numbers = numbers_of(synthetic.documents)
+    shown = synthetic.shown
 
     def text(name):
         return numbers[name]["text"]
-    architecture = documents["1-architecture.md"]
-    flow = documents["2-data-flow.md"]
-    comm = documents["3-communication.md"]
-    performance = documents["4-performance.md"]
-    scaling = documents["5-scalability.md"]
-    assert text("model.mlp.parameters") == "567,434" and text("model.mlp.bytes") == "2.27 MB"
-    layouts = code_layouts()  # the models of the code under test
-    cnn_parameters = sum(math.prod(shape) for shape, _ in layouts["cnn"])
-    assert numbers["model.cnn.parameters"]["value"] == cnn_parameters
-    assert "```mermaid" in architecture and "torchrun" in architecture
-    assert "SLURM_PROCID" in architecture
-    assert "shard_indices" in flow and "```mermaid" in flow
+    comm = shown["table.comm.mlp"]
     per_param_row = next(line for line in comm.splitlines() if line.startswith("| per-param |"))
     _, collectives, *_ = per_param_row.split(" | ")
-    assert collectives == str(len(layouts["mlp"]))
+    assert collectives == str(len(code_layouts()["mlp"]))
     assert "| ring | 1 | 2 |" in comm  # one all-reduce, 2(n-1) = 2 message steps at n = 2
-    assert text("comm.mlp.flat.w4.bytes_per_rank") in comm and "all-reduce bucket 0" in comm
+    assert text("comm.mlp.flat.w4.bytes_per_rank") in comm
+    assert text("buckets.mlp.bucketed.0.25") in shown["table.buckets.mlp"]
+    assert "all-reduce bucket 0" in shown["table.trace"]
     for name in ("fit.gloo.w2.alpha_s", "fit.gloo.alpha_s", "fit.ring.bandwidth"):
-        assert text(name) in performance, name
-    assert text("sweep.mlp.flat.w4.step.median") in performance
+        assert text(name) in shown["table.fits"], name
+    assert text("sweep.mlp.flat.w4.step.median") in shown["table.sweep.mlp"]
     # the CNN's ring at 4 ranks
-    assert "| manual ring | 4 |" in performance and "not measured" in performance
+    assert "| manual ring | 4 |" in shown["table.sweep.cnn"]
+    assert "not measured" in shown["table.sweep.cnn"]
     for link in ("10 Gbit/s", "25 Gbit/s", "100 Gbit/s"):
-        assert link in scaling
-    assert text("project.cnn.100g.n256.efficiency") in scaling
-    assert text("published.ddp_gpus") == "256"
-    for name in SECTIONS:
-        assert "{{" not in documents[name].replace("`{{ name }}`", ""), name
+        assert link in shown["table.project.mlp"] and link in shown["table.crossover"]
+    assert text("project.cnn.100g.n256.efficiency") in shown["table.project.cnn"]
+    assert text("crossover.mlp.10g.ring") in shown["table.crossover"]
 
 
 def test_a_missing_run_is_not_measured_and_listed_as_such(synthetic):
-    _, documents = synthetic
-    absent = json.loads(documents["numbers.json"])["not_measured"]
+    absent = json.loads(synthetic.documents["numbers.json"])["not_measured"]
     model, series, world = MISSING_RUN
     assert f"sweep.{model}.{series}.w{world}.step.median" in absent
-    _, _, cnn_part = documents["4-performance.md"].partition("**CNN** (")
-    row = next(line for line in cnn_part.splitlines()
+    row = next(line for line in synthetic.shown["table.sweep.cnn"].splitlines()
                if line.startswith(f"| manual {series} | {world} |"))
     assert row.count("not measured") >= 5
 
@@ -154,17 +159,36 @@ def read_json(base, path):
         return json.load(file)
 
 
-def assert_fit_reproduces(name, entry, base):
-    """A 'fit' number is what cost_model.fit_alpha_beta gives for the rows it names."""
+def fitted(points):
+    """cost_model.fit_alpha_beta of each (world sizes, sizes, times), as a dict. Run in a child:
+    the fit rests on the ring's coefficients, a derivation of the student's."""
+    from analysis import cost_model
+
+    fits = []
+    for world_sizes, sizes, times in points:
+        fit = cost_model.fit_alpha_beta(world_sizes, sizes, times)
+        fits.append({field: float(getattr(fit, field)) for field in FIT_ATTRIBUTES.values()})
+    return fits
+
+
+def fit_points(entry, base):
+    """(world sizes, sizes, times) of the rows a 'fit' number names."""
     rows = [measurement for measurement in read_json(base, entry["file"])["measurements"]
             if measurement["implementation"] == entry["implementation"]
             and measurement["verified"]
             and measurement["world_size"] == entry.get("world_size", measurement["world_size"])]
-    fit = cost_model.fit_alpha_beta([row["world_size"] for row in rows],
-                                    [row["bytes"] for row in rows],
-                                    [row["median_s"] for row in rows])
-    _, _, field = name.rpartition(".")
-    assert getattr(fit, FIT_ATTRIBUTES[field]) == pytest.approx(entry["value"], rel=1e-9), name
+    return ([row["world_size"] for row in rows], [row["bytes"] for row in rows],
+            [row["median_s"] for row in rows])
+
+
+def assert_fits_reproduce(fit_numbers, base):
+    """Each 'fit' number is what cost_model.fit_alpha_beta gives for the rows it names."""
+    names = sorted(fit_numbers)
+    fits = run_alone(fitted, [fit_points(fit_numbers[name], base) for name in names])
+    for name, fit in zip(names, fits):
+        _, _, field = name.rpartition(".")
+        assert fit[FIT_ATTRIBUTES[field]] == pytest.approx(fit_numbers[name]["value"],
+                                                           rel=1e-9), name
 
 
 def assert_traceable(numbers_json, base):
@@ -173,6 +197,7 @@ def assert_traceable(numbers_json, base):
     numbers = numbers_json["numbers"]
     kinds = {entry["kind"] for entry in numbers.values()}
     assert {"measured", "derived", "fit", "model", "assumption", "publication"} <= kinds
+    fits = {}
     for name, entry in numbers.items():
         if entry["kind"] == "measured":
             assert resolve(entry["field"], read_json(base, entry["file"])) == entry["value"], name
@@ -185,18 +210,18 @@ def assert_traceable(numbers_json, base):
                     known = source in numbers or source in numbers_json["not_measured"]
                     assert known, f"{name}: unknown input {source}"
         elif entry["kind"] == "fit":
-            assert_fit_reproduces(name, entry, base)
+            fits[name] = entry
         elif entry["kind"] == "file":
             assert os.path.exists(os.path.join(base, entry["file"])), name
         else:
             assert entry["kind"] in ("model", "code", "assumption", "publication"), name
             assert entry.get("source") or entry.get("formula"), name
+    assert_fits_reproduce(fits, base)
 
 
 def test_every_number_traces_to_a_field_of_its_results_file(synthetic):
-    _, documents = synthetic
     # the build ran in the submission's folder: its paths are relative to it
-    assert_traceable(json.loads(documents["numbers.json"]), SANDBOX)
+    assert_traceable(json.loads(synthetic.documents["numbers.json"]), SANDBOX)
 
 
 @pytest.mark.skipif(not HAVE_RESULTS,
@@ -210,7 +235,7 @@ def test_the_committed_document_is_exactly_what_the_build_makes_from_the_committ
 
 
 def test_check_reports_a_stale_document_in_one_line_and_exits_1(synthetic, tmp_path):
-    folder, _ = synthetic
+    folder = synthetic.folder
     out = str(tmp_path / "doc")
     assert build_cli("--results-dir", folder, "--out-dir", out).returncode == 0
     assert build_cli("--results-dir", folder, "--out-dir", out, "--check").returncode == 0
@@ -224,9 +249,8 @@ def test_check_reports_a_stale_document_in_one_line_and_exits_1(synthetic, tmp_p
 
 def test_the_check_ignores_last_bit_noise_in_the_fits_and_catches_a_change_of_a_tenth_percent(
         tmp_path):
-    folder = make_results(str(tmp_path / "results"))
     # measured times scatter about the model, so the fits' errors are percents, not rounding
-    write(os.path.join(folder, "allreduce-bench.json"), allreduce_bench(noise=0.05))
+    folder = make_results(str(tmp_path / "results"), noise=0.05)
     out = str(tmp_path / "doc")
     built = run_alone(builder.build, folder, out)  # the build, in a child; the comparison here
     os.makedirs(out)
@@ -273,7 +297,7 @@ def build_error(templates, results_dir, out_dir):
 
 
 def test_a_placeholder_the_build_does_not_define_fails_the_build(synthetic, tmp_path):
-    folder, _ = synthetic
+    folder = synthetic.folder
     (tmp_path / "bad.md").write_text("S = {{ model.mlp.bytes }}, T = {{ a.number.nobody.made }}\n")
     message = run_alone(build_error, str(tmp_path), folder, str(tmp_path))
     assert message is not None, "the build did not fail"
@@ -292,25 +316,55 @@ def test_no_template_types_a_measured_number_by_hand(template):
     assert re.findall(r"\b\d+\.\d+\b", prose) == []
 
 
+def bucket_layouts(sizes_by_model):
+    """{"<model>-<bucket_mb>": (the cost model's bucketed layout, its DDP layout)} at BUCKET_MBS.
+    Run in a child."""
+    from analysis import cost_model
+
+    return {f"{model}-{bucket_mb}": (cost_model.bucket_sizes(sizes, bucket_mb, FIRST_BUCKET_MB),
+                                     cost_model.ddp_bucket_sizes(sizes, bucket_mb))
+            for model, sizes in sizes_by_model.items() for bucket_mb in BUCKET_MBS}
+
+
+def reference_buckets(sizes, bucket_mb, first_bucket_mb):
+    """BucketedSync's layout by another road: cut the reversed sizes where the running total of
+    the bucket would pass its cap (the first cap the smaller of the two)."""
+    caps = [min(first_bucket_mb, bucket_mb) * 2**20]
+    buckets = [[]]
+    for nbytes in reversed(sizes):
+        if buckets[-1] and sum(buckets[-1]) + nbytes > caps[-1]:
+            buckets.append([])
+            caps.append(bucket_mb * 2**20)
+        buckets[-1].append(nbytes)
+    return [sum(bucket) for bucket in buckets]
+
+
+@launch_once
+def cost_model_layouts():
+    """bucket_layouts of the models' own layouts, one launch for every test."""
+    sizes = {model: [math.prod(shape) * getattr(torch, dtype).itemsize
+                     for shape, dtype in code_layouts()[model]] for model in MODELS}
+    return sizes, run_alone(bucket_layouts, sizes)
+
+
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("bucket_mb", BUCKET_MBS)
-def test_bucket_layouts_are_those_of_bucketed_sync_and_of_torch_ddp(model, bucket_mb):
-    layouts = code_layouts()
+def test_bucket_layouts_are_bucketed_syncs_rule_and_torch_ddps(model, bucket_mb):
+    sizes_by_model, layouts = cost_model_layouts()
+    sizes = sizes_by_model[model]
+    bucketed, ddp = layouts[f"{model}-{bucket_mb}"]
+    assert bucketed == reference_buckets(sizes, bucket_mb, FIRST_BUCKET_MB)
     # DDP's layout depends only on the parameters' sizes and dtypes: empty tensors like them
     parameters = [torch.empty(shape, dtype=getattr(torch, dtype))
-                  for shape, dtype in layouts[model]]
-    sizes = [parameter.numel() * parameter.element_size() for parameter in parameters]
-    limits = [int(cost_model.DDP_FIRST_BUCKET_MB * 2**20), int(bucket_mb * 2**20)]
+                  for shape, dtype in code_layouts()[model]]
+    limits = [int(DDP_FIRST_BUCKET_MB * 2**20), int(bucket_mb * 2**20)]
     groups, _ = dist._compute_bucket_assignment_by_size(parameters, limits,
                                                          [False] * len(parameters))
-    ddp_sizes = [sum(sizes[index] for index in group) for group in reversed(groups)]
-    assert cost_model.ddp_bucket_sizes(sizes, bucket_mb) == ddp_sizes
-    bucketed_sizes = layouts[f"{model}-{bucket_mb}"]
-    assert cost_model.bucket_sizes(sizes, bucket_mb, FIRST_BUCKET_MB) == bucketed_sizes
+    assert ddp == [sum(sizes[index] for index in group) for group in reversed(groups)]
 
 
 def test_the_emulated_links_fit_recovers_the_links_beta_and_the_slurm_runs_are_tabled(synthetic):
-    _, documents = synthetic
+    documents = synthetic.documents
     numbers = numbers_of(documents)
     # the synthetic gloo times are the α-β model at the link's β exactly: the fit finds it
     for name in ("emulated.fit.gloo.w2", "emulated.fit.gloo.w4", "emulated.fit.gloo.w4.2pn"):
@@ -319,7 +373,8 @@ def test_the_emulated_links_fit_recovers_the_links_beta_and_the_slurm_runs_are_t
     # the ring's times are 1.3x: with the link's β the model misses them by about that
     assert numbers["emulated.fit.ring.w2.link_error"]["value"] > 0.2
     # every series at both shapes, in each model's table, with its three repeats
-    mlp_table, cnn_table = documents["5-scalability.md"].split("**CNN**")[-2:]
+    mlp_table = synthetic.shown["table.emulated.training.mlp"]
+    cnn_table = synthetic.shown["table.emulated.training.cnn"]
     for series in ("ddp", "manual per-param", "manual flat", "manual bucketed"):
         for shape in ("2 × 1", "2 × 2"):
             assert f"| {series} | {shape} | 3 |" in mlp_table and \
@@ -332,11 +387,10 @@ def test_the_emulated_links_fit_recovers_the_links_beta_and_the_slurm_runs_are_t
 
 
 def test_the_one_machine_sweep_sets_shm_against_one_process_ddp_and_flat(synthetic):
-    _, documents = synthetic
-    numbers = numbers_of(documents)
+    numbers = numbers_of(synthetic.documents)
     shm = numbers["one_machine.mlp.shm.w2.throughput.median"]["value"]
     single = numbers["one_machine.mlp.single.w1.throughput.median"]["value"]
     assert numbers["shm.mlp.w2.throughput_vs_single"]["value"] == pytest.approx(shm / single)
-    assert "| MLP manual shm | 2 | 3 |" in documents["4-performance.md"]
+    assert "| MLP manual shm | 2 | 3 |" in synthetic.shown["table.one_machine"]
     # the synthetic shm step is far below flat's: a verdict, not a tie
     assert numbers["shm.mlp.w2.step_vs_flat"]["value"] == "faster"

@@ -110,8 +110,11 @@ def test_items_are_graded_all_or_nothing_over_the_restarts(graded):
     report = graded["report"]
     statuses = {item_id: item["status"] for item_id, item in items(report).items()}
     assert statuses == {"core.fast": "earned", "core.hang": "lost", "core.crash": "lost",
-                        "core.fail": "lost", "core.later": "earned", "core.slow": "lost"}
+                        "core.fail": "lost", "core.later": "earned", "core.slow": "lost",
+                        "doc.prose": "graded by a person"}
+    # the person's 2 marks are available, never assessed by the tests
     assert (report["total_earned"], report["total_assessed"]) == (7, 16)
+    assert (report["total_available"], report["total_graded_by_person"]) == (18, 2)
     assert not any("outside_profile" in nodeid for nodeid in by_nodeid(report))
     # a module outside the profile is not even imported: its import error does not count
     assert not any("could not collect" in reason for reason in report["incomplete_because"])
@@ -138,9 +141,14 @@ def test_results_json_has_gradescopes_schema_one_test_per_item_and_hides_hidden_
     assert document["score"] == 7 and document["execution_time"] == 12
     entries = {entry["name"].split(":")[0]: entry for entry in document["tests"]}
     for entry in document["tests"]:
-        assert {"name", "score", "max_score", "status", "output", "visibility"} <= entry.keys()
-        assert entry["status"] in ("passed", "failed")
+        assert {"name", "score", "max_score", "output", "visibility"} <= entry.keys()
+        # Gradescope's optional status: none for the item a person grades (no verdict)
+        assert entry.get("status", "none") in ("passed", "failed", "none")
         assert entry["visibility"] in ("hidden", "after_due_date", "after_published", "visible")
+    prose = entries["doc.prose"]
+    assert prose["name"] == "doc.prose: The prose (graded by a person, up to 2 marks)"
+    assert (prose["score"], prose["max_score"]) == (0, 0) and "status" not in prose
+    assert "Read the document: is it argued?" in prose["output"]
     assert (entries["core.later"]["score"], entries["core.later"]["max_score"]) == (5, 5)
     assert (entries["core.fail"]["score"], entries["core.fail"]["status"]) == (0, "failed")
     assert "1 hidden test(s) of this item failed" in entries["core.fail"]["output"]
@@ -195,13 +203,16 @@ def test_when_no_test_can_be_collected_every_item_is_lost_and_results_json_says_
     assert grade.main([submission, "--report", paths[0], "--gradescope", paths[1]]) == 0
     with open(paths[0]) as file:
         report = json.load(file)
-    assert {item["status"] for item in report["items"]} == {"lost"}
+    # every item is lost but the one a person grades: no test could have earned it
+    statuses = {item["id"]: item["status"] for item in report["items"]}
+    assert statuses.pop("doc.prose") == "graded by a person"
+    assert set(statuses.values()) == {"lost"}
     assert "no helpers here" in report["failure"]
     with open(paths[1]) as file:
         results = json.load(file)
     assert results["score"] == 0
     assert all("pytest could not collect the tests" in entry["output"]
-               for entry in results["tests"])
+               for entry in results["tests"] if not entry["name"].startswith("doc.prose"))
     assert "total: 0 of 16 assessed marks" in capsys.readouterr().out
 
 

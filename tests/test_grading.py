@@ -1,5 +1,6 @@
 """The grading plugin on small generated suites, run in-process by pytester: what an item earns,
-loses or leaves unassessed; and the real rubric: its marks, and a home for every test in tests/."""
+loses or leaves unassessed, or leaves to a person; and the real rubric: its marks, and a home for
+every test in tests/."""
 import ast
 import json
 import re
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.grading import plugin
+from tests.grading import gradescope, plugin
 
 pytest_plugins = ["pytester"]
 
@@ -33,6 +34,30 @@ TESTS = [("test_graded.py::test_model_", "core.model"),
          ("test_broken.py::", "core.sync")]
 """
 
+# RUBRIC's Item has neither graded_by nor builds_on (the plugin reads "tests" and ()); this one
+# has both, and an item a person grades.
+RUBRIC_WITH_A_PERSON = """
+from typing import NamedTuple
+
+class Item(NamedTuple):
+    id: str
+    title: str
+    marks: float
+    checks: str
+    needs_human: str
+    graded_by: str = "tests"
+    builds_on: tuple = ()
+
+ITEMS = [Item("core.model", "The model", 2, "it learns", "read models.py"),
+         Item("core.sync", "The sync", 3, "it averages", "read the sync",
+              builds_on=("core.model",)),
+         Item("doc.argument", "The argument", 4, "",
+              "Read the design document: is every projection argued from the measurements, "
+              "with its assumptions stated, rather than asserted?", graded_by="person")]
+TESTS = [("test_graded.py::test_model_", "core.model"),
+         ("test_graded.py::test_sync_", "core.sync")]
+"""
+
 
 @pytest.fixture(autouse=True)
 def no_installed_plugins(monkeypatch):
@@ -46,11 +71,11 @@ def totals(report):
     return report["total_earned"], report["total_assessed"], report["total_available"]
 
 
-def grade(pytester, source, *args, broken=None):
-    """Run `source` as test_graded.py under the plugin and RUBRIC; the run's result, the report,
+def grade(pytester, source, *args, broken=None, rubric=RUBRIC):
+    """Run `source` as test_graded.py under the plugin and `rubric`; the run's result, the report,
     and the report's items by id."""
     pytester.makeconftest('pytest_plugins = ["tests.grading.plugin"]')
-    rubric = pytester.makepyfile(rubric_for_grading=RUBRIC)
+    rubric = pytester.makepyfile(rubric_for_grading=rubric)
     pytester.makepyfile(test_graded=source)
     if broken:
         pytester.makepyfile(test_broken=broken)
@@ -123,6 +148,9 @@ def test_the_json_report_has_the_documented_fields_and_is_written_whole(pytester
         assert {"passed", "failed", "skipped"} <= item["tests"].keys()
     assert items["core.model"]["title"] == "The model"
     assert items["core.model"]["needs_human"] == "read models.py"
+    # RUBRIC's Item has neither field: graded by tests, building on nothing
+    assert (items["core.model"]["graded_by"], items["core.model"]["builds_on"]) == ("tests", [])
+    assert report["total_graded_by_person"] == 0
     assert items["doc.timing"] == {**items["doc.timing"], "status": "not assessed", "earned": None}
     outside = ["test_graded.py::test_extra_bad_option_is_refused"]
     assert report["tests_outside_the_rubric"] == outside
@@ -254,35 +282,115 @@ def test_a_test_in_no_rubric_item_is_named_in_the_summary_and_the_report(pyteste
         ["1 test in no rubric item (map them in *): test_graded.py::test_forgotten"])
 
 
-def test_the_rubric_gives_10_marks_to_four_core_items_and_3_to_each_of_five_design_sections():
+def test_an_item_graded_by_a_person_is_never_earned_by_tests_and_is_left_out_of_the_assessed_marks(
+        pytester):
+    result, report, items = grade(pytester, """
+        def test_model_learns(): pass
+        def test_sync_sums_by_mistake(): assert False
+    """, rubric=RUBRIC_WITH_A_PERSON)
+    argument = items["doc.argument"]
+    assert (argument["status"], argument["earned"]) == ("graded by a person", None)
+    assert argument["graded_by"] == "person"
+    assert argument["tests"] == {"passed": [], "failed": [], "skipped": [], "not_run": []}
+    # the report keeps what the person needs: the marks, the title, what to read
+    assert (argument["marks"], argument["title"]) == (4, "The argument")
+    assert argument["needs_human"].startswith("Read the design document")
+    assert (items["core.sync"]["graded_by"], items["core.sync"]["builds_on"]) == ("tests",
+                                                                                ["core.model"])
+    # earned 2 of the 5 the tests assessed; 9 available, 4 of them left to the person
+    assert totals(report) == (2, 5, 9)
+    assert report["total_graded_by_person"] == 4
+    assert report["complete"] is True
+    # what the person reads, shortened to a line
+    result.stdout.fnmatch_lines(["doc.argument * -/4 * graded by a person: Read the design "
+                                 "document: is every projection *...",
+                                 "total: 2 of 5 assessed marks (9 available; 4 graded by a "
+                                 "person)"])
+
+
+def test_results_json_shows_an_item_graded_by_a_person_as_neither_earned_nor_lost(pytester):
+    _, report, _ = grade(pytester, "def test_model_learns(): pass\n", rubric=RUBRIC_WITH_A_PERSON)
+    document = gradescope.results({**report, "tests": []}, 1.0)
+    entries = {entry["name"].split(":")[0]: entry for entry in document["tests"]}
+    argument = entries["doc.argument"]
+    assert argument["name"] == "doc.argument: The argument (graded by a person, up to 4 marks)"
+    # 0 of 0 marks, and no status: Gradescope shows no verdict
+    assert (argument["score"], argument["max_score"]) == (0, 0)
+    assert "status" not in argument
+    assert "Marked by hand against the rubric" in argument["output"]
+    assert "is every projection argued from the measurements" in argument["output"]
+    assert document["score"] == 2
+    assert "(9 available; 4 graded by a person)" in document["output"]
+    # an item the tests grade says whose code its tests also run
+    assert "also run the code of core.model" in entries["core.sync"]["output"]
+
+
+def test_a_rule_or_a_marker_giving_tests_to_an_item_a_person_grades_is_a_usage_error(pytester):
+    pytester.makeconftest('pytest_plugins = ["tests.grading.plugin"]')
+    rule = RUBRIC_WITH_A_PERSON.replace('"core.sync")]', '"core.sync"), ("test_", "doc.argument")]')
+    rubric = pytester.makepyfile(rubric_for_grading=rule)
+    pytester.makepyfile(test_graded="def test_model_learns(): pass\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--rubric", str(rubric))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*rule 'test_' gives tests to item 'doc.argument', which a "
+                                 "person grades*"])
+    rubric = pytester.makepyfile(rubric_for_grading=RUBRIC_WITH_A_PERSON)
+    pytester.makepyfile(test_graded="""
+        import pytest
+
+        @pytest.mark.rubric("doc.argument")
+        def test_the_argument(): pass
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--rubric", str(rubric))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*rubric item 'doc.argument' is graded by a person*"])
+
+
+def test_the_rubric_gives_the_code_most_marks_and_leaves_each_design_section_to_a_person():
     rubric = plugin.load_rubric(plugin.DEFAULT_RUBRIC)
-    core = [item.marks for item in rubric.items.values() if item.id.startswith("core.")]
-    design = [item.marks for item in rubric.items.values() if item.id.startswith("design.")]
-    assert (len(core), sum(core)) == (4, 10)
-    assert design == [3] * 5
-    assert all(item.checks and item.needs_human for item in rubric.items.values())
+    items = list(rubric.items.values())
+    # the code's items carry at least 60% of all marks
+    code = sum(item.marks for item in items if item.id.startswith("core."))
+    assert code >= 0.6 * sum(item.marks for item in items)
+    # every section of the design document is read by a person; its numbers are checked
+    sections = [item for item in items
+                if item.id.startswith("design.") and item.id != "design.numbers"]
+    assert sections and all(item.graded_by == "person" for item in sections)
+    # an item is checked by tests or graded by a person; a reader knows what to look for in each
+    assert all(item.checks or item.graded_by == "person" for item in items)
+    assert all(item.needs_human for item in items)
+    # builds_on names other items of the rubric
+    assert all(set(item.builds_on) <= set(rubric.items) - {item.id} for item in items)
 
 
 def test_every_test_in_the_suite_has_a_place_in_the_rubric_and_every_item_has_tests():
-    """By name, without importing the suite. The design-document modules' parametrized tests may
-    name their section only in their parameters: those are checked at run time (the summary
-    names a test in no item)."""
+    """By name, without importing the suite; an item a person grades has none. A parametrized test
+    no rule matches by name may name its item in its parameters ("[mlp-manual-flat-2]"), where
+    its module has rules for them ("tests/test_gradient_sync.py::*-flat-"): it counts for their
+    items, and is checked at run time (the summary names a test in no item)."""
     rubric = plugin.load_rubric(plugin.DEFAULT_RUBRIC)
     assessed = set()
     for module in sorted(TESTS.glob("test_*.py")):
+        by_parameters = items_named_by_parameters(rubric, module.name)
         for node in ast.walk(ast.parse(module.read_text())):
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
                 ids = rubric.items_for(f"tests/{module.name}::{node.name}")
-                design_doc = module.name.startswith("test_design_doc")
-                if ids is None and design_doc and is_parametrized(node):
-                    continue
+                if ids is None and by_parameters and is_parametrized(node):
+                    ids = by_parameters
                 assert ids is not None, (f"tests/{module.name}::{node.name} is in no rubric "
                                          "item: map it in rubric.py")
                 assessed.update(ids)
     has_design_doc = (TESTS / "test_design_doc.py").exists()
-    expected = {item_id for item_id in rubric.items
-                if item_id.startswith("core.") or has_design_doc}
+    expected = {item_id for item_id in rubric.items if not rubric.by_person(item_id)
+                and (item_id.startswith("core.") or has_design_doc)}
     assert expected <= assessed
+
+
+def items_named_by_parameters(rubric, module):
+    """The items of the rules that match a module's tests by their parameters, not their names."""
+    prefix = f"tests/{module}::*".lower()
+    return {item_id for pattern, ids in rubric.rules if pattern.startswith(prefix)
+            for item_id in ids}
 
 
 def is_parametrized(function):

@@ -86,7 +86,12 @@ def test_each_region_becomes_its_prompt_and_a_raise_and_every_task_has_one(out):
     with open(os.path.join(REPO, "runtime", "models.py")) as file:
         begins = sum(line.strip().startswith("# BEGIN SOLUTION") for line in file)
     assert begins == 2 and raises.count(1) == begins
-    assert set(raises) == {1, 2, 3, 4} and set(quotes) == {5, 6, 7, 8, 9}
+    # a task a person grades is written in the design document's templates; every other task in
+    # the code, but the main job, which has nothing of its own to write
+    numbers = {item.id: number for number, item in enumerate(ITEMS, start=1)}
+    by_person = {numbers[item.id] for item in ITEMS if item.graded_by == "person"}
+    assert set(quotes) == by_person
+    assert set(raises) == set(numbers.values()) - by_person - {numbers["core.end_to_end"]}
     with open(os.path.join(student, "runtime", "models.py")) as file:
         models = file.read()
     assert "        # Run the images through the layers.\n" \
@@ -203,8 +208,8 @@ MARKER_ERRORS = {
                  "a.py:4: misspelt marker '# BEGIN SOLUTON Task 1'"),
     "end without begin": ("a.py", "x = 1\n# END SOLUTION\n",
                           "a.py:2: END SOLUTION without BEGIN SOLUTION"),
-    "no such task": ("a.py", PROMPT + "# BEGIN SOLUTION Task 12\nx = 1\n# END SOLUTION\n",
-                     "a.py:4: Task 12 is not a rubric item"),
+    "no such task": ("a.py", PROMPT + "# BEGIN SOLUTION Task 99\nx = 1\n# END SOLUTION\n",
+                     "a.py:4: Task 99 is not a rubric item"),
     "markdown misspelt": ("a.md", "<!-- BEGIN PROMPT\nSay hello.\nEND PROMPT -->\n"
                           "<!-- BEGIN SOLUTION Task 5 -->\nHello.\n<!-- END SOLUTON -->\n",
                           "a.md:6: misspelt marker '<!-- END SOLUTON -->'"),
@@ -250,7 +255,12 @@ def test_assignment_md_lists_every_rubric_item_as_a_numbered_task(out):
         assignment = file.read()
     for number, item in enumerate(ITEMS, start=1):
         assert f"### Task {number}: {item.title}\n" in assignment
-        assert f"{item.marks:g} marks · rubric item `{item.id}`" in assignment
+        marks = f"{item.marks:g} mark" + ("" if item.marks == 1 else "s")
+        assert f"{marks} · rubric item `{item.id}`" in assignment
+        # a task a person grades has no tests to run: it says who reads it, and what for
+        by_person = item.graded_by == "person"
+        assert (f"-k {item.id}`" in assignment) != by_person
+        assert (f"rubric item `{item.id}` · read by a person" in assignment) == by_person
     assert "python -m pytest" in assignment
     assert "@TASKS@" not in assignment and "@MARKS@" not in assignment
 
@@ -303,10 +313,12 @@ def test_the_students_readme_and_grading_are_written_for_the_student(out):
     for text in (readme, grading):
         assert "instructor" not in text.lower() and "grade.py" not in text
         assert "make_handout" not in text and "reference solution" not in text
-    # every task in order, with the command that checks it alone, and the timing definitions
+    # every task in order, with the command that checks it alone or, for a task a person grades,
+    # who reads it; and the timing definitions
     for number, item in enumerate(ITEMS, start=1):
-        assert f"Task {number}, {item.title}" in readme and f"-k {item.id}`" in readme
-        assert f"`{item.id}`" in grading
+        assert f"Task {number}, {item.title}" in readme and f"`{item.id}`" in grading
+        assert (f"-k {item.id}`" in readme) != (item.graded_by == "person")
+    assert "read by a person against the rubric" in readme
     assert "## Timing: what the numbers mean" in readme and "comm_exposed" in readme
     assert not os.path.exists(os.path.join(student, ".ci"))  # the solution's CI, not theirs
 

@@ -1,4 +1,4 @@
-"""Integrity: each hand-written strategy does what it claims, proved by watching torch.distributed.
+"""Integrity: each hand-written piece does what it claims, proved by watching torch.distributed.
 
 In each rank, torch.distributed's communicating functions, wherever a loaded module holds them,
 record every call; a check reads the calls of each step's synchronisation, from the start of
@@ -8,6 +8,10 @@ call, so a strategy that goes around the names (a saved reference to dist.all_re
 object's own methods, torch's DDP) is caught too. Each test also runs deliberately wrong
 strategies, defined here, and asserts that its check rejects them: a check that cannot fail
 proves nothing. Only the autograder has this file.
+
+Each test needs one piece of the lesson only: a strategy driven alone (tests/adapters.py), or one
+function called after backward by the tests themselves (average_gradients, the ring all-reduce,
+the compression layer around the library's all-reduce).
 
 The code under test is imported inside the functions that run in the child processes, never at the
 top: this module is also imported by the process that decides the tests (tests/grading/judge.py).
@@ -59,6 +63,7 @@ class Recorder:
         self.phase = "start-up"
         self.grads_ready = 0
         self.depth = 0  # of calls in progress: a watched function may call another
+        self.in_layers = 0  # of calls of the test's own layer in progress (through_layer)
         self.restore = []
 
     def count_gradient(self, param):
@@ -118,26 +123,33 @@ class Recorder:
             messages.append((name, arguments.get("tensor"), peer, arguments.get("async_op")))
         for name, tensor, peer, async_op in messages:
             call = {"name": name, "phase": self.phase, "peer": peer, "async": bool(async_op),
-                    "grads_ready": self.grads_ready}
+                    "grads_ready": self.grads_ready, "in_layer": self.in_layers > 0}
             if isinstance(tensor, torch.Tensor):
                 call.update(dtype=str(tensor.dtype).removeprefix("torch."), numel=tensor.numel(),
                             nbytes=tensor.numel() * tensor.element_size())
             self.calls.append(call)
 
+    def through_layer(self, all_reduce):
+        """A layer of the test's own: records each call that passes through it (as a call named
+        "layer"), and marks the watched calls made inside it."""
+        def passed(tensor, name):
+            self.calls.append({"name": "layer", "phase": self.phase, "label": name,
+                               "dtype": str(tensor.dtype).removeprefix("torch."),
+                               "numel": tensor.numel()})
+            self.in_layers += 1
+            try:
+                return all_reduce(tensor, name)
+            finally:
+                self.in_layers -= 1
+        return passed
+
 
 def record_cases(rank, world_size, cases):
-    """In one rank: {label: calls} of STEPS steps of wrapper(model, *args, **options) per case;
-    a case names its wrapper ("Strategy" or "Wrong"): a class handed over itself would be
-    imported, while the arguments are read, from the judge's folder, not the sandbox."""
-    from runtime.wrappers import compression_layers
-    from tests.adapters import StrategyAlone
-
-    def strategy_alone(model, strategy, compress=None, bucket_mb=25.0):
-        """The lesson's strategy alone (no other piece of the lesson), with the lesson's
-        compression layer for `compress`."""
-        return StrategyAlone(model, strategy, bucket_mb, compression_layers(compress))
-
-    wrappers = {"Strategy": strategy_alone, "Wrong": Wrong}
+    """In one rank: {label: calls} of STEPS steps of wrapper(model, recorder, *args, **options)
+    per case; a case names its wrapper ("Strategy", "AfterBackward" or "Wrong"): a class handed
+    over itself would be imported, while the arguments are read, from the judge's folder, not the
+    sandbox."""
+    wrappers = {"Strategy": strategy_alone, "AfterBackward": AfterBackward, "Wrong": Wrong}
     recorded = {}
     for label, wrapper_name, args, options in cases:
         wrapper = wrappers[wrapper_name]
@@ -146,7 +158,7 @@ def record_cases(rank, world_size, cases):
         with Recorder() as recorder:
             for param in model.parameters():  # before the strategy's hooks: they run first
                 param.register_post_accumulate_grad_hook(recorder.count_gradient)
-            wrapped = wrapper(model, *args, **options)
+            wrapped = wrapper(model, recorder, *args, **options)
             for step in range(STEPS):
                 recorder.phase = "forward"
                 inputs = torch.randn(8, 32)  # seeded above: each rank its own
@@ -157,6 +169,61 @@ def record_cases(rank, world_size, cases):
                 wrapped.finish_gradient_synchronization()
         recorded[label] = recorder.calls
     return recorded
+
+
+# --- How the tests drive the lesson: one piece at a time ---------------------------------------
+def strategy_alone(model, recorder, strategy, bucket_mb=25.0, through_layer=False):
+    """The lesson's strategy alone (tests/adapters.py: no other piece of the lesson), with the
+    test's own layer around its all-reduce where `through_layer`."""
+    from tests.adapters import StrategyAlone
+
+    layers = [recorder.through_layer] if through_layer else []
+    return StrategyAlone(model, strategy, bucket_mb, layers)
+
+
+class AfterBackward:
+    """`module`, and after each backward one function of the lesson, called by the test itself
+    (no strategy around it), that averages the gradients: the method named `average`."""
+
+    def __init__(self, module, recorder, average, wire=None):
+        self.module = module
+        self.grads = lambda: [param.grad for param in module.parameters()]
+        self.average = getattr(self, average)
+        self.wire = wire  # the compression layer's wire dtype, by name
+
+    def __call__(self, inputs):
+        """The module's forward."""
+        return self.module(inputs)
+
+    def finish_gradient_synchronization(self):
+        self.average()
+
+    def average_gradients(self):
+        """manual_allreduce.average_gradients, on the module."""
+        from manual_allreduce import average_gradients
+
+        average_gradients(self.module)
+
+    def ring_all_reduce(self):
+        """Every gradient in one flat buffer (the test's own), summed by the lesson's ring."""
+        from manual_collectives import ring_all_reduce
+
+        grads = self.grads()
+        flat = torch.cat([grad.view(-1) for grad in grads])
+        ring_all_reduce(flat)
+        flat /= dist.get_world_size()
+        for grad, averaged in zip(grads, flat.split([grad.numel() for grad in grads])):
+            grad.copy_(averaged.view_as(grad))
+
+    def compressed(self):
+        """Each gradient summed by the lesson's compression layer around the library's
+        all-reduce (manual_allreduce.all_reduce, given)."""
+        from manual_allreduce import all_reduce, compressed
+
+        layered = compressed(all_reduce, getattr(torch, self.wire))
+        for index, grad in enumerate(self.grads()):
+            grad /= dist.get_world_size()
+            layered(grad, f"param {index}").wait()
 
 
 # --- The checks: each yields what contradicts the claim in one step's calls --------------------
@@ -215,6 +282,22 @@ def bucketed(made):
         yield "no all_reduce started while backward still had gradients to compute"
 
 
+def through_layers(made):
+    """Every all_reduce called from inside the test's own layer, which saw every gradient element
+    once, in float32."""
+    passed = [call for call in made if call["name"] == "layer"]
+    outside = sorted({call["name"] for call in made
+                      if call["name"] != "layer" and not call["in_layer"]})
+    if outside:
+        yield f"{outside} called outside the strategy's layers"
+    numels = sum(call["numel"] for call in passed)
+    if numels != sum(NUMELS):
+        yield f"the layers saw {numels} gradient elements, not {sum(NUMELS)}"
+    dtypes = sorted({call["dtype"] for call in passed} - {"float32"})
+    if dtypes:
+        yield f"the layers saw tensors of {dtypes}, not the gradients' float32"
+
+
 def ring(made, wire, rank, world_size):
     """Point-to-point messages of `wire`, with the neighbours only, 2(n-1)/n of the flat buffer's
     bytes sent by each rank (chunks may differ by a few elements)."""
@@ -235,7 +318,7 @@ class Wrong:
     """ManualDDP's interface and start-up around a wrong way to send gradients: the method named
     `finish` runs after backward, the one named `on_gradient` each time a gradient is ready."""
 
-    def __init__(self, module, finish=None, on_gradient=None, ddp=False):
+    def __init__(self, module, recorder, finish=None, on_gradient=None, ddp=False):
         # `ddp`: the model wrapped in torch's DDP, which averages the gradients in backward
         self.module = nn.parallel.DistributedDataParallel(module) if ddp else module
         self.params = list(module.parameters())
@@ -269,6 +352,13 @@ class Wrong:
     def one_all_reduce(self):
         """A per-param that flattens, a ring that calls all_reduce, float32 despite compression."""
         dist.all_reduce(self.flat())
+
+    def gather_each(self):
+        """The tests' own strategy (tests/adapters.py) handed in as an answer: every rank's
+        gradient gathered, then their mean."""
+        from tests.adapters import AverageEachAfterBackward
+
+        AverageEachAfterBackward(self.params).finish()
 
     def all_reduce_each(self):
         """A flat that sends each gradient alone."""
@@ -318,13 +408,12 @@ class Wrong:
         request.wait()
 
 
-# --- The tests: the submission's strategy passes each check, the wrong ones fail it -----------
+# --- The tests: the submission's piece passes each check, the wrong ones fail it -------------
 def record(world_size, solutions, wrong):
-    """Each rank's {label: calls}: first the lesson's strategy alone (tests/adapters.py; the
-    options: bucket_mb, compress) for each label: (strategy, options) of `solutions` (one that
-    raises stops the test), then each Wrong."""
-    cases = [(label, "Strategy", (strategy,), options)
-             for label, (strategy, options) in solutions.items()]
+    """Each rank's {label: calls}: first the lesson's, for each label: (wrapper, args, options) of
+    `solutions` (one that raises stops the test), then each Wrong of `wrong` (label: options)."""
+    cases = [(label, wrapper, args, options)
+             for label, (wrapper, args, options) in solutions.items()]
     cases += [(label, "Wrong", (), options) for label, options in wrong.items()]
     # a hang: 30 s
     return run_in_processes(world_size, record_cases, cases, timeout_s=30, recorded=True)
@@ -336,14 +425,38 @@ def record(world_size, solutions, wrong):
 ], ids=["per-param", "flat"])
 def test_per_param_and_flat_send_all_reduces_of_the_claimed_sizes_and_nothing_else(
         strategy, sizes, wrong):
-    solution = {"solution": (strategy, {})}
+    solution = {"solution": ("Strategy", (strategy,), {})}
     for rank, calls in enumerate(record(2, solution, {wrong: {"finish": wrong}})):
         assert problems(all_reduced, calls["solution"], "float32", sizes) == "", f"rank {rank}"
         assert problems(all_reduced, calls[wrong], "float32", sizes), f"accepts {wrong}"
 
 
+def test_average_gradients_sends_one_all_reduce_per_gradient_and_nothing_else():
+    solution = {"solution": ("AfterBackward", ("average_gradients",), {})}
+    # wrong: the tests' own strategy (all_gather, then the mean), and one flattened all-reduce
+    wrong = {"gather": {"finish": "gather_each"}, "flattened": {"finish": "one_all_reduce"}}
+    for rank, calls in enumerate(record(2, solution, wrong)):
+        found = problems(all_reduced, calls["solution"], "float32", sorted(NUMELS))
+        assert found == "", f"rank {rank}"
+        for label in wrong:
+            assert problems(all_reduced, calls[label], "float32", sorted(NUMELS)), \
+                f"accepts {label}"
+
+
+@pytest.mark.parametrize("strategy", ["per-param", "flat", "bucketed"])
+def test_every_all_reduce_of_a_strategy_goes_through_its_layers(strategy):
+    # The ring and shared-memory strategies are the flat one with another collective: flat's case
+    # covers them, and the ring's would need two pieces of the lesson.
+    options = {"through_layer": True, "bucket_mb": BUCKET_MB}
+    solution = {"solution": ("Strategy", (strategy,), options)}
+    wrong = {"around the layers": {"finish": "all_reduce_each"}}
+    for rank, calls in enumerate(record(2, solution, wrong)):
+        assert problems(through_layers, calls["solution"]) == "", f"rank {rank}"
+        assert problems(through_layers, calls["around the layers"]), "accepts no layers"
+
+
 def test_bucketed_starts_async_all_reduces_while_backward_runs():
-    solution = {"solution": ("bucketed", {"bucket_mb": BUCKET_MB})}
+    solution = {"solution": ("Strategy", ("bucketed",), {"bucket_mb": BUCKET_MB})}
     wrong = {"after backward": {"finish": "start_after_backward"},
              "at the last gradient": {"on_gradient": "start_at_last_gradient"},
              "blocking": {"on_gradient": "send_blocking"}}
@@ -355,6 +468,8 @@ def test_bucketed_starts_async_all_reduces_while_backward_runs():
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])  # 3: chunks of uneven length
 def test_the_ring_sends_2_n_minus_1_over_n_of_the_buffer_to_its_neighbours_only(world_size):
+    # the lesson's ring_all_reduce on the test's own flat buffer of every gradient
+    solution = {"solution": ("AfterBackward", ("ring_all_reduce",), {})}
     wrong = {"all_reduce": {"finish": "one_all_reduce"}, "whole": {"finish": "send_whole_buffer"},
              # the ring's messages for show, the sum from around the watched names
              "renamed": {"finish": "ring_and_a_renamed_all_reduce"},
@@ -362,21 +477,21 @@ def test_the_ring_sends_2_n_minus_1_over_n_of_the_buffer_to_its_neighbours_only(
              "ddp": {"finish": "ring_messages", "ddp": True}}
     if world_size == 2:  # sending the whole buffer is what the ring sends there: 2(n-1)/n = 1
         del wrong["whole"]
-    for rank, calls in enumerate(record(world_size, {"solution": ("ring", {})}, wrong)):
+    for rank, calls in enumerate(record(world_size, solution, wrong)):
         assert problems(ring, calls["solution"], "float32", rank, world_size) == "", f"rank {rank}"
         for label in wrong:
             assert problems(ring, calls[label], "float32", rank, world_size), f"accepts {label}"
 
 
-@pytest.mark.parametrize("strategy", ["per-param", "flat", "bucketed", "ring"])
-def test_compression_sends_half_the_bytes_in_the_wire_dtype(strategy):
+def test_compression_sends_half_the_bytes_in_the_wire_dtype():
+    # the lesson's compression layer around the library's all-reduce, on each gradient
     wires = {"fp16": "float16", "bf16": "bfloat16"}
-    solutions = {compress: (strategy, {"compress": compress}) for compress in wires}
-    wrong = {"float32": {"finish": "one_all_reduce"}}
-    check = ring if strategy == "ring" else all_reduced
+    solutions = {compress: ("AfterBackward", ("compressed",), {"wire": wire})
+                 for compress, wire in wires.items()}
+    wrong = {"float32": {"finish": "all_reduce_each"}}
     for rank, calls in enumerate(record(2, solutions, wrong)):
-        where = (rank, 2) if strategy == "ring" else ()  # the ring's check: rank, world size
         for compress, wire in wires.items():
-            found = problems(check, calls[compress], wire, *where)
-            assert found == "", f"rank {rank}: {strategy} {compress}"
-        assert problems(all_reduced, calls["float32"], "float16"), "accepts float32"
+            found = problems(all_reduced, calls[compress], wire, sorted(NUMELS))
+            assert found == "", f"rank {rank}: {compress}"
+        assert problems(all_reduced, calls["float32"], "float16", sorted(NUMELS)), \
+            "accepts float32"

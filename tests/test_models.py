@@ -115,3 +115,34 @@ def fit_small_labelled_set():
 def test_the_mlp_fits_a_small_labelled_set_with_minibatch_adam():
     fitted = run_alone(fit_small_labelled_set)
     assert (fitted["predicted"] == fitted["labels"]).float().mean() == 1.0
+
+
+def one_epoch_on_mnist(data_dir, offline_dir):
+    """Test accuracy of the default MLP after one epoch of mini-batch Adam with a one-cycle
+    schedule, as mlp_ddp.py trains it, on the real MNIST (read by the given runtime/data.py; no
+    sharding, no timing, no wrapper)."""
+    from runtime.data import fetch, load
+    from runtime.models import MLP
+
+    fetch("mnist", data_dir, offline_dir)
+    data = load("mnist", data_dir)
+    torch.manual_seed(0)
+    model = MLP()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    batches = torch.randperm(len(data.train)).split(64)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=3e-3,
+                                                   total_steps=len(batches))
+    for batch in batches:
+        cross_entropy(model(data.train.images[batch]), data.train.labels[batch]).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        schedule.step()
+    model.eval()
+    with torch.no_grad():
+        predicted = model(data.test.images).argmax(1)
+    return (predicted == data.test.labels).float().mean().item()
+
+
+def test_the_mlp_reaches_96_percent_on_real_mnist_after_one_epoch(tmp_path, real_data):
+    accuracy = run_alone(one_epoch_on_mnist, str(tmp_path / "data"), real_data)
+    assert accuracy >= 0.96, f"test accuracy {accuracy:.4f} after one epoch, below 0.96"

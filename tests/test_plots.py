@@ -1,8 +1,12 @@
 """plots.py draws every figure from a folder of small, schema-valid synthetic results documents;
 what the figures share: step times in ms, and which runs the strategy figures leave out. The
-documents and the models' layouts come from a child with the code under test (plot_documents.py);
-the figures are drawn here. Under the figures, analysis/results_folder.py: repeats grouped, each
-run's means per step, their median and spread."""
+documents come from a child with the code under test (plot_documents.py). The figures are drawn
+here, but for those that rest on the cost model (allreduce.png's fit and bucket-sweep.png's bucket
+counts: the student's derivations) and on the models' layouts, which are drawn in a child too.
+Under the figures, analysis/results_folder.py: repeats grouped, each run's means per step, their
+median and spread."""
+import contextlib
+import io
 import json
 
 import pytest
@@ -10,16 +14,15 @@ import pytest
 from analysis import plots
 from analysis.plot_breakdown import plot_step_bench, plot_time_breakdown
 from analysis.plot_common import bucket_variant
-from analysis.plot_communication import plot_allreduce, plot_bucket_sweep
 from analysis.results_folder import clearly_less, per_step, repeats, spread
 from runtime.options import DEFAULT_BUCKET_MB
 from runtime.results import SCHEMA, validate
 from runtime.timing import FIELDS
+from tests.harness import run_alone
 from tests.plot_documents import (
-    allreduce_bench,
     bucket_runs,
     grouped,
-    layouts_of_the_code,
+    made,
     step_bench,
     strategy_runs,
     timeline,
@@ -35,21 +38,30 @@ def test_the_synthetic_documents_are_valid_results():
         assert validate(document) == []
 
 
-def test_main_writes_every_plot_from_a_results_folder(tmp_path, capsys, monkeypatch):
-    layouts_of_the_code(monkeypatch)  # bucket-sweep.png's bucket counts
+def plots_main(argv):
+    """plots.main(argv) and what it printed. Run in a child: allreduce.png and bucket-sweep.png
+    rest on the cost model and the models."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        written = plots.main(argv)
+    return written, printed.getvalue()
+
+
+def test_main_writes_every_plot_from_a_results_folder(tmp_path):
     cnn = training_run(model="cnn", world=2)
     write_folder(tmp_path, strategy_runs() + bucket_runs() + [cnn])
-    (tmp_path / "allreduce-bench.json").write_text(json.dumps(allreduce_bench()))
+    # the α-β model's times, made in a child (the cost model is the code under test)
+    (tmp_path / "allreduce-bench.json").write_text(json.dumps(made("allreduce_bench")))
     (tmp_path / "step-bench.json").write_text(json.dumps(step_bench()))
     (tmp_path / "trace-bucketed-w2.json").write_text(json.dumps(trace()))
-    written = plots.main(["--results-dir", str(tmp_path)])
+    written, printed = run_alone(plots_main, ["--results-dir", str(tmp_path)])
     # every figure, per model where it is per model
     names = sorted(path.split("/")[-1] for path in written)
     assert names == ["allreduce.png", "bucket-sweep.png", "curves-cnn.png", "curves-mlp.png",
                      "scaling-mlp.png", "step-bench.png", "time-breakdown-cnn.png",
                      "time-breakdown-mlp.png", "timeline.png"]
     # no single-process baseline for the CNN, so no speedup
-    assert "scaling-cnn.png: nothing to plot" in capsys.readouterr().out
+    assert "scaling-cnn.png: nothing to plot" in printed
     for path in written:
         with open(path, "rb") as file:
             assert file.read(8) == b"\x89PNG\r\n\x1a\n"
@@ -74,17 +86,26 @@ def test_other_schemas_broken_files_and_missing_data_are_notes_not_errors(tmp_pa
         assert expected in output
 
 
-def test_every_step_time_axis_is_in_milliseconds(monkeypatch):
-    layouts_of_the_code(monkeypatch)  # the bucket sweep's bucket counts
+def cost_model_axes():
+    """(the bucket sweep's axis labels, the all-reduce latency's y label). Run in a child: both
+    figures rest on the cost model."""
+    from analysis.plot_communication import plot_allreduce, plot_bucket_sweep
+    from tests.plot_documents import allreduce_bench, make_bucket_runs
+
+    sweep = plot_bucket_sweep(repeats(make_bucket_runs())).axes[0]
+    latency = plot_allreduce(allreduce_bench()["measurements"]).axes[0]
+    return sweep.get_xlabel() + sweep.get_ylabel(), latency.get_ylabel()
+
+
+def test_every_step_time_axis_is_in_milliseconds():
     figures = [plot_time_breakdown(grouped(strategy_runs()), "mlp"),
                plot_step_bench(step_bench()["measurements"]),
-               plot_bucket_sweep(repeats(bucket_runs())),
                timeline()]
     labels = [figure.axes[0].get_xlabel() + figure.axes[0].get_ylabel() for figure in figures]
+    sweep_labels, latency_label = run_alone(cost_model_axes)
     # the breakdowns, the bucket sweep and the timeline in ms, the all-reduce latency too
-    assert all("ms " in label for label in labels)
-    latency = plot_allreduce(allreduce_bench()["measurements"]).axes[0]
-    assert "(ms)" in latency.get_ylabel()
+    assert all("ms " in label for label in labels + [sweep_labels])
+    assert "(ms)" in latency_label
 
 
 def test_only_bucketed_and_ddp_runs_at_another_bucket_size_stay_out_of_the_strategy_plots():

@@ -15,6 +15,7 @@ import torch
 
 from tests.grading.sandbox import child_process
 from tests.harness import (
+    SHARDING_ONLY,
     MNIST_FILES,
     one_line_exit_2,
     run_cli,
@@ -105,8 +106,9 @@ def test_a_ddp_checkpoint_loads_in_manual_and_single_mode_and_corrupt_ones_are_s
 def test_the_same_seed_gives_identical_metrics_and_parameters(tiny_data, tmp_path):
     documents = []
     for name in ("first", "second"):
-        run_ok("--data-dir", tiny_data, *EXACT, "--epochs", 2, "--results-dir", tmp_path,
-               "--run-name", name, "--save-model", tmp_path / f"{name}.pt")
+        run_ok("--data-dir", tiny_data, *RUN, "--max-steps", 6, *SHARDING_ONLY, "--mode", "ddp",
+               "--world-size", 2, "--epochs", 2, "--results-dir", tmp_path, "--run-name", name,
+               "--save-model", tmp_path / f"{name}.pt")
         documents.append(json.loads((tmp_path / f"{name}.json").read_text()))
     keys = ("train_loss", "train_accuracy", "val_loss", "val_accuracy")
     first, second = ([[epoch[key] for key in keys] for epoch in document["epochs"]]
@@ -119,14 +121,14 @@ def test_world_sizes_1_2_and_4_with_the_same_global_batch_give_the_same_paramete
         tiny_data, tmp_path):
     results = []
     for world_size in (1, 2, 4):
-        mode = ("--mode", "manual", "--world-size", world_size)
+        mode = ("--mode", "ddp", "--world-size", world_size)
         if world_size == 1:
             mode = ("--mode", "single")
         # 3 steps: by the fifth, float32 rounding (which differs with the batch split) flips a ReLU
         # on this data at 4 ranks and the difference jumps from 1e-8 to 5e-5: real, but not the
         # sharding under test
-        run_ok("--data-dir", tiny_data, *mode, "--epochs", 1, "--val-samples", 100,
-               "--batch-size", 32 // world_size, "--dropout", 0, "--optimizer", "sgd",
+        run_ok("--data-dir", tiny_data, *SHARDING_ONLY, *mode, "--epochs", 1,
+               "--val-samples", 100, "--batch-size", 32 // world_size, "--dropout", 0, "--optimizer", "sgd",
                "--lr", 0.05, "--max-steps", 3, "--results-dir", tmp_path,
                "--save-model", tmp_path / f"w{world_size}.pt")
         results.append(torch.load(tmp_path / f"w{world_size}.pt"))
@@ -140,8 +142,8 @@ def test_uneven_data_drops_the_last_partial_global_batch_and_counts_each_sample_
         tiny_data, tmp_path):
     # 500 training samples, global batch 3 x 16 = 48: 10 steps use 480 samples; 20 are left for
     # the next shuffle.
-    run_ok("--data-dir", tiny_data, "--mode", "manual", "--world-size", 3, "--val-samples", 100,
-           "--batch-size", 16, "--epochs", 1, "--results-dir", tmp_path, "--run-name", "uneven",
+    run_ok("--data-dir", tiny_data, *SHARDING_ONLY, "--mode", "ddp", "--world-size", 3,
+           "--val-samples", 100, "--batch-size", 16, "--epochs", 1, "--results-dir", tmp_path, "--run-name", "uneven",
            "--test-samples", 101)
     document = json.loads((tmp_path / "uneven.json").read_text())
     assert document["epochs"][0]["steps"] == 10

@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch import nn
 
 from tests.harness import run_in_processes
 
@@ -57,16 +58,15 @@ def record_bucket_launches(rank, world_size):
     """Train two steps with small buckets; return each step's launches, as they were when
     backward returned and after finishing."""
     from manual_allreduce import BucketedSync
-    from runtime.models import MLP
-    from tests.adapters import StrategyAlone
+    from tests.adapters import StrategyAlone, small_mlp
 
     torch.manual_seed(0)
-    module = MLP(dropout=0.0)
+    module = small_mlp()
     ready = []  # this backward's gradients, counted by a hook that runs before the strategy's
     for param in module.parameters():
         param.register_post_accumulate_grad_hook(ready.append)
     launches = []
-    model = StrategyAlone(module, "bucketed", bucket_mb=0.25,
+    model = StrategyAlone(module, "bucketed", bucket_mb=0.01,  # the first layer's weight alone
                           layers=[noting_launches(launches, ready)])
     assert isinstance(model.sync, BucketedSync)
     steps = []
@@ -95,9 +95,10 @@ def test_bucketed_launches_the_first_all_reduce_before_backward_has_finished():
 
 def bucket_layout(rank, world_size):
     from manual_allreduce import BucketedSync
-    from runtime.models import MLP
 
-    params = list(MLP().parameters())
+    # 784 KiB, 1 KiB, 256 KiB, 1 KiB, 10 KiB and 40 bytes: one weight larger than the cap
+    module = nn.Sequential(nn.Linear(784, 256), nn.Linear(256, 256), nn.Linear(256, 10))
+    params = list(module.parameters())
     sync = BucketedSync(params, bucket_mb=0.5)
     position = {id(param): index for index, param in enumerate(params)}
     layout = [[position[id(param)] for param in bucket.params] for bucket in sync.buckets]
@@ -106,6 +107,7 @@ def bucket_layout(rank, world_size):
 
 def test_buckets_fill_in_reverse_registration_order_and_respect_the_cap():
     layout, sizes = run_in_processes(1, bucket_layout)[0]  # BucketedSync needs a group
-    assert [index for bucket in layout for index in bucket] == list(range(8))[::-1]
+    assert [index for bucket in layout for index in bucket] == list(range(6))[::-1]
+    assert layout == [[5, 4, 3, 2, 1], [0]]
     for bucket, size in zip(layout, sizes):
         assert len(bucket) == 1 or size <= 0.5 * 2**20, f"bucket {bucket} holds {size} bytes"

@@ -7,11 +7,17 @@ test with what it printed. Hidden tests (profile.HIDDEN_TESTS) are never named t
 says how many hidden tests failed, and each has its own entry, worth 0 marks and "hidden", that
 only the instructor sees. An item that is "not assessed" (its tests need what the machine lacks:
 the real MNIST, root for Slurm) is worth 0 of 0 marks, with the reason: neither given nor taken.
+An item graded by a person (the rubric's graded_by="person": the design document's sections) has
+one entry too, named "<id>: <title> (graded by a person, up to N marks)", worth 0 of 0 marks and
+with no status, so it is never shown as earned nor lost: its output says it is marked by hand
+against the rubric, and what the reader looks for (its needs_human). Those marks are added in
+Gradescope's manual grading; the score here is what the tests earned.
 Every item is "visible": the checks are objective, so a student can act on them before the
-deadline; what needs a human reader (the report's needs_human) is graded by hand on top.
+deadline; what else needs a human reader (each item's needs_human) is read by hand too.
 """
 
 from tests.grading.progress import tail
+from tests.grading.report import BY_PERSON, totals_line
 
 ITEM_OUTPUT_LIMIT = 20000  # characters per entry
 FAILURE_LIMIT = 1500  # characters of each failed test under its item: its end says why
@@ -19,7 +25,8 @@ FAILURE_LIMIT = 1500  # characters of each failed test under its item: its end s
 
 def results(report, elapsed_s):
     """The results.json document."""
-    tests = [item_entry(item, report["tests"]) for item in report["items"]]
+    tests = [person_entry(item) if item["status"] == BY_PERSON
+             else item_entry(item, report["tests"]) for item in report["items"]]
     tests += [hidden_entry(test) for test in report["tests"]
               if test["hidden"] and test["outcome"] == "failed"]
     for number, test in enumerate(tests, start=1):
@@ -50,6 +57,17 @@ def item_entry(item, tests):
     return entry
 
 
+def person_entry(item):
+    """An item a person grades: 0 of 0 marks here, never shown as earned nor lost, and no status
+    (Gradescope would show one as a verdict); the output says who marks it, and against what."""
+    return {"name": f"{item['id']}: {item['title']} ({BY_PERSON}, up to {item['marks']:g} marks)",
+            "score": 0, "max_score": 0,
+            "output": f"Marked by hand against the rubric, up to {item['marks']:g} marks: not "
+                      "part of the autograder's score.\n"
+                      f"The reader looks for: {item['needs_human']}",
+            "visibility": "visible"}
+
+
 def item_output(item, tests):
     """What the student reads under an item: its status, then each failed test and why."""
     mine = [test for test in tests if item["id"] in test["items"]]
@@ -61,6 +79,9 @@ def item_output(item, tests):
     if item.get("because"):
         lines.append(f"Because {item['because']}.")
     lines.append(f"Checked: {item['checks']}")
+    if item.get("builds_on"):
+        lines.append(f"Its tests also run the code of {', '.join(item['builds_on'])}: an item of "
+                     "those that is lost may be why.")
     hidden_failures = sum(test["hidden"] and test["outcome"] == "failed" for test in mine)
     for test in mine:
         if test["outcome"] == "failed" and not test["hidden"]:
@@ -97,10 +118,12 @@ def summary(report):
     for item in report["items"]:
         earned = "-" if item["earned"] is None else f"{item['earned']:g}"
         lines.append(f"{item['id']:<22} {earned:>3}/{item['marks']:g}  {item['status']}")
-    lines.append(f"total: {report['total_earned']:g} of {report['total_assessed']:g} assessed "
-                 f"marks ({report['total_available']:g} available)")
+    lines.append(totals_line(report))
     lines += [f"incomplete: {reason}" for reason in report["incomplete_because"]]
     lines += [f"note: {note}" for note in report.get("notes", []) if note.startswith("refused")]
-    lines.append("The design document's writing, and what each item's 'needs a human' names, "
-                 "are graded by hand.")
+    by_person = report["total_graded_by_person"]
+    if by_person:
+        lines.append(f"The items graded by a person ({by_person:g} marks) are marked by hand "
+                     "against the rubric.")
+    lines.append("What each item's 'needs a human' names is read by hand as well.")
     return "\n".join(lines)

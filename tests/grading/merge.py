@@ -7,9 +7,10 @@ here the grader, not the test, ended the run:
   but had some cut by the budget is "not assessed", with the reason, never earned on a part;
 - when pytest could not collect any test (a conftest that does not import, a hang at import),
   every item is lost, with pytest's last words as the reason.
+An item a person grades has no tests: neither case touches it; it stays "graded by a person".
 """
 from tests.grading.plugin import Grading, load_rubric
-from tests.grading.report import tests_count
+from tests.grading.report import BY_PERSON, tests_count, totals
 
 
 def grade_report(tests, failure, rubric_path):
@@ -26,15 +27,15 @@ def grade_report(tests, failure, rubric_path):
         reason for reason in report["incomplete_because"] if not reason.endswith("never run")]
     report["complete"] = not report["incomplete_because"]
     for item in report["items"]:
+        if item["status"] == BY_PERSON:
+            continue  # no test of this run could change it
         if failure:
             lose_everything(item, failure)
         elif item["status"] == "earned" and any(nodeid in tests.budget_cut
                                                 for nodeid in item["tests"]["not_run"]):
             item.update(status="not assessed", earned=None,
                         because="the grading budget ran out before some of its tests")
-    report["total_earned"] = sum(item["earned"] or 0 for item in report["items"])
-    report["total_assessed"] = sum(item["marks"] for item in report["items"]
-                                   if item["status"] != "not assessed")
+    report.update(totals(report["items"]))
     return report
 
 

@@ -2,7 +2,7 @@
 
     python -m pytest --grade-report grade.json         # run all, print the rubric, write the JSON
     python -m pytest --collect-only -q --rubric-tests  # which rubric item each test counts for
-    python -m pytest -k core.distributed               # one item's tests (-m rubric: all graded)
+    python -m pytest -k core.ring                      # one item's tests (-m rubric: all graded)
     python -m pytest --grade-profile                   # the grading profile only (profile.py)
 
 Registered by tests/conftest.py (`pytest_plugins = ["tests.grading.plugin"]`);
@@ -11,6 +11,11 @@ from rubric.py's rules, unless it carries one.
 An item earns its marks when every one of its tests that ran passed. It earns 0 when any failed:
 in the test, in a fixture's set-up or teardown, or because its module could not be collected.
 An item none of whose tests ran (all skipped, deselected or not collected) is "not assessed".
+An item the rubric gives graded_by="person" is never earned by tests: no test may count for it,
+its status is "graded by a person", its "earned" None, and its marks are in total_available and
+total_graded_by_person, never in total_assessed. builds_on (the items whose code an item's tests
+also run) is carried into the report. A rubric whose Item lacks either field is read with the
+defaults ("tests", ()).
 xfail: a strict xfail that failed as expected counts as passed (the failure is what it specifies);
 a non-strict xfail counts as skipped, whatever happened (a test allowed to fail proves nothing);
 a strict XPASS is a failure, as pytest reports it. The table and the JSON are written by report.py.
@@ -24,7 +29,14 @@ import pytest
 
 from tests.grading.profile import collects, in_profile
 from tests.grading.progress import Progress
-from tests.grading.report import OUTCOMES, tests_count, write_atomically, write_table
+from tests.grading.report import (
+    BY_PERSON,
+    OUTCOMES,
+    tests_count,
+    totals,
+    write_atomically,
+    write_table,
+)
 
 DEFAULT_RUBRIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rubric.py")
 
@@ -66,7 +78,8 @@ def pytest_ignore_collect(collection_path, config):
 
 
 class Rubric:
-    """rubric.py's items, and its rules checked: known item ids, positive marks."""
+    """rubric.py's items, and its rules checked: known item ids, positive marks, graded_by "tests"
+    or "person", no rule for an item a person grades, builds_on naming other known items."""
 
     def __init__(self, items, rules, path):
         self.path = path
@@ -75,14 +88,28 @@ class Rubric:
         problems = [f"item {item_id!r} is listed twice" for item_id in dict.fromkeys(ids)
                     if ids.count(item_id) > 1]
         problems += [f"item {item.id!r} has no marks" for item in items if not item.marks > 0]
+        problems += [f"item {item.id!r} is graded by {graded_by(item)!r}: "
+                     "'tests' or 'person' only" for item in items
+                     if graded_by(item) not in GRADERS]
+        problems += [f"item {item.id!r} builds on unknown item {other!r}" for item in items
+                     for other in builds_on(item) if other not in self.items]
+        problems += [f"item {item.id!r} builds on itself" for item in items
+                     if item.id in builds_on(item)]
         self.rules = []
         for pattern, targets in rules:
             targets = as_ids(targets)
             problems += [f"rule {pattern!r} names unknown item {item_id!r}"
                          for item_id in targets if item_id not in self.items]
+            problems += [f"rule {pattern!r} gives tests to item {item_id!r}, which a person "
+                         "grades" for item_id in targets if self.by_person(item_id)]
             self.rules.append((pattern.lower(), targets))
         if problems:
             raise pytest.UsageError(f"{path}: " + "; ".join(dict.fromkeys(problems)))
+
+    def by_person(self, item_id):
+        """Whether the item is graded by a person, not by tests (False for an unknown id)."""
+        item = self.items.get(item_id)
+        return item is not None and graded_by(item) == "person"
 
     def items_for(self, nodeid):
         """The items of the first rule that matches: () when it says "outside the rubric", None
@@ -100,6 +127,19 @@ class Rubric:
             if fnmatch.fnmatchcase(nodeid.lower(), pattern.split("::")[0] + "*"):
                 found.update(dict.fromkeys(ids))
         return list(found)
+
+
+GRADERS = ("tests", "person")
+
+
+def graded_by(item):
+    """Who grades a rubric item: "tests" (the default, and an old rubric's Item) or "person"."""
+    return getattr(item, "graded_by", "tests")
+
+
+def builds_on(item):
+    """The items whose code the item's tests also run; () for an old rubric's Item."""
+    return tuple(getattr(item, "builds_on", ()))
 
 
 def as_ids(targets):
@@ -156,6 +196,9 @@ class Grading:
             if item_id not in self.rubric.items:
                 raise pytest.UsageError(f"{test.nodeid}: rubric item {item_id!r} "
                                         f"is not in {self.rubric.path}")
+            if self.rubric.by_person(item_id):
+                raise pytest.UsageError(f"{test.nodeid}: rubric item {item_id!r} is graded by "
+                                        "a person: no test counts for it")
         ids = tuple(dict.fromkeys(own)) or self.rubric.items_for(test.nodeid)
         if ids is None:
             self.unclassified.append(test.nodeid)
@@ -215,10 +258,7 @@ class Grading:
         if self.broken_modules:
             reasons.append(f"could not collect {', '.join(self.broken_modules)}")
         return {
-            "total_earned": sum(item["earned"] or 0 for item in items),
-            "total_assessed": sum(item["marks"] for item in items
-                                  if item["status"] != "not assessed"),
-            "total_available": sum(item["marks"] for item in items),
+            **totals(items),
             "complete": not reasons, "incomplete_because": reasons,
             "items": items,
             "tests_outside_the_rubric": self.outside, "tests_in_no_rubric_item": self.unclassified,
@@ -234,8 +274,11 @@ class Grading:
         tests["failed"] += [module for module in self.broken_modules
                             if item.id in self.rubric.items_of_module(module)]
         status = "lost" if tests["failed"] else "earned" if tests["passed"] else "not assessed"
+        if graded_by(item) == "person":  # no rule gives it tests (checked at load time)
+            status = BY_PERSON
         return {"id": item.id, "title": item.title, "marks": item.marks,
                 "earned": {"earned": item.marks, "lost": 0}.get(status), "status": status,
+                "graded_by": graded_by(item), "builds_on": list(builds_on(item)),
                 "tests": tests,
                 "checks": item.checks, "needs_human": item.needs_human}
 
@@ -250,6 +293,9 @@ class Grading:
         """Each rubric item with its tests, then the tests outside it or in none."""
         terminal.write_sep("=", "rubric tests")
         for item in self.rubric.items.values():
+            if graded_by(item) == "person":
+                terminal.write_line(f"{item.id} ({item.marks:g} marks): {BY_PERSON}")
+                continue
             tests = [nodeid for nodeid, ids in self.members.items() if item.id in ids]
             terminal.write_line(f"{item.id} ({item.marks:g} marks): {tests_count(len(tests))}")
             for nodeid in tests:

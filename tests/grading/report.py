@@ -1,10 +1,16 @@
-"""How a grade report is shown and written: the rubric table at the end of the run, and the JSON
-file, written whole."""
+"""How a grade report is shown and written: the rubric table at the end of the run, the totals,
+and the JSON file, written whole.
+
+An item a person grades shows "-" for its marks and what the reader looks for; the totals line
+says how many of the available marks are left to that person."""
 import json
 import os
 import tempfile
+import textwrap
 
 OUTCOMES = ("passed", "failed", "skipped", "not_run")
+BY_PERSON = "graded by a person"  # the status of an item no test earns
+NEEDS_HUMAN_WIDTH = 60  # characters of an item's needs_human in the table
 
 
 def write_atomically(path, document):
@@ -25,6 +31,27 @@ def write_atomically(path, document):
         raise
 
 
+def totals(items):
+    """The report's totals over its graded items: earned, assessed (earned or lost by tests),
+    available (every item), and graded by a person (left to the reader)."""
+    return {
+        "total_earned": sum(item["earned"] or 0 for item in items),
+        "total_assessed": sum(item["marks"] for item in items
+                              if item["status"] not in ("not assessed", BY_PERSON)),
+        "total_available": sum(item["marks"] for item in items),
+        "total_graded_by_person": sum(item["marks"] for item in items
+                                      if item["status"] == BY_PERSON),
+    }
+
+
+def totals_line(report):
+    """'total: 12 of 16 assessed marks (25 available; 5 graded by a person)'."""
+    by_person = report["total_graded_by_person"]
+    left = f"; {by_person:g} graded by a person" if by_person else ""
+    return (f"total: {report['total_earned']:g} of {report['total_assessed']:g} assessed marks "
+            f"({report['total_available']:g} available{left})")
+
+
 def write_table(terminal, report, report_path, write_error):
     """The rubric table at the end of the run: each item's marks, the totals, what is missing."""
     terminal.write_sep("=", "rubric")
@@ -33,9 +60,7 @@ def write_table(terminal, report, report_path, write_error):
         earned = "-" if item["earned"] is None else f"{item['earned']:g}"
         terminal.write_line(f"{item['id']:<{width}}  {earned:>3}/{item['marks']:<3g} "
                             f"{describe(item)}")
-    terminal.write_line(f"total: {report['total_earned']:g} of {report['total_assessed']:g} "
-                        "assessed marks "
-                        f"({report['total_available']:g} available)")
+    terminal.write_line(totals_line(report))
     for reason in report["incomplete_because"]:
         terminal.write_line(f"incomplete: {reason}", yellow=True)
     if report["tests_in_no_rubric_item"]:
@@ -50,7 +75,11 @@ def write_table(terminal, report, report_path, write_error):
 
 
 def describe(item):
-    """An item's status with the count of its tests per outcome (the failed ones named)."""
+    """An item's status with the count of its tests per outcome (the failed ones named), or what
+    the person who grades it reads."""
+    if item["status"] == BY_PERSON:
+        return f"{BY_PERSON}: " + textwrap.shorten(item["needs_human"], NEEDS_HUMAN_WIDTH,
+                                                    placeholder="...")
     tests = item["tests"]
     counts = ", ".join(f"{len(tests[outcome])} {outcome.replace('_', ' ')}"
                        for outcome in OUTCOMES if tests[outcome] and outcome != "failed")

@@ -1,10 +1,10 @@
 """A tiny assignment for tests/test_grade.py: an instructor's repository and a submission.
 
-The instructor's repository has the real grading plugin with a small rubric and profile, and
-tests that pass, fail, hang, crash or fail slowly; the tests call the submission's module in a
-child process, as the real ones do (STUDENT_CODE); the submission has that module, and what a
-submission must not be able to do: a conftest.py that would skip every test, and its own copy of
-a test file.
+The instructor's repository has the real grading plugin with a small rubric (one item of it
+graded by a person) and profile, and tests that pass, fail, hang, crash or fail slowly; the tests
+call the submission's module in a child process, as the real ones do (STUDENT_CODE); the
+submission has that module, and what a submission must not be able to do: a conftest.py that
+would skip every test, and its own copy of a test file.
 """
 import os
 import shutil
@@ -16,17 +16,20 @@ RUBRIC = """
 from typing import NamedTuple
 
 
-class Item(NamedTuple):
+class Item(NamedTuple):  # without builds_on: the plugin reads it as ()
     id: str
     title: str
     marks: float
     checks: str
     needs_human: str
+    graded_by: str = "tests"
 
 
 ITEMS = [Item(name, name.title(), marks, f"checks {name}", "-")
          for name, marks in (("core.fast", 2), ("core.hang", 3), ("core.crash", 1),
                              ("core.fail", 4), ("core.later", 5), ("core.slow", 1))]
+ITEMS.append(Item("doc.prose", "The prose", 2, "", "Read the document: is it argued?",
+                  graded_by="person"))
 TESTS = [("tests/test_crash.py::test_dies", "core.crash"),
          ("tests/test_crash.py::", "core.fast"),
          ("tests/test_fast.py::", "core.fast"),
