@@ -2,11 +2,12 @@
 
 Every case runs in real gloo processes (2, 3 and 4 ranks; one launch per strategy and world size,
 so a strategy that fails fails only its own cases, and one for torch's DDP): each rank trains
-ManualDDP with the strategy, with and without fp16/bf16 on the wire, or torch's DDP, from the same
-parameters on the same per-rank data; every rank returns what it saw; the tests compare. ManualDDP
-runs with each strategy of the lesson (the whole job), and with the tests' own strategy
-(tests/adapters.py, the variant "own"), so that ManualDDP's own work (the start-up broadcast,
-buffers, no_sync, unused parameters) is checked with no strategy of the lesson.
+ManualDDP with the strategy, with and without fp16/bf16 on the wire, or torch's DDP, on the same
+per-rank data, each rank's model seeded differently (both wrappers start every rank from rank 0's
+parameters); every rank returns what it saw; the tests compare. ManualDDP runs with each
+strategy of the lesson (the whole job), and with the tests' own strategy (tests/adapters.py, the
+variant "own"), so that ManualDDP's own work (the start-up broadcast, buffers, no_sync, unused
+parameters) is checked with no strategy of the lesson.
   batchnorm  buffers re-broadcast before each forward (broadcast_buffers=True)
   branch     a layer used only on some ranks, one used on none (find_unused_parameters=True)
   order      ranks whose gradients become ready in different orders
@@ -143,7 +144,7 @@ def snapshot(model):
 def train(rank, model_name, variant):
     """STEPS steps; the state after each, the gradients before each optimizer step, and ("twice"
     only) the gradients after each step's no_sync() backward and a finish."""
-    torch.manual_seed(0)
+    torch.manual_seed(rank)  # each rank its own parameters: the wrapper starts all from rank 0's
     model = MODELS[model_name]()
     wrapped = wrap(model, variant, find_unused=model_name == "branch")
     if model_name == "branch":  # Adam's moments and weight decay would move one given zeros

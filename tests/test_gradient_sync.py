@@ -173,27 +173,30 @@ def run_all(rank, world_size, configurations):
     return outcome
 
 
-def configurations(strategy=None):
-    """(model, mode, strategy, wire dtype) of every run; with `strategy` ("ddp" for DDP), only
-    its own runs: what one launch trains."""
+def configurations(strategy=None, compressed=None):
+    """(model, mode, strategy, wire dtype) of every run; with `strategy` ("ddp" for DDP) and
+    `compressed`, only those runs: what one launch trains."""
     exact = [(model, "manual", strategy, None) for model in MODELS for strategy in STRATEGY_NAMES]
     exact += [(model, "ddp", None, None) for model in MODELS]
-    compressed = [("mlp", "manual", strategy, wire)
-                  for strategy in STRATEGY_NAMES for wire in WIRE_PRECISION_BITS]
-    compressed += [("mlp", "ddp", None, wire) for wire in WIRE_PRECISION_BITS]
-    every = exact + compressed
-    return [run for run in every if strategy is None or (run[2] or "ddp") == strategy]
+    wired = [("mlp", "manual", strategy, wire)
+             for strategy in STRATEGY_NAMES for wire in WIRE_PRECISION_BITS]
+    wired += [("mlp", "ddp", None, wire) for wire in WIRE_PRECISION_BITS]
+    return [run for run in exact + wired
+            if strategy is None or ((run[2] or "ddp") == strategy
+                                    and (run[3] is not None) == compressed)]
 
 
 @launch_once
-def launch(world_size, strategy):
-    """One launch per strategy and world size: a strategy that fails fails only its own tests."""
-    return run_in_processes(world_size, run_all, configurations(strategy), timeout_s=120)
+def launch(world_size, strategy, compressed):
+    """One launch per strategy, world size and whether compressed: a strategy that fails fails
+    only its own tests, and one whose compression fails (another item) only its compressed ones."""
+    return run_in_processes(world_size, run_all, configurations(strategy, compressed),
+                            timeout_s=120)
 
 
 def outcomes(world_size, configuration):
     """Rank by rank, {configuration: (history, distances)} of the launch that trained it."""
-    return launch(world_size, configuration[2] or "ddp")
+    return launch(world_size, configuration[2] or "ddp", configuration[3] is not None)
 
 
 def train_one_process_each(world_size):

@@ -183,7 +183,8 @@ def strategy_alone(model, recorder, strategy, bucket_mb=25.0, through_layer=Fals
 
 class AfterBackward:
     """`module`, and after each backward one function of the lesson, called by the test itself
-    (no strategy around it), that averages the gradients: the method named `average`."""
+    (no strategy around it), that averages the gradients: the method named `average`. Takes the
+    recorder as every wrapper does, and needs none of it."""
 
     def __init__(self, module, recorder, average, wire=None):
         self.module = module
@@ -350,7 +351,7 @@ class Wrong:
         return torch.cat([param.grad.view(-1) for param in self.params])
 
     def one_all_reduce(self):
-        """A per-param that flattens, a ring that calls all_reduce, float32 despite compression."""
+        """A per-param that flattens, a ring that calls all_reduce."""
         dist.all_reduce(self.flat())
 
     def gather_each(self):
@@ -361,7 +362,8 @@ class Wrong:
         AverageEachAfterBackward(self.params).finish()
 
     def all_reduce_each(self):
-        """A flat that sends each gradient alone."""
+        """A flat that sends each gradient alone; float32 despite compression; a strategy that
+        goes around its layers."""
         for param in self.params:
             dist.all_reduce(param.grad)
 
