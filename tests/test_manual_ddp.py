@@ -81,9 +81,9 @@ def test_no_sync_accumulates_locally_and_the_next_backward_averages_the_sum(worl
             run_in_processes(world_size, accumulate)):
         assert reported_inside == 0, f"rank {rank}: no_sync() still reported gradients"
         for index, (got, want) in enumerate(zip(gradients, expected)):
-            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=lambda detail: (
-                f"rank {rank}, parameter {index}: against one process on the larger batch "
-                f"(expected: one process): {detail}"))
+            where = f"rank {rank}, parameter {index}: against one process on the larger batch"
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6,
+                                       msg=lambda detail, where=where: f"{where}: {detail}")
         assert not accumulating, "no_sync() left accumulating on after an error inside it"
 
 

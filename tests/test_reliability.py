@@ -15,8 +15,8 @@ import torch
 
 from tests.grading.sandbox import child_process
 from tests.harness import (
-    SHARDING_ONLY,
     MNIST_FILES,
+    SHARDING_ONLY,
     one_line_exit_2,
     run_cli,
     run_ok,
@@ -128,8 +128,8 @@ def test_world_sizes_1_2_and_4_with_the_same_global_batch_give_the_same_paramete
         # on this data at 4 ranks and the difference jumps from 1e-8 to 5e-5: real, but not the
         # sharding under test
         run_ok("--data-dir", tiny_data, *SHARDING_ONLY, *mode, "--epochs", 1,
-               "--val-samples", 100, "--batch-size", 32 // world_size, "--dropout", 0, "--optimizer", "sgd",
-               "--lr", 0.05, "--max-steps", 3, "--results-dir", tmp_path,
+               "--val-samples", 100, "--batch-size", 32 // world_size, "--dropout", 0,
+               "--optimizer", "sgd", "--lr", 0.05, "--max-steps", 3, "--results-dir", tmp_path,
                "--save-model", tmp_path / f"w{world_size}.pt")
         results.append(torch.load(tmp_path / f"w{world_size}.pt"))
     for other in results[1:]:
@@ -143,8 +143,8 @@ def test_uneven_data_drops_the_last_partial_global_batch_and_counts_each_sample_
     # 500 training samples, global batch 3 x 16 = 48: 10 steps use 480 samples; 20 are left for
     # the next shuffle.
     run_ok("--data-dir", tiny_data, *SHARDING_ONLY, "--mode", "ddp", "--world-size", 3,
-           "--val-samples", 100, "--batch-size", 16, "--epochs", 1, "--results-dir", tmp_path, "--run-name", "uneven",
-           "--test-samples", 101)
+           "--val-samples", 100, "--batch-size", 16, "--epochs", 1, "--results-dir", tmp_path,
+           "--run-name", "uneven", "--test-samples", 101)
     document = json.loads((tmp_path / "uneven.json").read_text())
     assert document["epochs"][0]["steps"] == 10
     correct = document["test"]["accuracy"] * 101  # 101 test samples over 3 ranks: 33, 34, 34
