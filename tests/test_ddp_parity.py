@@ -1,6 +1,6 @@
 """ManualDDP does what torch's DistributedDataParallel does on the hard cases, same arguments.
 
-Every case runs in real gloo processes (2, 3 and 4 ranks; one launch per strategy and world size,
+Every case runs in real gloo processes (2 and 3 ranks; one launch per strategy and world size,
 so a strategy that fails fails only its own cases, and one for torch's DDP): each rank trains
 ManualDDP with the strategy, with and without fp16/bf16 on the wire, or torch's DDP, on the same
 per-rank data, each rank's model seeded differently (both wrappers start every rank from rank 0's
@@ -214,7 +214,7 @@ def assert_states_equal(left, right, tolerance, where):
                                    msg=lambda detail, name=name: f"{where}: {name}: {detail}")
 
 
-@pytest.mark.parametrize("world_size", [2, 3, 4])
+@pytest.mark.parametrize("world_size", [2, 3])  # 3: chunks and buckets of uneven share
 @pytest.mark.parametrize("model_name", ["batchnorm", "branch", "order", "twice"])
 @pytest.mark.parametrize("variant", VARIANTS + [OWN], ids=variant_id)
 def test_every_strategy_equals_ddp_after_every_step(world_size, model_name, variant):

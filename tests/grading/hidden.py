@@ -26,6 +26,9 @@ PROFILE = (
     PARITY + "test_a_gradient_reported_twice_",
 )
 
+# Left out of the profile (profile.LEFT_OUT): torch's DDP alone, the tests' own reference.
+LEFT_OUT = (PARITY + REFERENCE,)
+
 # Rubric rules (rubric.TESTS), checked before the public ones; the first match decides. Each
 # item's tests run its own pieces of the lesson only: a strategy driven alone, one function called
 # by the test, or ManualDDP with the tests' own strategy. A strategy of the lesson inside ManualDDP

@@ -145,8 +145,6 @@ TESTS = [
     # strategy is the flat buffer through the ring, and compression goes through a strategy:
     # those runs need two items, so they count for the main job.
     (SYNC + "test_compressed_", "core.end_to_end"),
-    (SYNC + "*-fp16-", "core.end_to_end"),
-    (SYNC + "*-bf16-", "core.end_to_end"),
     (SYNC + "*-ring-", "core.end_to_end"),
     (SYNC + "*-ddp-", None),  # torch's DDP against one process: the tests' own reference
     (SYNC + "*-per-param-", "core.per_parameter"),
