@@ -333,3 +333,25 @@ def test_the_students_quick_start_test_command_runs_on_the_handout(out):
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     assert "python -m pytest -k core.mlp" in text_of(os.path.join(out, "student", "README.md"))
     assert "core.mlp" in done.stdout and "NotImplementedError" in done.stdout
+
+
+def test_an_item_alone_must_earn_itself_and_what_it_builds_on_and_nothing_else():
+    from handout.self_check import check_one_item
+
+    item = next(entry for entry in ITEMS if entry.builds_on)
+    other = next(entry for entry in ITEMS
+                 if entry.id != item.id and entry.id not in item.builds_on)
+
+    def report(earned):
+        return {"items": [{"id": entry.id, "marks": entry.marks, "status": "-",
+                           "earned": entry.marks if entry.id in earned else 0}
+                          for entry in ITEMS],
+                "tests": [{"nodeid": "tests/t.py::test_x", "items": [item.id],
+                           "outcome": "failed", "output": "E  what went wrong"}]}
+
+    assert check_one_item(report({item.id, *item.builds_on}), item) == []
+    short = check_one_item(report(set(item.builds_on)), item)
+    assert short[0].startswith(f"{item.id} alone: {item.id} earned 0")
+    assert short[1] == "  tests/t.py::test_x: failed: E  what went wrong"
+    assert check_one_item(report({item.id, *item.builds_on, other.id}), item) == [
+        f"{item.id} alone: {other.id} earned {other.marks:g} too"]
