@@ -274,7 +274,7 @@ class Grading:
         tests["failed"] += [module for module in self.broken_modules
                             if item.id in self.rubric.items_of_module(module)]
         status = "lost" if tests["failed"] else "earned" if tests["passed"] else "not assessed"
-        if graded_by(item) == "person":  # no rule gives it tests (checked at load time)
+        if self.rubric.by_person(item.id):  # no rule gives it tests (checked at load time)
             status = BY_PERSON
         return {"id": item.id, "title": item.title, "marks": item.marks,
                 "earned": {"earned": item.marks, "lost": 0}.get(status), "status": status,
@@ -293,7 +293,7 @@ class Grading:
         """Each rubric item with its tests, then the tests outside it or in none."""
         terminal.write_sep("=", "rubric tests")
         for item in self.rubric.items.values():
-            if graded_by(item) == "person":
+            if self.rubric.by_person(item.id):
                 terminal.write_line(f"{item.id} ({item.marks:g} marks): {BY_PERSON}")
                 continue
             tests = [nodeid for nodeid, ids in self.members.items() if item.id in ids]
