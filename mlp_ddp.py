@@ -142,8 +142,7 @@ def train_rank(placement, args):
         steps = steps_per_epoch(len(dataset.train), args, placement.world_size)
         optimizer, schedule = build_optimizer(model, args, steps)
         started = time.perf_counter()
-        trainer = Trainer(wrapped, optimizer, schedule, dataset, args, placement, timer,
-                          sync_options)
+        trainer = Trainer(wrapped, optimizer, schedule, dataset, args, placement, timer)
         outcome = trainer.fit()
         hosts = sorted(set(gather(host_name())))
         if placement.rank == 0:

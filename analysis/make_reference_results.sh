@@ -18,6 +18,7 @@ PYTHON=${PYTHON:-python3}
 "$PYTHON" -m benchmarks.allreduce_bench  # results/allreduce-bench.json
 "$PYTHON" -m benchmarks.step_bench  # results/step-bench.json
 "$PYTHON" -m benchmarks.dataloader_bench  # results/dataloader-bench.json
+"$PYTHON" -m benchmarks.ddp_buckets  # results/ddp-buckets.json: the buckets DDP really sends
 # The README's main job, and timelines of bucketed sync and of DDP; their run files stay out of
 # the sweep's plots.
 "$PYTHON" mlp_ddp.py --mode manual --world-size 4 \
@@ -31,5 +32,11 @@ done
     --results-dir results/main --run-name trace-bucketed-w2 --trace results/trace-bucketed-w2.json
 "$PYTHON" mlp_ddp.py --mode ddp --world-size 2 --epochs 1 --max-steps 40 --trace-steps 10 \
     --results-dir results/main --run-name trace-ddp-w2 --trace results/trace-ddp-w2.json
+# When each gradient is ready within backward, per model (the projections' readiness, §5)
+for model in mlp cnn; do
+    "$PYTHON" mlp_ddp.py --mode single --model "$model" --epochs 1 --max-steps 40 \
+        --trace-steps 30 --results-dir results/main --run-name "backward-$model" \
+        --trace "results/backward-$model.json"
+done
 "$PYTHON" -m analysis.plots  # results/plots/*.png
 "$PYTHON" -m analysis.build_design_doc  # design_doc/*.md, design_doc/numbers.json

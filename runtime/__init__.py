@@ -12,7 +12,6 @@
       step.py         one optimizer step, the trainer's and the benchmarks'
       metrics.py      training loss and accuracy sums, evaluation over a split
       timing.py       where each step's time went: phases, communication busy/hidden/exposed
-      calibration.py  DDP's backward timed without communication, for its exposed estimate
       guards.py       a NaN loss or a float16 overflow on the wire stops every rank
       checkpoint.py   checkpoints and what a resumed run needs
       reporting.py    rank 0's progress and epoch lines, TensorBoard

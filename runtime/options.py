@@ -111,9 +111,6 @@ def build_parser(description):
     add("--seed", type=bounded(int, 0), default=0)
     add("--warmup-steps", type=bounded(int, 0), default=5,
         help="first steps left out of the timing statistics")
-    add("--calibrate-every", type=bounded(int, 0), default=25,
-        help="ddp: time a backward without communication every this many steps (0: never; "
-             "see timing.py)")
     add("--world-size", type=bounded(int, 1), default=None,
         help="start this many local processes (not under torchrun/srun)")
     add("--backend", choices=("auto", "gloo", "nccl"), default="auto",

@@ -6,15 +6,15 @@ import json
 from runtime.atomic import write_atomic
 from runtime.timing import FIELDS
 
-SCHEMA = "ddp-mnist-results/2"  # 2: comm busy as a union, hidden and exposed split at compute's end
+# 2: comm busy as a union, hidden and exposed split at compute's end; 3: compute ends at the last
+# gradient's accumulation for DDP too (no estimate), and timing.all_reduce_layouts
+SCHEMA = "ddp-mnist-results/3"
 
 PHASE_STATS = ("mean", "median", "p95")
 TIMED_FIELDS = FIELDS  # timing.py: the phases, compute, comm busy/hidden/exposed, own work, step
 EPOCH_FIELDS = ("epoch", "steps", "train_loss", "train_accuracy", "val_loss", "val_accuracy",
                 "epoch_time_s", "data_s", "compute_s", "comm_busy_s", "comm_hidden_s",
                 "comm_exposed_s", "samples_seen", "elapsed_s", "samples_per_s", "lr")
-# DDP's exposed time is an unclamped estimate (timing.py): a noisy epoch can sum below 0.
-SIGNED_FIELDS = ("comm_exposed_s",)
 ENVIRONMENT_FIELDS = ("torch", "python", "backend", "device", "launcher", "world_size", "hosts",
                       "cores", "threads_per_rank", "parameters")
 
@@ -62,7 +62,7 @@ def validate(document):
     if need(test, ("loss", "accuracy"), "test") and not 0 <= test["accuracy"] <= 1:
         problems.append("test.accuracy is not a fraction")
     timing = document["timing"]
-    if need(timing, ("per_rank", "across_ranks", "straggler"), "timing"):
+    if need(timing, ("per_rank", "across_ranks", "straggler", "all_reduce_layouts"), "timing"):
         world = document["environment"].get("world_size")
         if isinstance(timing["per_rank"], list) and len(timing["per_rank"]) != world:
             problems.append("timing.per_rank does not have one entry per rank")
@@ -91,7 +91,7 @@ def epoch_problems(epoch, where):
     problems = []
     for key in EPOCH_FIELDS:
         value = epoch[key]
-        if not isinstance(value, (int, float)) or (value < 0 and key not in SIGNED_FIELDS):
+        if not isinstance(value, (int, float)) or value < 0:
             problems.append(f"{where}.{key} is not a non-negative number")
     for key in ("train_accuracy", "val_accuracy"):
         if not 0 <= epoch[key] <= 1:

@@ -9,15 +9,17 @@ Phases, one `mark` at the end of each:
 Communication, per step and rank, from each collective's span (from before its launch call, since a
 collective may do part or all of its work inside it, to its completion):
   comm_busy     the length of the union of the spans: time with at least one collective in flight
-  comm_hidden   the part of that union before compute ended (the end of the last backward)
+  comm_hidden   the part of that union before compute ended
   comm_exposed  the part after it: the step could not end until that communication had
   compute       step - data - comm_exposed (forward, backward, optimizer, and sync's copies)
   own_work      step - comm_exposed: the rank's own work, without the time it waited for peers
-So 0 <= comm_hidden <= comm_busy <= step and data + compute + comm_exposed == step, exactly.
-DDP waits for its buckets inside backward, so there compute's end is estimated: the last backward's
-start plus `backward_baseline`, the median of recent backwards timed without communication
-(runtime/calibration.py calibrates it through the run). That estimate's comm_exposed is the last
-backward minus the baseline, unclamped: its mean is unbiased, and a single step's may be negative.
+Compute ends when the step's last gradient has been accumulated: a post-accumulate-grad hook on
+every parameter (`watch_gradients`) stamps each one, for every mode alike. That matters for DDP,
+which waits for its buckets inside backward: the end of backward is not the end of its compute.
+So 0 <= comm_hidden <= comm_busy <= step, comm_exposed <= comm_busy, and
+data + compute + comm_exposed == step, exactly.
+The recorder also keeps the bytes of each collective, so a run records the bucket layout that
+actually went over the wire (DDP rebuilds its buckets after the first step; see `LayoutLog`).
 On CUDA the stamps are CUDA events on the current stream, read after the epoch: no device-wide
 synchronize per mark, which would also wait for the communication streams.
 """
@@ -61,30 +63,66 @@ class CudaClock:
 
 
 class CommRecorder:
-    """Start and end stamps of the collectives of the current step, reported by the `timed`
-    layer around the all-reduce of every mode that communicates."""
+    """Start and end stamps and the bytes of the collectives of the current step, reported by the
+    `timed` layer around the all-reduce of every mode that communicates, and the stamp of each
+    gradient as it is accumulated (`watch_gradients`)."""
 
     def __init__(self, clock=None):
         self.clock = clock or HostClock()
         self.spans = []  # [name, start, end]; end is written from the backend's thread
+        self.sizes = []  # bytes of each collective started this step, in launch order
+        self.gradients = []  # (parameter name, stamp) as each gradient was accumulated
         self._lock = threading.Lock()
 
-    def started(self, name):
-        """Called just before a collective starts; returns its span, for `finished`."""
+    def started(self, name, nbytes=0):
+        """Called just before a collective of `nbytes` starts; returns its span, for
+        `finished`."""
         span = [name, self.clock.stamp(), None]
         with self._lock:
             self.spans.append(span)
+            self.sizes.append(nbytes)
         return span
 
     def finished(self, span):
         """Called once the collective is complete (on CUDA, ordered after it on the stream)."""
         span[2] = self.clock.stamp()
 
+    def gradient_ready(self, name):
+        """Called as parameter `name`'s gradient has been accumulated."""
+        self.gradients.append((name, self.clock.stamp()))
+
     def take(self):
-        """This step's finished spans, and a fresh list for the next step."""
+        """This step's finished spans, its collectives' bytes and its gradient stamps; fresh
+        lists for the next step."""
         with self._lock:
             spans, self.spans = self.spans, []
-        return [tuple(span) for span in spans if span[2] is not None]
+            sizes, self.sizes = self.sizes, []
+        gradients, self.gradients = self.gradients, []
+        return [tuple(span) for span in spans if span[2] is not None], sizes, gradients
+
+
+def watch_gradients(model, recorder):
+    """Stamps each parameter's gradient in `recorder` once autograd has accumulated it. Called
+    before the model is wrapped, so the stamp comes before the wrapper's own hooks (DDP's reducer,
+    a bucketed strategy's launch): a bucket launched by the last gradient starts after compute."""
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad:
+            parameter.register_post_accumulate_grad_hook(
+                lambda _parameter, name=name: recorder.gradient_ready(name))
+
+
+class LayoutLog:
+    """The bytes of each step's collectives, kept whenever they differ from the step before: the
+    layout that went over the wire, and the step from which it did (DDP builds its buckets from
+    the parameters' order, then rebuilds them after the first step from the gradients' order)."""
+
+    def __init__(self):
+        self.layouts = []  # {"from_step": step, "bytes": [bytes of each collective, in order]}
+
+    def add(self, step, sizes):
+        """Step `step`'s collectives' bytes."""
+        if sizes and (not self.layouts or self.layouts[-1]["bytes"] != sizes):
+            self.layouts.append({"from_step": step, "bytes": list(sizes)})
 
 
 def timed(all_reduce, recorder):
@@ -92,7 +130,7 @@ def timed(all_reduce, recorder):
     `recorder`, from just before the call (a collective may do its work inside it) to its
     completion."""
     def timed_all_reduce(tensor, name):
-        span = recorder.started(name)
+        span = recorder.started(name, tensor.numel() * tensor.element_size())
 
         def record_end(summed):
             recorder.finished(span)
@@ -120,32 +158,30 @@ def union_length(intervals, low, high):
     # END SOLUTION
 
 
-def step_record(marks, spans, backward_baseline=None):
+def step_record(marks, spans, compute_end=None):
     """One step's fields (see the module docstring) from its marks and its collectives' spans.
 
     `marks` are (phase, time) with a ("start", time) first; `spans` are (name, start, end).
-    `backward_baseline`: DDP's backward without communication, or None where waiting is measured.
+    `compute_end`: when the step's last gradient was accumulated; None (no gradient stamped)
+    takes the end of the last backward.
     """
     # BEGIN PROMPT
     # Fill every field of FIELDS as the module docstring defines it: the phases summed from the
-    # marks; busy, hidden and exposed communication as union_length of the spans; with a
-    # backward_baseline (DDP), compute's end estimated as the docstring says.
+    # marks; busy, hidden and exposed communication as union_length of the spans, split where
+    # compute ended.
     # END PROMPT
     # BEGIN SOLUTION Task 9: one step's timing record
     record = dict.fromkeys(PHASES, 0.0)
-    last_backward = None
+    start, end = marks[0][1], marks[-1][1]
+    backward_end = start
     for (_, before), (phase, after) in zip(marks, marks[1:]):
         record[phase] += after - before
         if phase == "backward":
-            last_backward = (before, after)
-    start, end = marks[0][1], marks[-1][1]
-    compute_end = last_backward[1] if last_backward else start
+            backward_end = after
+    if compute_end is None:
+        compute_end = backward_end
     intervals = [(begin, finish) for _, begin, finish in spans]
     exposed = union_length(intervals, compute_end, end)
-    if backward_baseline is not None and last_backward:
-        estimated_end = last_backward[0] + backward_baseline
-        exposed += last_backward[1] - estimated_end
-        compute_end = min(compute_end, estimated_end)
     record["step"] = end - start
     record["comm_busy"] = union_length(intervals, start, end)
     record["comm_hidden"] = union_length(intervals, start, compute_end)
@@ -157,7 +193,8 @@ def step_record(marks, spans, backward_baseline=None):
 
 
 class StepTimer:
-    """Stamps each step's phases and collectives; turns them into step records per epoch."""
+    """Stamps each step's phases, collectives and gradients; turns them into step records per
+    epoch."""
 
     def __init__(self, device=None, warmup_steps=0, trace_window=0):
         on_cuda = device is not None and device.type == "cuda"
@@ -165,9 +202,10 @@ class StepTimer:
         self.warmup_steps = warmup_steps
         self.trace_window = trace_window  # steps after warm-up whose spans are kept for a timeline
         self.comm = CommRecorder(self.clock)
+        self.layouts = LayoutLog()  # every step's, warm-up included: DDP rebuilds after the first
         self.steps_seen = 0
         self.measured = 0
-        self.pending = []  # (step, marks, spans, baseline) of the epoch's measured steps, as stamps
+        self.pending = []  # (step, marks, spans, gradients) of the epoch's measured steps, stamps
         self.trace = []  # (step, name, start, end) for the first trace_window measured steps
 
     def start_step(self):
@@ -178,30 +216,37 @@ class StepTimer:
         """Stamp the end of `phase` (one of PHASES)."""
         self.marks.append((phase, self.clock.stamp()))
 
-    def end_step(self, backward_baseline=None):
-        """Close the step: keep its marks and collectives unless it is a warm-up step. DDP's
-        `backward_baseline` (runtime/calibration.py) estimates where its compute ended."""
-        spans = self.comm.take()
+    def end_step(self):
+        """Close the step: keep its marks, collectives and gradient stamps unless it is a warm-up
+        step."""
+        spans, sizes, gradients = self.comm.take()
+        self.layouts.add(self.steps_seen, sizes)
         self.steps_seen += 1
         if self.steps_seen > self.warmup_steps:
-            self.pending.append((self.steps_seen - 1, self.marks, spans, backward_baseline))
+            self.pending.append((self.steps_seen - 1, self.marks, spans, gradients))
 
     def take_epoch(self):
         """The step records of the epoch's measured steps, and an empty list for the next epoch."""
         records = []
-        for step, marks, spans, baseline in self.pending:
+        for step, marks, spans, gradients in self.pending:
             mark_stamps = [stamp for _, stamp in marks]
             span_stamps = [stamp for _, start, end in spans for stamp in (start, end)]
-            seconds = iter(self.clock.seconds(mark_stamps + span_stamps))  # in the same order
+            gradient_stamps = [stamp for _, stamp in gradients]
+            # in the same order
+            seconds = iter(self.clock.seconds(mark_stamps + span_stamps + gradient_stamps))
             marks = [(phase, next(seconds)) for phase, _ in marks]
             spans = [(name, next(seconds), next(seconds)) for name, _, _ in spans]
-            records.append(step_record(marks, spans, baseline))
+            gradients = [(name, next(seconds)) for name, _ in gradients]
+            compute_end = max((stamp for _, stamp in gradients), default=None)
+            records.append(step_record(marks, spans, compute_end))
             self.measured += 1
             if self.measured <= self.trace_window:
                 self.trace += [(step, phase, before, after)
                                for (_, before), (phase, after) in zip(marks, marks[1:])]
                 self.trace += [(step, "all-reduce " + name, start, end)
                                for name, start, end in spans]
+                self.trace += [(step, "gradient " + name, stamp, stamp)
+                               for name, stamp in gradients]
         self.pending = []
         return records
 
@@ -242,7 +287,8 @@ def summarize_ranks(steps_per_rank):
 
 def chrome_trace(traces_per_rank):
     """A Chrome-trace document (chrome://tracing, ui.perfetto.dev): one process per rank, with a
-    compute track (the phases) and a communication track (each collective, start to end).
+    compute track (the phases, and an instant as each gradient is accumulated) and a
+    communication track (each collective, start to end).
 
     `traces_per_rank[r]` is (origin, spans): rank r's clock reading at a barrier all ranks
     passed together, and its (step, name, start, end) spans; times are shown from that barrier.
@@ -256,7 +302,11 @@ def chrome_trace(traces_per_rank):
                            "args": {"name": label}})
         for step, name, start, end in spans:
             track = 1 if name.startswith("all-reduce") else 0
-            events.append({"ph": "X", "name": name, "pid": rank, "tid": track,
-                           "ts": (start - origin) * 1e6, "dur": (end - start) * 1e6,
-                           "args": {"step": step}})
+            event = {"ph": "X", "name": name, "pid": rank, "tid": track,
+                     "ts": (start - origin) * 1e6, "dur": (end - start) * 1e6,
+                     "args": {"step": step}}
+            if name.startswith("gradient "):
+                event.update(ph="i", s="t")
+                del event["dur"]
+            events.append(event)
     return {"traceEvents": events, "displayTimeUnit": "ms"}

@@ -2,8 +2,7 @@
 
 A step (runtime/step.py, which the benchmarks run too) calls only `model(images)`,
 `model.no_sync()` and `model.finish_gradient_synchronization()`; runtime/wrappers.py has the
-wrappers. What surrounds the step lives beside it: DDP's calibration (calibration.py), the NaN
-watch (guards.py), checkpoints (checkpoint.py), progress lines and TensorBoard (reporting.py) and
+wrappers. What surrounds the step lives beside it: the NaN watch (guards.py), checkpoints (checkpoint.py), progress lines and TensorBoard (reporting.py) and
 injected faults (faults.py).
 """
 import time
@@ -12,7 +11,6 @@ import torch.distributed as dist
 
 from runtime import checkpoint
 from runtime.across_ranks import gather, sum_over_ranks
-from runtime.calibration import BackwardCalibration
 from runtime.data import shard_indices
 from runtime.faults import FaultInjection
 from runtime.guards import DivergenceGuard
@@ -28,7 +26,7 @@ EPOCH_TIME_FIELDS = ("data", "compute") + COMM_FIELDS  # each rank's epoch total
 class Trainer:
     """Trains a wrapped model on one rank's share of the in-memory data (see `fit`)."""
 
-    def __init__(self, model, optimizer, schedule, dataset, args, placement, timer, sync_options):
+    def __init__(self, model, optimizer, schedule, dataset, args, placement, timer):
         self.model = model
         self.optimizer = optimizer
         self.schedule = schedule  # runtime/optimizers.py's Schedule: the learning rate over the run
@@ -45,9 +43,6 @@ class Trainer:
                                      args.checkpoint_dir)
         self.train_step = TrainingStep(model, optimizer, schedule, self.load, precision, timer,
                                        self.guard)
-        self.calibration = BackwardCalibration(model, timer, precision, args.accum_steps,
-                                               args.calibrate_every,
-                                               enabled=sync_options.waits_inside_backward)
         self.progress = checkpoint.Progress()
         self.steps_timed = []  # the timing record of every measured step of the run
         self.faults = FaultInjection(args.debug_exit_rank, args.debug_exit_step,
@@ -67,7 +62,7 @@ class Trainer:
                                             self.placement.world_size, self.device)
         self.report.log(f"test loss {test_loss:.4f} acc {100 * test_accuracy:.2f}%")
         timing = summarize_ranks(gather(self.steps_timed))
-        timing.update(self.calibration.provenance())
+        timing["all_reduce_layouts"] = self.timer.layouts.layouts  # rank 0's; every rank's agree
         if self.args.trace:
             traces = gather((trace_origin, self.timer.trace))
             if self.placement.rank == 0:
@@ -97,11 +92,10 @@ class Trainer:
             micro_batches = shard[step].view(args.accum_steps, args.batch_size)
             self.timer.start_step()
             loss = self.train_step(micro_batches, self.progress.global_step, sums)
-            self.timer.end_step(self.calibration.baseline)
-            self.after_step(step, micro_batches[-1], loss)
+            self.timer.end_step()
+            self.after_step(step, loss)
             progress_line.step_done(step + 1 - first_step)
-        # The calibrations are left out of the epoch's time: the throughput is training's alone.
-        train_time = time.perf_counter() - started - self.calibration.take_seconds()
+        train_time = time.perf_counter() - started
         self.guard.check_losses()
         self.schedule.after_epoch()
         record = self.finish_epoch(epoch, steps, sums, train_time)
@@ -117,11 +111,9 @@ class Trainer:
         self.faults.slow_down()  # --debug-slow-rank lags here, in the data phase
         return images, labels
 
-    def after_step(self, step, last_batch, loss):
-        """What follows every step, off its reading path: DDP's own statistics and calibration,
-        the NaN watch and the periodic checkpoint."""
-        self.calibration.after_step(lambda: (self.train.images[last_batch],
-                                             self.train.labels[last_batch]))
+    def after_step(self, step, loss):
+        """What follows every step, off its reading path: the NaN watch and the periodic
+        checkpoint."""
         self.guard.note_loss(loss, self.progress.global_step)
         self.progress.global_step += 1
         self.progress.step_in_epoch = step + 1

@@ -15,7 +15,7 @@ Every all-reduce goes through the timing layer (timing.timed). --compress is the
 compression layer for mode manual and torch's fp16_compress_wrapper design for mode ddp: a
 reference mode runs no code of the lesson's but the shared-memory transport it is asked for.
 """
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
 
@@ -25,10 +25,9 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from runtime.options import DEFAULT_BUCKET_MB
-from runtime.timing import timed
+from runtime.timing import timed, watch_gradients
 
 WIRE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}  # --compress
-REDUCER_TIMES = ("compute", "comm", "compute_comm_overlap")  # DDP's backward_<name>_time fields
 
 
 @dataclass(frozen=True)
@@ -49,12 +48,6 @@ class SyncOptions:
         """Whether the gradients are summed through shared memory, which holds CPU tensors."""
         return ((self.mode == "manual" and self.sync == "shm")
                 or (self.mode == "ddp" and self.comm_hook == "shm"))
-
-    @property
-    def waits_inside_backward(self):
-        """DDP waits for its buckets inside backward: there the end of compute is estimated
-        (runtime/calibration.py); the other modes wait after it, where waiting is measured."""
-        return self.mode == "ddp"
 
 
 class SingleProcess(nn.Module):
@@ -85,29 +78,21 @@ def completed(tensor):
 class HookedDDP(DistributedDataParallel):
     """torch's DDP, its buckets averaged by `all_reduce` (a function as manual_allreduce's, with
     the timing layer around it) from a communication hook that does what DDP's default does:
-    divide, then sum. Keeps the reducer's own timings per step, and can leave the all-reduce out
-    (runtime/calibration.py)."""
+    divide, then sum. So DDP's all-reduces are timed, and their bytes logged, as every other
+    mode's."""
 
     def __init__(self, module, all_reduce, bucket_mb=DEFAULT_BUCKET_MB, compress=None,
                  device_ids=None):
         super().__init__(module, device_ids=device_ids, bucket_cap_mb=bucket_mb)
         self.all_reduce = all_reduce
-        self.communicate = True
         hook = self.average_bucket
         if compress:
             hook = compress_wrapper(hook, WIRE_DTYPES[compress])
         self.register_comm_hook(None, hook)
-        # The reducer's own timings every step (runtime_statistics). On CUDA this makes the
-        # reducer read its CUDA events once per step (a host sync after backward): not yet
-        # measured on a GPU.
-        self._set_ddp_runtime_logging_sample_rate(1)
-        self.reducer_steps = []
 
     def average_bucket(self, state, bucket):
         """As torch's allreduce_hook: the bucket divided by the world size, then summed."""
         buffer = bucket.buffer().div_(dist.get_world_size())
-        if not self.communicate:  # calibration: DDP's whole backward, but no all-reduce
-            return completed(buffer)
 
         def averaged(summed):
             summed.value()  # raises the all-reduce's error again, if it failed
@@ -117,36 +102,6 @@ class HookedDDP(DistributedDataParallel):
 
     def finish_gradient_synchronization(self):
         """Nothing to do: DDP's backward already waited for every bucket before returning."""
-
-    @contextmanager
-    def without_communication(self):
-        """Backward passes inside run every step of DDP's but the all-reduce (their gradients
-        are not averaged)."""
-        self.communicate = False
-        try:
-            yield
-        finally:
-            self.communicate = True
-
-    def record_runtime_statistics(self):
-        """After a training step's backward: the reducer's own timings of it (backward compute,
-        communication, their overlap), kept per step so the run's means cover the same steps as
-        the timer's (no warm-up, no calibration)."""
-        self.logger.set_runtime_stats_and_log()  # DDP calls it at the next forward; here, now
-        logged = self._get_ddp_logging_data()
-        times = {name: logged.get(f"backward_{name}_time", 0) / 1e9 for name in REDUCER_TIMES}
-        self.reducer_steps.append(times)
-
-    def runtime_statistics(self):
-        """The means over the recorded steps, in seconds; exposed = communication - overlap,
-        i.e. communication still running after the reducer's last gradient was ready."""
-        count = max(1, len(self.reducer_steps))
-        mean = {name: sum(step[name] for step in self.reducer_steps) / count
-                for name in REDUCER_TIMES}
-        return {"steps": len(self.reducer_steps), "backward_compute_s": mean["compute"],
-                "backward_comm_s": mean["comm"],
-                "backward_overlap_s": mean["compute_comm_overlap"],
-                "exposed_s": mean["comm"] - mean["compute_comm_overlap"]}
 
 
 def compress_wrapper(hook, wire_dtype):
@@ -199,7 +154,9 @@ def library_all_reduce(tensor, name):
 
 def wrap_model(model, options, recorder=None, device_ids=None):
     """`model` wrapped for `options.mode` (see above); `recorder` (a timing.CommRecorder), if
-    given, records the collectives' spans."""
+    given, records the collectives' spans and bytes and when each gradient was accumulated."""
+    if recorder:
+        watch_gradients(model, recorder)
     if options.mode == "single":
         return SingleProcess(model)
     if options.mode == "ddp-no-sync":

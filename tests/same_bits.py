@@ -18,7 +18,7 @@ import torch
 
 SMALL_RUN = ["--epochs", "1", "--max-steps", "12", "--batch-size", "32", "--train-samples", "4096",
              "--val-samples", "256", "--test-samples", "256", "--warmup-steps", "2",
-             "--calibrate-every", "4", "--progress-every", "1000"]
+             "--progress-every", "1000"]
 CONFIGURATIONS = {
     "single": ["--mode", "single"],
     "ddp-w2": ["--mode", "ddp", "--world-size", "2"],

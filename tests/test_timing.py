@@ -53,40 +53,43 @@ def plain(records):
 
 
 def one_step(timer, clock, forward, backward, comm_busy, exposed, optimizer=0.01, data=0.002,
-             backward_baseline=None):
+             waited_inside=0.0):
     """A step whose bucket all-reduce starts in backward, runs `comm_busy` seconds and is
-    waited for `exposed` seconds after backward."""
+    waited for `exposed` seconds after backward; with `waited_inside` (DDP), the last gradient is
+    accumulated that long before backward returns, and backward waits for the bucket inside."""
     timer.start_step()
     clock.advance(data)
     timer.mark("data")
     clock.advance(forward)
     timer.mark("forward")
     clock.advance(backward - comm_busy + exposed)  # started this long before backward ends
-    span = timer.comm.started("bucket 0")
-    clock.advance(comm_busy - exposed)
+    span = timer.comm.started("bucket 0", 4096)
+    clock.advance(comm_busy - exposed - waited_inside)
+    timer.comm.gradient_ready("weight")
+    clock.advance(waited_inside)
     timer.mark("backward")
     clock.advance(exposed)
     timer.comm.finished(span)  # completes now: the rest of the step no longer waits
     timer.mark("sync")
     clock.advance(optimizer)
     timer.mark("optimizer")
-    timer.end_step(backward_baseline)
+    timer.end_step()
 
 
-def time_steps(step, steps, warmup_steps, backward_baseline):
+def time_steps(step, steps, warmup_steps):
     """The records of `steps` one_step(**step) timed by StepTimer(warmup_steps=...)."""
     from runtime import timing
 
     with fake_clock() as clock:
         timer = timing.StepTimer(warmup_steps=warmup_steps)
         for _ in range(steps):
-            one_step(timer, clock, backward_baseline=backward_baseline, **step)
+            one_step(timer, clock, **step)
         return plain(timer.take_epoch())
 
 
-def measured_steps(steps=1, warmup_steps=0, backward_baseline=None, **step):
+def measured_steps(steps=1, warmup_steps=0, **step):
     """time_steps in a child: the step records of `steps` steps shaped by one_step's options."""
-    return run_alone(time_steps, step, steps, warmup_steps, backward_baseline)
+    return run_alone(time_steps, step, steps, warmup_steps)
 
 
 def assert_invariants(step):
@@ -267,25 +270,35 @@ def test_without_communication_busy_hidden_and_exposed_are_exactly_zero():
     assert step["own_work"] == step["step"]
 
 
-def test_ddp_backward_beyond_the_calibrated_baseline_counts_as_exposed():
-    # DDP's backward (40 ms) waits for its bucket inside; without communication it takes 25 ms.
-    (step,) = measured_steps(backward_baseline=0.025, forward=0.010, backward=0.040,
-                             comm_busy=0.030, exposed=0.0)
+def test_ddp_waiting_inside_backward_counts_as_exposed_from_the_last_gradient_on():
+    # DDP's backward (40 ms) waits for its bucket inside: its last gradient was accumulated 15 ms
+    # before backward returned.
+    (step,) = measured_steps(forward=0.010, backward=0.040, comm_busy=0.030, exposed=0.0,
+                             waited_inside=0.015)
     assert step["comm_exposed"] == pytest.approx(0.015)
-    # the bucket ran from 10 ms into backward to its end; 15 ms of that lie before the estimated
-    # end of compute
+    # the bucket ran from 10 ms into backward to its end; 15 ms of that lie before compute ended
     assert step["comm_hidden"] == pytest.approx(0.015) and step["comm_busy"] == pytest.approx(0.030)
     assert step["compute"] == pytest.approx(0.010 + 0.025 + 0.010)
     assert_invariants(step)
 
 
-def test_ddp_estimate_is_not_clamped_so_its_mean_stays_unbiased():
-    # A backward that happens to run faster than the baseline gives a negative estimate for that
-    # step, which cancels the positive noise of others instead of biasing the mean upwards.
-    (step,) = measured_steps(backward_baseline=0.025, forward=0.010, backward=0.024,
-                             comm_busy=0.0, exposed=0.0)
-    assert step["comm_exposed"] == pytest.approx(-0.001)
-    assert_invariants(step)
+def layouts_over_steps():
+    # Two steps of one 8 kB bucket, then a rebuild into two buckets, as DDP does after step 0.
+    from runtime import timing
+
+    timer = timing.StepTimer(warmup_steps=1)
+    for sizes in ([8192], [8192], [4096, 4096], [4096, 4096]):
+        timer.start_step()
+        for size in sizes:
+            timer.comm.finished(timer.comm.started("bucket", size))
+        timer.mark("backward")
+        timer.end_step()
+    return timer.layouts.layouts
+
+
+def test_the_layout_log_keeps_each_layout_from_the_step_it_first_went_over_the_wire():
+    assert run_alone(layouts_over_steps) == [{"from_step": 0, "bytes": [8192]},
+                                             {"from_step": 2, "bytes": [4096, 4096]}]
 
 
 def test_warm_up_steps_are_left_out():

@@ -81,7 +81,7 @@ PROFILE = (
     "tests/test_timing.py::",
     # core.end_to_end: the main job to 96% (real MNIST), manual mode on two processes, every
     # strategy's timing invariants at 2 and 4 ranks and compressed at 4, the benchmarks, the
-    # sweep's plan and failures. Left out: DDP's calibration, the straggler, the compute
+    # sweep's plan and failures. Left out: DDP's measured run, the straggler, the compute
     # baseline, a results file's per-rank means, the trace, the sweep's tiny real run (a minute
     # and a half of runs) and the Slurm cluster (root, a minute).
     "tests/test_cli.py::test_the_mlp_reaches_96_percent",

@@ -73,7 +73,7 @@ ITEMS = [
          "Read runtime/manual_ddp.py."),
     Item("core.timing", "The timing of a step", 2,
          "union_length and step_record follow the definitions of runtime/timing.py: phases, "
-         "busy, hidden and exposed communication, DDP's estimate from its backward baseline; "
+         "busy, hidden and exposed communication split where the last gradient was accumulated; "
          "results files pass the schema.",
          "Judge whether the timing is honest: what each phase measures, and how communication "
          "hidden behind backward is counted."),

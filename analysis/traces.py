@@ -1,0 +1,52 @@
+"""Reading the Chrome traces that `mlp_ddp.py --trace` writes (runtime/timing.chrome_trace): the
+typical step that the timeline figure and §3.3's table both show, and when each gradient became
+ready within backward, which the projections of §5 take as the models' readiness."""
+import json
+import statistics
+
+COMPUTE_TRACK = 0  # the trace's tid of the phases and gradients; all-reduces are on tid 1
+COMMUNICATION_TRACK = 1
+
+
+def load_trace(path):
+    """A trace file's events."""
+    with open(path) as file:
+        return json.load(file)["traceEvents"]
+
+
+def complete_events(events):
+    """The spans (phases and all-reduces): "X" events."""
+    return [event for event in events if event.get("ph") == "X"]
+
+
+def step_length(events, rank, step):
+    """Microseconds from the first phase of `step` on `rank` to the end of its last."""
+    phases = [event for event in events if event.get("ph") == "X" and event["pid"] == rank
+              and event["tid"] == COMPUTE_TRACK and event["args"]["step"] == step]
+    return max(event["ts"] + event["dur"] for event in phases) - min(event["ts"] for event in phases)
+
+
+def typical_step(events, rank=0):
+    """The traced step of `rank` whose length is the median (the lower middle one on an even
+    count): a step like most, not the first or a slow one."""
+    steps = sorted({event["args"]["step"] for event in complete_events(events)
+                    if event["pid"] == rank})
+    lengths = {step: step_length(events, rank, step) for step in steps}
+    middle = statistics.median_low(lengths.values())
+    return next(step for step in steps if lengths[step] == middle)
+
+
+def gradient_readiness(events, rank=0):
+    """{parameter: the median over the traced steps of the share of backward elapsed when its
+    gradient was accumulated}, from `rank`'s backward spans and gradient instants."""
+    backward = {event["args"]["step"]: event for event in complete_events(events)
+                if event["pid"] == rank and event["name"] == "backward"}
+    shares = {}
+    for event in events:
+        if event.get("ph") != "i" or event["pid"] != rank:
+            continue
+        span = backward.get(event["args"]["step"])
+        if span and span["dur"] > 0:
+            name = event["name"].removeprefix("gradient ")
+            shares.setdefault(name, []).append((event["ts"] - span["ts"]) / span["dur"])
+    return {name: statistics.median(values) for name, values in shares.items()}
