@@ -23,7 +23,8 @@ def step_length(events, rank, step):
     """Microseconds from the first phase of `step` on `rank` to the end of its last."""
     phases = [event for event in events if event.get("ph") == "X" and event["pid"] == rank
               and event["tid"] == COMPUTE_TRACK and event["args"]["step"] == step]
-    return max(event["ts"] + event["dur"] for event in phases) - min(event["ts"] for event in phases)
+    return (max(event["ts"] + event["dur"] for event in phases)
+            - min(event["ts"] for event in phases))
 
 
 def typical_step(events, rank=0):

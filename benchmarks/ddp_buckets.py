@@ -10,7 +10,7 @@ gives it) the rebuilt first bucket is capped at the cap, not at DDP's 1 MiB defa
 results is torch's business and changes between versions, so it is not computed from a rule here:
 two gloo ranks train a few steps of each configuration through runtime/wrappers.py's HookedDDP, and
 the timing layer's byte log (timing.LayoutLog) keeps every layout with the step it first went out.
-tests/test_design_doc.py runs `probe` again on the installed torch and compares it with the document.
+tests/test_design_doc.py probes again on the installed torch and compares with the document.
 """
 import argparse
 import os

@@ -35,7 +35,6 @@ import torch
 import torch.distributed as dist
 
 from benchmarks.common import int_list, run_world_sizes
-from runtime.calibration import BackwardCalibration
 from runtime.launch import threads_per_rank
 from runtime.models import build_model, count_parameters
 from runtime.optimizers import Schedule
@@ -108,17 +107,13 @@ class Configuration:
         precision = Precision(None, torch.device("cpu"))
         self.train_step = TrainingStep(wrapped, optimizer, Schedule(), load=lambda batch: batch,
                                        precision=precision, timer=self.timer)
-        # DDP: calibrated after every step, the trainer's calibration at --calibrate-every 1
-        self.calibration = BackwardCalibration(wrapped, self.timer, precision, every=1,
-                                               enabled=options.waits_inside_backward)
 
     def step(self, images, labels):
         """One training step, timed as the trainer times it; the data phase is only handing over
         the batch, which is in memory already."""
         self.timer.start_step()
         self.train_step([(images, labels)])
-        self.timer.end_step(self.calibration.baseline)
-        self.calibration.after_step(lambda: (images, labels))
+        self.timer.end_step()
 
 
 def bench_model(model_name, args, rank):

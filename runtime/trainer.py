@@ -2,8 +2,8 @@
 
 A step (runtime/step.py, which the benchmarks run too) calls only `model(images)`,
 `model.no_sync()` and `model.finish_gradient_synchronization()`; runtime/wrappers.py has the
-wrappers. What surrounds the step lives beside it: the NaN watch (guards.py), checkpoints (checkpoint.py), progress lines and TensorBoard (reporting.py) and
-injected faults (faults.py).
+wrappers. What surrounds the step lives beside it: the NaN watch (guards.py), checkpoints
+(checkpoint.py), progress lines and TensorBoard (reporting.py) and injected faults (faults.py).
 """
 import time
 

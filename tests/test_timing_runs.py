@@ -8,7 +8,6 @@ import json
 import os
 
 import pytest
-import torch
 
 from analysis.results_folder import series_name
 from runtime import results
