@@ -30,6 +30,7 @@ import re
 import sys
 
 from analysis import design_numbers, results_folder
+from analysis.ddp_layouts import ddp_layouts
 from analysis.design_benchmarks import bucket_sweep_section, step_bench_section
 from analysis.design_emulated import emulated_section
 from analysis.design_fits import allreduce_section, prediction_section
@@ -132,13 +133,16 @@ def build(results_dir, out_dir):
     fits, tables = allreduce_section(numbers, bench)
     # in the order the numbers are registered, which numbers.json keeps
     parts = (tables,
-             communication_section(numbers, layouts, worlds, bucket_mbs, first_bucket_mb),
-             prediction_section(numbers, layouts, worlds, fits, first_bucket_mb),
+             communication_section(numbers, layouts, worlds, bucket_mbs, first_bucket_mb,
+                                   results_dir),
+             prediction_section(numbers, layouts, worlds, fits, first_bucket_mb,
+                                ddp_layouts(results_dir)),
              trace_section(numbers, results_dir),
              step_bench_section(numbers, results_dir),
              bucket_sweep_section(numbers, grouped),
-             projection_section(numbers, layouts, first_bucket_mb),
-             emulated_section(numbers, results_dir, layouts),
+             # the emulated link's fit first: the projections draw a 1 Gbit/s link with it
+             emulated_section(numbers, results_dir, layouts, ddp_layouts(results_dir)),
+             projection_section(numbers, results_dir, layouts, first_bucket_mb),
              main_job_section(numbers, results_dir),
              one_machine_section(numbers, results_dir),
              reference_commands(numbers),

@@ -13,7 +13,13 @@ ring_coefficients; gloo's own all-reduce is a ring too when no algorithm is chos
 (gloo/allreduce.cc), so the same form is fitted to both. Halving-doubling (Rabenseifner's
 reduce-scatter by recursive halving, then all-gather by recursive doubling; gloo's
 `halving_doubling`) sends the ring's bytes in a = 2 ceil(log2 n) steps: it changes the latency term
-only.
+only. How sure a fit is: bootstrap_fits refits resamples of the measured points.
+
+A step's communication overlaps backward as far as its buckets are ready: each gradient is ready
+when a traced backward accumulated it (analysis/traces.gradient_readiness), a bucket when its last
+gradient is. The best bucket size is searched with one flat all-reduce among the candidates. DDP's
+buckets are never computed here: torch rebuilds them by its own rules, so they are passed in as
+they were seen sent (results/ddp-buckets.json, or a run's timing.all_reduce_layouts).
 
 Three functions here are the assignment's derivations (Task 11, the document's numbers):
 ring_coefficients, bucket_sizes and crossover_world_size. Their docstrings are their
@@ -30,15 +36,18 @@ import numpy as np
 # --- Assumptions of the projections (each is quoted, and listed in numbers.json as one) ---
 CLUSTER_LINKS_GBIT = (10, 25, 100)  # Ethernet-class links between nodes, Gbit/s
 CLUSTER_ALPHA_S = 25e-6  # per message step over TCP between nodes (kernel stack + switch)
-PROJECTED_WORLD_SIZES = (8, 16, 32, 64, 128, 256)
+RDMA_ALPHA_S = 5e-6  # per message step over RDMA (RoCE, InfiniBand): no kernel on the path
+FIGURE_WORLD_SIZES = tuple(2**power for power in range(1, 11))  # 2 to 1024 ranks
 BUCKET_CANDIDATES_MB = (0.25, 0.5, 1, 2, 4, 8, 25)  # as --bucket-mb (MiB); 25 is DDP's default
 REFERENCE_WORLD_SIZE = 64  # the scenario of the "what each technique buys" table
 REFERENCE_LINK_GBIT = 25
+LARGE_WORLD_SIZE = 256  # where the latency term's share of one all-reduce is quoted
 LARGER_BATCH_FACTOR = 4  # "larger batches": the per-rank batch times this
-DDP_FIRST_BUCKET_MB = 1  # torch DDP caps its first bucket at 1 MiB
-# so does manual_allreduce.BucketedSync: its FIRST_BUCKET_MB, kept equal by tests/test_cost_model.py
-# (this module stays free of torch)
+# manual_allreduce.BucketedSync caps its first bucket at 1 MiB (its FIRST_BUCKET_MB, kept equal by
+# tests/test_cost_model.py: this module stays free of torch)
 FIRST_BUCKET_MB = 1
+BOOTSTRAP_DRAWS = 1000  # resamples behind every interval of alpha and beta
+INTERVAL_LEVEL = 0.95
 
 
 def ring_coefficients(world_size):
@@ -153,6 +162,30 @@ def fit_per_world(world_sizes, sizes, times):
     return fits
 
 
+def bootstrap_fits(world_sizes, sizes, times, draws=BOOTSTRAP_DRAWS, seed=0):
+    """[(alpha, beta)] of fit_alpha_beta on `draws` resamples of the measured points, each drawn
+    with replacement as many times as there are points: how far the fit moves when the points it
+    rests on are drawn again. A resample of fewer than two distinct points fits nothing and is
+    drawn again. The seed is fixed, so a build gives the same intervals every time."""
+    points = np.column_stack([world_sizes, sizes, times]).astype(float)
+    rng = np.random.default_rng(seed)
+    fits = []
+    while len(fits) < draws:
+        sample = points[rng.integers(0, len(points), len(points))]
+        if len(np.unique(sample[:, :2], axis=0)) < 2:
+            continue
+        fit = fit_alpha_beta(sample[:, 0], sample[:, 1], sample[:, 2])
+        fits.append((fit.alpha, fit.beta))
+    return fits
+
+
+def interval(values, level=INTERVAL_LEVEL):
+    """(low, high): the central `level` of `values` (percentiles), e.g. of bootstrap_fits'."""
+    tail = 100 * (1 - level) / 2
+    low, high = np.percentile(np.asarray(values, dtype=float), [tail, 100 - tail])
+    return float(low), float(high)
+
+
 def relative_error(predicted, measured):
     """(predicted - measured) / measured: positive where the model overestimates."""
     return (predicted - measured) / measured
@@ -190,30 +223,12 @@ def bucket_sizes(param_bytes, bucket_mb, first_bucket_mb=FIRST_BUCKET_MB):
     # END SOLUTION
 
 
-def ddp_bucket_sizes(param_bytes, bucket_mb, first_bucket_mb=DDP_FIRST_BUCKET_MB):
-    """Bytes of each bucket of torch DDP (one dtype, one device), in launch order.
-
-    As torch.distributed._compute_bucket_assignment_by_size with limits [1 MiB, bucket_mb MiB]:
-    in registration order a bucket closes once it reaches its limit; DDP then reverses the list,
-    so the bucket holding the last layers is launched first.
-    """
-    first_limit = first_bucket_mb * 2**20
-    limit = bucket_mb * 2**20
-    buckets = []
-    size = 0  # bytes in the bucket being filled
-    for nbytes in param_bytes:
-        size += nbytes
-        if size >= (limit if buckets else first_limit):
-            buckets.append(size)
-            size = 0
-    if size:
-        buckets.append(size)
-    return buckets[::-1]
-
-
-def messages_per_step(strategy, param_bytes, bucket_mb=25.0, first_bucket_mb=FIRST_BUCKET_MB):
+def messages_per_step(strategy, param_bytes, bucket_mb=25.0, first_bucket_mb=FIRST_BUCKET_MB,
+                      ddp_layout=None):
     """Bytes of each all-reduce one training step issues, for a strategy (or 'ddp');
-    `first_bucket_mb` as in `bucket_sizes`."""
+    `first_bucket_mb` as in `bucket_sizes`. DDP's buckets are torch's (it rebuilds them after the
+    first step, by rules that change between versions): `ddp_layout` is the layout DDP was seen to
+    send (results/ddp-buckets.json, or a run's timing.all_reduce_layouts), required for 'ddp'."""
     if strategy == "per-param":
         return list(param_bytes)
     if strategy in ("flat", "ring", "shm"):
@@ -221,7 +236,9 @@ def messages_per_step(strategy, param_bytes, bucket_mb=25.0, first_bucket_mb=FIR
     if strategy == "bucketed":
         return bucket_sizes(param_bytes, bucket_mb, first_bucket_mb)
     if strategy == "ddp":
-        return ddp_bucket_sizes(param_bytes, bucket_mb)
+        if ddp_layout is None:
+            raise ValueError("DDP's buckets are not computed from a rule: pass the layout it sent")
+        return list(ddp_layout)
     raise ValueError(f"unknown strategy {strategy!r}")
 
 
@@ -232,53 +249,100 @@ def step_comm_time(messages, world_size, alpha, beta):
 
 # --- Overlap with backward, and projections ---------------------------------------------------
 
-def exposed_after_backward(backward_s, bucket_bytes, comm_times):
+def backward_order(param_bytes, ready_shares):
+    """[(bytes, ready share)] of each gradient in the order backward produces them: by the share
+    of backward elapsed when it was accumulated (traces.gradient_readiness), the last parameter
+    first on ties. Both lists are in registration (`parameters()`) order."""
+    registered = list(zip(param_bytes, ready_shares))
+    latest_first = registered[::-1]
+    return sorted(latest_first, key=lambda gradient: gradient[1])
+
+
+def bucket_ready_shares(layout, gradients):
+    """Each bucket's ready time as a share of backward, for buckets in launch order (`layout`, their
+    bytes) filled from `gradients` ((bytes, ready share) in backward's order, backward_order).
+
+    Buckets hold consecutive gradients in the order backward produces them, and a bucket is ready
+    when its last gradient is: walking the gradients, a bucket is complete at the gradient that
+    brings the bytes produced up to the bytes of it and of every bucket before it.
+    """
+    shares = []
+    pending = iter(gradients)
+    produced = 0
+    needed = 0
+    latest = 0.0
+    for nbytes in layout:
+        needed += nbytes
+        while produced < needed:
+            size, share = next(pending, (None, None))
+            if size is None:
+                raise ValueError(f"the buckets hold {sum(layout)} bytes, the gradients {produced}")
+            produced += size
+            latest = max(latest, share)
+        shares.append(latest)
+    return shares
+
+
+def exposed_after_backward(backward_s, ready_s, comm_times):
     """Seconds past the end of backward until the last bucket's all-reduce is done.
 
-    Assumes backward produces gradient bytes at a steady rate, so a bucket is ready when the
-    bytes of it and of every bucket before it are produced; the all-reduces run one at a time
-    (one communication thread), each starting when its bucket is ready and the previous is done.
+    Bucket k is ready `ready_s[k]` seconds into backward; the all-reduces run one at a time (one
+    communication thread), each starting when its bucket is ready and the previous is done, and
+    taking `comm_times[k]` seconds.
     """
-    total = sum(bucket_bytes)
-    produced = 0
     finish = 0.0
-    for nbytes, seconds in zip(bucket_bytes, comm_times):
-        produced += nbytes
-        finish = max(finish, backward_s * produced / total) + seconds
+    for ready, seconds in zip(ready_s, comm_times):
+        finish = max(finish, ready) + seconds
     return max(0.0, finish - backward_s)
 
 
-def project_step(compute_s, backward_s, param_bytes, world_size, alpha, beta, bucket_mb=None,
-                 wire_fraction=1.0, first_bucket_mb=FIRST_BUCKET_MB, algorithm="ring"):
-    """Projected step: {step_s, comm_s, exposed_s, efficiency}, all-reducing with `algorithm`.
+def project_layout(compute_s, backward_s, layout, gradients, world_size, alpha, beta,
+                   overlap=True, wire_fraction=1.0, algorithm="ring"):
+    """Projected step of one layout of all-reduces: {step_s, comm_s, exposed_s, efficiency}.
 
-    `bucket_mb=None`: one flat all-reduce after backward (nothing overlaps). With a bucket size,
-    buckets overlap the rest of backward as in `exposed_after_backward`. `wire_fraction` scales
-    the bytes on the wire (0.5 for fp16/bf16 compression); `first_bucket_mb` as in `bucket_sizes`.
-    Efficiency is weak scaling, as this project runs (per-rank batch fixed):
-    compute / (compute + exposed communication).
+    `layout`: the bytes of each all-reduce in launch order. `overlap=True`: each starts as soon as
+    its bucket is ready within backward (bucket_ready_shares of `gradients` times backward_s);
+    False: all of them after backward (flat, per-param, ring). `wire_fraction` scales the bytes on
+    the wire (0.5 for fp16/bf16). Efficiency is weak scaling, as this project runs (per-rank batch
+    fixed): compute / (compute + exposed communication).
     """
-    if bucket_mb is None:
-        sizes = [sum(param_bytes)]
+    times = [allreduce_time(nbytes * wire_fraction, world_size, alpha, beta, algorithm)
+             for nbytes in layout]
+    if overlap:
+        ready = [share * backward_s for share in bucket_ready_shares(layout, gradients)]
+        exposed = exposed_after_backward(backward_s, ready, times)
     else:
-        sizes = bucket_sizes(param_bytes, bucket_mb, first_bucket_mb)
-    wire = [nbytes * wire_fraction for nbytes in sizes]
-    times = [allreduce_time(nbytes, world_size, alpha, beta, algorithm) for nbytes in wire]
-    exposed = sum(times) if bucket_mb is None else exposed_after_backward(backward_s, wire, times)
+        exposed = sum(times)
     step = compute_s + exposed
     return {"step_s": step, "comm_s": sum(times), "exposed_s": exposed,
             "efficiency": compute_s / step}
 
 
-def best_bucket(compute_s, backward_s, param_bytes, world_size, alpha, beta,
+def project_step(compute_s, backward_s, param_bytes, ready_shares, world_size, alpha, beta,
+                 bucket_mb=None, wire_fraction=1.0, first_bucket_mb=FIRST_BUCKET_MB,
+                 algorithm="ring"):
+    """project_layout of BucketedSync's buckets at `bucket_mb` (bucket_sizes of `param_bytes`, in
+    registration order, each ready at its `ready_shares` of backward), or with `bucket_mb=None`
+    of one flat all-reduce after backward."""
+    if bucket_mb is None:
+        return project_layout(compute_s, backward_s, [sum(param_bytes)], [], world_size, alpha,
+                              beta, False, wire_fraction, algorithm)
+    return project_layout(compute_s, backward_s,
+                          bucket_sizes(param_bytes, bucket_mb, first_bucket_mb),
+                          backward_order(param_bytes, ready_shares), world_size, alpha, beta,
+                          True, wire_fraction, algorithm)
+
+
+def best_bucket(compute_s, backward_s, param_bytes, ready_shares, world_size, alpha, beta,
                 candidates=BUCKET_CANDIDATES_MB, wire_fraction=1.0, first_bucket_mb=FIRST_BUCKET_MB,
                 algorithm="ring"):
-    """(bucket_mb, projection) with the shortest projected step among `candidates` (the smaller
-    on ties)."""
-    projections = [(bucket_mb, project_step(compute_s, backward_s, param_bytes, world_size, alpha,
-                                            beta, bucket_mb, wire_fraction, first_bucket_mb,
-                                            algorithm))
-                   for bucket_mb in sorted(candidates)]
+    """(bucket_mb, projection) with the shortest projected step among one flat all-reduce after
+    backward (bucket_mb None) and buckets capped at each of `candidates`. On a tie the flat one
+    wins, then the smaller cap: overlap that buys nothing is not worth its all-reduces."""
+    projections = [(bucket_mb, project_step(compute_s, backward_s, param_bytes, ready_shares,
+                                            world_size, alpha, beta, bucket_mb, wire_fraction,
+                                            first_bucket_mb, algorithm))
+                   for bucket_mb in [None, *sorted(candidates)]]
     return min(projections, key=projected_step)
 
 

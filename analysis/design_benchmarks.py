@@ -1,16 +1,23 @@
 """The measurements beside the strategy sweep: the MLP's step against the bucket size (§4.5, §6.4)
-and benchmarks/step_bench.py's table of every configuration in the same processes (§6.3)."""
+and benchmarks/step_bench.py's tables: every configuration in the same processes over interleaved
+repeats, and the best hand-written strategy's verdict against DDP (§6.3)."""
 import os
 
 from analysis.design_numbers import load, repo_relative, table
 from analysis.design_performance import register_run_spreads, sentence, slug
+from analysis.results_folder import spread
 from runtime.options import DEFAULT_BUCKET_MB
 
 BUCKETING = ("manual bucketed", "ddp")  # the series whose step depends on --bucket-mb
+STEP_BENCH_SCHEMA = "step-bench/3"
 STEP_BENCH_FIELDS = {"mean_step_s": "ms", "mean_compute_s": "ms", "mean_comm_exposed_s": "ms",
                      "mean_comm_busy_s": "ms", "overlap": "percent", "step_ratio_to_ddp": "ratio"}
-STEP_BENCH_COLUMNS = ["model", "ranks", "configuration", "steps", "mean step", "compute",
-                      "exposed comm", "busy comm", "overlap", "× DDP"]
+STEP_BENCH_COLUMNS = ["model", "ranks", "configuration", "repeats", "steps (all ranks)", "step",
+                      "compute", "exposed comm", "busy comm", "overlap", "× DDP"]
+STEP_VERDICT_COLUMNS = ["model", "ranks", "best strategy", "× DDP", "verdict",
+                        "same-transport DDP", "× it", "verdict"]
+# the verdict's comparisons: the numbers' name -> the results file's
+STEP_VERDICT_SIDES = {"vs_ddp": "against_ddp", "vs_same": "against_same_transport_ddp"}
 NO_BUCKET_SWEEP = {"table.bucket_sweep": "*No bucket sweep (bucket-*.json) in the results: "
                                          "run python -m analysis.sweep.*",
                    "text.bucket_takeaway": "*No bucket sweep.*"}
@@ -75,25 +82,90 @@ def bucket_sweep_section(numbers, grouped):
 
 
 def step_bench_section(numbers, results_dir):
-    """benchmarks/step_bench.py's table (schema step-bench/2): every configuration in the same
-    processes."""
+    """benchmarks/step_bench.py's tables (schema step-bench/3): every configuration in the same
+    processes, median (min–max) over interleaved repeats, and the best strategy's verdicts."""
     path = os.path.join(results_dir, "step-bench.json")
     document = load(path) if os.path.exists(path) else {}
-    if document.get("schema") != "step-bench/2":
-        if document:
-            found = f"{repo_relative(path)} has schema {document.get('schema')!r}"
-        else:
-            found = f"no {repo_relative(path)}"
-        return {"table.step_bench": f"*{found}, not step-bench/2: "
-                                    "run python -m benchmarks.step_bench.*"}
+    if document.get("schema") != STEP_BENCH_SCHEMA:
+        register_step_verdicts(numbers, None, [])  # every quoted verdict: not measured
+        message = f"*{step_bench_problem(path, document)}: run python -m benchmarks.step_bench.*"
+        return {"table.step_bench": message, "table.step_bench_verdict": message}
+    rows = step_bench_rows(numbers, path, document["measurements"])
+    verdicts = register_step_verdicts(numbers, path,
+                                      document["verdict"]["per_world_size_and_model"])
+    return {"table.step_bench": table(STEP_BENCH_COLUMNS, rows),
+            "table.step_bench_verdict": table(STEP_VERDICT_COLUMNS, verdicts)}
+
+
+def step_bench_problem(path, document):
+    """Why the step benchmark's file cannot be read: there is none, or an older schema wrote it."""
+    if not document:
+        return f"No {repo_relative(path)}"
+    return (f"{repo_relative(path)} is from an older schema ({document.get('schema')!r}, not "
+            f"{STEP_BENCH_SCHEMA}) and must be written again")
+
+
+def step_bench_rows(numbers, path, measurements):
+    """One table row per (model, world size, configuration): each field's median (min–max) over
+    the repeats, registered as 'stepbench.<model>.w<n>.<configuration>.<field>.median' and so on."""
+    repeats = {}  # (model, world size, configuration) -> indices of its rows, one per repeat
+    for index, row in enumerate(measurements):
+        configuration = (row["model"], row["world_size"], row["configuration"])
+        repeats.setdefault(configuration, []).append(index)
     rows = []
-    for index, measurement in enumerate(document.get("measurements", [])):
-        name = (f"stepbench.{measurement['model']}.w{measurement['world_size']}."
-                f"{measurement['configuration']}")
-        for field, unit in STEP_BENCH_FIELDS.items():
-            numbers.measured(f"{name}.{field}", path, f"measurements[{index}].{field}", unit)
-        cells = ["—" if measurement.get(field) is None else numbers.text(f"{name}.{field}")
-                 for field in STEP_BENCH_FIELDS]
-        rows.append([measurement["model"], measurement["world_size"],
-                     measurement["configuration"], measurement.get("steps", "—")] + cells)
-    return {"table.step_bench": table(STEP_BENCH_COLUMNS, rows)}
+    for (model, world, name), indices in repeats.items():
+        key = f"stepbench.{model}.w{world}.{name}"
+        cells = [repeat_spread_text(numbers, f"{key}.{field}", path, indices, field, unit)
+                 for field, unit in STEP_BENCH_FIELDS.items()]
+        steps = measurements[indices[0]].get("steps", "—")
+        rows.append([model, world, name, len(indices), steps] + cells)
+    return rows
+
+
+def repeat_spread_text(numbers, key, path, indices, field, unit):
+    """Register `key.median`, `.min`, `.max` and `.n` of `field` over the rows `indices` (one per
+    repeat); returns 'median (min–max)', or '—' where the field is None (no communication)."""
+    inputs = [f"{path}#measurements[{index}].{field}" for index in indices]
+    units = {"median": unit, "min": unit, "max": unit, "n": "count"}
+    numbers.derived_fields(key, lambda *values: spread(values), inputs, units,
+                           f"results_folder.spread over the repeats of {field}")
+    return "—" if numbers.value(f"{key}.median") is None else numbers.spread_text(key)
+
+
+def register_step_verdicts(numbers, path, report):
+    """Per model and world size, 'stepbench.<model>.w<n>.best' (the best hand-written strategy)
+    and, against DDP ('.vs_ddp') and DDP on the same transport ('.vs_same'), the step ratio's
+    '.median', '.min', '.max' and '.n', the DDP configuration '.ddp', the '.verdict' and the
+    '.claim' a sentence may quote. The MLP and CNN at 2 and 4 ranks are always registered (not
+    measured without a report). Returns the verdict table's rows."""
+    where = {(entry["model"], entry["world_size"]): index for index, entry in enumerate(report)}
+    quoted = [(model, world) for model in ("mlp", "cnn") for world in (2, 4)]
+    rows = []
+    for model, world in list(where) + [pair for pair in quoted if pair not in where]:
+        index = where.get((model, world))
+        source = None if index is None else path
+        entry = f"verdict.per_world_size_and_model[{index}]"
+        name = f"stepbench.{model}.w{world}"
+        numbers.measured(f"{name}.best", source, f"{entry}.best_strategy", "name")
+        vs_ddp, vs_same = [register_side(numbers, f"{name}.{short}", source, f"{entry}.{side}",
+                                         f"{entry}.repeats")
+                           for short, side in STEP_VERDICT_SIDES.items()]
+        if index is not None:
+            rows.append([model, world, numbers.text(f"{name}.best"), *vs_ddp,
+                         numbers.text(f"{name}.vs_same.ddp"), *vs_same])
+    return rows
+
+
+def register_side(numbers, key, source, side, repeats):
+    """One comparison of the best strategy with a DDP configuration (`side`, a JSON path in
+    `source`); returns its table cells: the ratio's 'median (min–max)' and the verdict."""
+    for statistic in ("median", "min", "max"):
+        numbers.measured(f"{key}.{statistic}", source, f"{side}.step_ratio.{statistic}", "ratio")
+    numbers.measured(f"{key}.n", source, repeats, "count")
+    numbers.measured(f"{key}.ddp", source, f"{side}.ddp", "name")
+    verdict = numbers.measured(f"{key}.verdict", source, f"{side}.verdict", "name")
+    ratio_text = numbers.spread_text(key)
+    numbers.add(f"{key}.claim", verdict and f"{ratio_text}: {verdict}", "name", kind="derived",
+                inputs=[f"{key}.{field}" for field in ("median", "min", "max", "verdict")],
+                formula="the ratio's median (min–max) over the repeats, then the verdict")
+    return [ratio_text, numbers.text(f"{key}.verdict")]

@@ -1,25 +1,27 @@
-"""What the emulated cluster network measured (§5.7): the all-reduce on shaped links with the α-β
-model fitted to it and checked against the configured rate, the highest rate this machine can
-emulate, and training through SLURM on two nodes whose links are shaped, beside the model's
-prediction.
+"""What the emulated cluster network measured (§5.8): the all-reduce on shaped links with the α-β
+model fitted to it (and its bootstrap intervals), the highest rate this machine can emulate, and
+training through SLURM on two nodes whose links are shaped, beside the model's prediction of the
+same runs' busy and exposed communication.
 
 Inputs (analysis/make_emulated_results.sh writes them): results/emulated/allreduce-<rate>.json
-(one rank per node) and allreduce-<rate>-2pn.json (two ranks per node), link-ceiling.json, and the
-training runs in results/slurm/link-<rate>/. Without them every number reads "not measured".
+(one rank per node) and allreduce-<rate>-2pn.json (two ranks per node), link-ceiling.json,
+ring-receive-first-<rate>.json, and the training runs in results/slurm/link-<rate>/ and
+link-<rate>-bucket-4mb/, in this results schema or the one before (scaling_inputs.training_runs).
+Without them every number reads "not measured".
 """
 import functools
 import os
 
-from analysis import cost_model, results_folder
-from analysis.design_fits import predicted_busy, predicted_time, register_fit
-from analysis.design_numbers import largest, load, ratio, smallest, table, unchanged
+from analysis import cost_model, results_folder, scaling_inputs
+from analysis.design_fits import predicted_busy, register_fit, spread_over, with_interval
+from analysis.design_numbers import NOT_MEASURED, load, table, unchanged
 from analysis.design_performance import register_run_spreads
+from analysis.design_scaling import register_readiness
 from runtime.options import DEFAULT_BUCKET_MB
 
 RATE = "1gbit"  # the link every training run and the fitted all-reduce used
 LINK_BITS_PER_S = 1e9
-LARGE_BYTES = 2**20  # the target: the model within TARGET_ERROR for messages of 1 MiB and more
-TARGET_ERROR = 0.25
+LARGE_BYTES = 2**20  # the model's errors are quoted for messages of 1 MiB and more
 # (file, label in names, how the text names the layout)
 ALLREDUCE_FILES = ((f"allreduce-{RATE}.json", "", "{n} nodes × 1 rank"),
                    (f"allreduce-{RATE}-2pn.json", ".2pn", "2 nodes × 2 ranks"))
@@ -28,31 +30,37 @@ RING_VARIANT = f"ring-receive-first-{RATE}.json"  # benchmarks/ring_variants/rec
 RING_NAMES = {"ring": "lesson", "candidate": "receive_first"}
 RING_QUOTED = ("lesson.w2.16m", "receive_first.w2.16m", "lesson.w4.1m", "receive_first.w4.1m")
 SERIES = ("ddp", "manual per-param", "manual flat", "manual bucketed")
+SHOWN_SERIES = ("ddp", "manual flat", "manual bucketed")  # §5.8's tables; per-param in numbers
 SHAPES = {2: "2 × 1", 4: "2 × 2"}  # world size -> nodes × ranks per node of the SLURM sweep
+FITS_OF_SHAPES = {2: "emulated.fit.gloo.w2", 4: "emulated.fit.gloo.w4.2pn"}
+OVERLAPPING = ("bucketed", "ddp")  # strategies whose all-reduces start during backward
 SMALL_BUCKET_MB = 4.0  # the CNN's fc1 gradient (4.7 MB) in a bucket of its own
-FIT_COLUMNS = ["implementation", "layout", "α", "β", "β ÷ the link's (8 bits ÷ rate)",
-               "largest error ≥ 1 MiB: fit", "largest error ≥ 1 MiB: α fitted, β of the link"]
+EXPOSED = "timing.across_ranks.comm_exposed.mean"
+FIT_COLUMNS = ["implementation", "layout", "α (95% interval)", "β ÷ the link's 8 ns/byte",
+               "largest error ≥ 1 MiB", "… with the link's β"]
 CEILING_COLUMNS = ["configured rate", "gloo busbw", "gloo ÷ rate", "ring busbw", "ring ÷ rate"]
-TRAINING_COLUMNS = ["sync", "nodes × ranks", "runs", "step", "busy comm", "hidden", "exposed",
-                    "overlap", "predicted busy", "measured ÷ predicted busy"]
+TRAINING_COLUMNS = ["sync", "nodes × ranks", "step", "exposed comm", "predicted exposed",
+                    "busy ÷ predicted busy"]
+NOT_RUN = "*Not measured: run `sudo ./analysis/make_emulated_results.sh`.*"
 
 
-def emulated_section(numbers, results_dir, layouts):
-    """The context of §5.7: every table and number, 'not measured' where a file is missing."""
+def emulated_section(numbers, results_dir, layouts, ddp_sent):
+    """The context of §5.8: every table and number, 'not measured' where a file is missing.
+    `ddp_sent`: ddp_layouts.ddp_layouts, for runs that recorded no layout."""
     folder = os.path.join(results_dir, "emulated")
     numbers.stated("emulated.rate", LINK_BITS_PER_S / 1e9, "Gbit/s", "code",
                    "analysis/make_emulated_results.sh: LINK_RATE=1gbit")
     numbers.stated("emulated.link_beta", 8 / LINK_BITS_PER_S, "ns/byte", "code",
                    "8 bits per byte / the configured rate")
     numbers.stated("emulated.large_mib", LARGE_BYTES / 2**20, "MiB", "code",
-                   "the target: messages of 1 MiB and more")
-    numbers.stated("emulated.target_error", TARGET_ERROR, "round-percent", "code",
-                   "analysis/design_emulated.TARGET_ERROR")
+                   "design_emulated.LARGE_BYTES")
     ring_order_numbers(numbers, folder)
-    context = {"table.emulated.fits": fits_table(numbers, folder),
-               "table.emulated.ceiling": ceiling_table(numbers, folder)}
+    context = fits_tables(numbers, folder)
+    context["text.emulated.beta_vs_link"] = with_interval(numbers,
+                                                          "emulated.fit.gloo.w2.beta_vs_link")
+    context["table.emulated.ceiling"] = ceiling_table(numbers, folder)
     training = os.path.join(results_dir, "slurm", f"link-{RATE}")
-    grouped = repeats_in(training)
+    grouped = scaling_inputs.grouped_runs(training)
     numbers.stated("emulated.default_bucket_mb", DEFAULT_BUCKET_MB, "MiB", "code",
                    "manual_allreduce.DEFAULT_BUCKET_MB, as DDP's bucket_cap_mb")
     numbers.stated("emulated.cnn.buckets", cost_model.bucket_sizes(layouts["cnn"],
@@ -60,50 +68,47 @@ def emulated_section(numbers, results_dir, layouts):
                    "bytes-list", "code", "cost_model.bucket_sizes of the CNN at the default cap")
     numbers.stated("emulated.cnn.fc1_bytes", max(layouts["cnn"]), "bytes", "model",
                    "runtime/models.py: the CNN's largest gradient, fc1's weight")
+    older = False
     for model in ("mlp", "cnn"):
-        context[f"table.emulated.training.{model}"] = training_table(
-            numbers, grouped, model, layouts[model])
-        overlap_numbers(numbers, model)
-    ratios = [name for name in numbers.entries if name.startswith("emulated.")
-              and name.endswith(".busy_vs_predicted")]
-    for label, pick in (("low", smallest), ("high", largest)):
-        numbers.derived(f"emulated.predict.{label}", pick, ratios, "ratio",
-                        f"the {label}est measured / predicted busy of §5.7")
-    smaller_buckets(numbers, training + f"-bucket-{SMALL_BUCKET_MB:g}mb")
+        shares = register_readiness(numbers, results_dir, model)
+        rows, older_here = training_rows(numbers, grouped, model, layouts[model],
+                                         ddp_sent.get(model, {}), shares)
+        context[f"table.emulated.training.{model}"] = table(TRAINING_COLUMNS, rows) \
+            if rows else NOT_RUN
+        older = older or older_here
+        overlap_numbers(numbers, grouped, model)
+    ratios = [name.removesuffix(".median") for name in numbers.entries
+              if name.startswith("emulated.") and name.endswith(".busy_vs_predicted.median")]
+    for label, pick in (("low", min), ("high", max)):
+        picked = pick(ratios, key=lambda name: numbers.value(f"{name}.median"), default=None)
+        context[f"text.emulated.predict.{label}"] = numbers.spread_text(picked) if picked \
+            else NOT_MEASURED
+    context["text.emulated.ddp_note"] = (
+        "† These DDP runs predate DDP's measured compute (results schema 2): their exposed time "
+        "is the old estimate from backwards timed without communication." if older else "")
+    smaller_buckets(numbers, os.path.join(results_dir, "slurm", f"link-{RATE}-bucket-4mb"))
+    for name in ("mlp.exposed_ratio", "cnn.exposed_ratio", "bucket4.bucketed.exposed_ratio",
+                 "bucket4.ddp.exposed_ratio"):  # ratios of one round each, with their spread
+        context[f"text.emulated.{name}"] = numbers.spread_text(f"emulated.{name}")
+    # flat, which the cap does not change, in each of the two sessions: their drift
+    for session, key in (("first", "emulated.cnn.flat.w2"), ("bucket4", "emulated.bucket4.flat")):
+        context[f"text.emulated.drift.{session}"] = numbers.spread_text(f"{key}.comm_exposed")
     return context
-
-
-def print_nothing(note):
-    """results_folder.load_folder's notes of files skipped: plots and other schemas, expected
-    here."""
-
-
-def repeats_in(folder):
-    """results_folder.repeats of the training runs in `folder`; none if it does not exist."""
-    if not os.path.isdir(folder):
-        return {}
-    runs, _ = results_folder.load_folder(folder, note=print_nothing)
-    return results_folder.repeats(runs)
-
-
-def runs_of(grouped, model, series, world):
-    """The repeated runs of one configuration in `grouped` (results_folder.repeats), whatever their
-    bucket size; [] if there are none."""
-    return next((runs for (run_model, run_series, run_world, _), runs in grouped.items()
-                 if (run_model, run_series, run_world) == (model, series, world)), [])
 
 
 def large_errors(rows, alpha, beta):
     """The largest |predicted − measured| / measured over the rows of 1 MiB and more."""
-    errors = [abs(predicted_time(row["bytes"], row["world_size"], alpha, beta) - row["median_s"])
-              / row["median_s"] for row in rows if row["bytes"] >= LARGE_BYTES]
+    errors = [abs(cost_model.allreduce_time(row["bytes"], row["world_size"], alpha, beta)
+                  - row["median_s"]) / row["median_s"]
+              for row in rows if row["bytes"] >= LARGE_BYTES]
     return max(errors) if errors else None
 
 
-def fits_table(numbers, folder):
-    """Per file, implementation and world size: the α-β fit, β against the link's, and the
-    largest error at 1 MiB and more of the fit and of the model with the link's β."""
-    rows = []
+def fits_tables(numbers, folder):
+    """'table.emulated.fits' (gloo) and '.fits.ring': per file and world size, the α-β fit with its
+    interval, β against the link's, and the largest error at 1 MiB and more of the fit and of its
+    α with the link's β."""
+    rows = {implementation: [] for implementation in IMPLEMENTATIONS}
     worst = {implementation: [] for implementation in IMPLEMENTATIONS}
     for name, label, layout in ALLREDUCE_FILES:
         path = os.path.join(folder, name)
@@ -117,34 +122,41 @@ def fits_table(numbers, folder):
                 if len(mine) < 2:
                     continue
                 key = f"emulated.fit.{implementation}.w{world}{label}"
-                fit = cost_model.fit_alpha_beta([row["world_size"] for row in mine],
-                                                [row["bytes"] for row in mine],
-                                                [row["median_s"] for row in mine])
-                register_fit(numbers, key, fit, path, implementation, world)
-                numbers.add(f"{key}.beta_vs_link", fit.beta / (8 / LINK_BITS_PER_S), "ratio",
-                            kind="derived", formula="fitted β / (8 bits / configured rate)",
-                            inputs=[f"{key}.beta_s_per_byte", "emulated.link_beta"])
-                fit_error = large_errors(mine, fit.alpha, fit.beta)
-                link_error = large_errors(mine, fit.alpha, 8 / LINK_BITS_PER_S)
-                rows_field = [f"{path}#measurements"]
-                numbers.add(f"{key}.large_error", fit_error, "percent", kind="derived",
-                            inputs=rows_field, formula="largest relative error of the fit, "
-                                                       ">= 1 MiB")
-                numbers.add(f"{key}.link_error", link_error, "percent", kind="derived",
-                            inputs=rows_field, formula="largest relative error with α fitted "
-                                                       "and β of the link, >= 1 MiB")
-                worst[implementation].append((fit_error, f"{key}.large_error"))
-                rows.append([implementation, layout.format(n=world)]
-                            + [numbers.text(f"{key}.{field}") for field in (
-                                "alpha_s", "beta_s_per_byte", "beta_vs_link", "large_error",
-                                "link_error")])
-    for implementation, errors in worst.items():
-        numbers.add(f"emulated.fit.{implementation}.worst_large_error",
-                    max(error for error, _ in errors) if errors else None, "percent",
-                    kind="derived", inputs=[name for _, name in errors],
-                    formula=f"the largest error at >= 1 MiB of every {implementation} fit")
-    return table(FIT_COLUMNS, rows) if rows else "*Not measured: run " \
-        "`sudo ./analysis/make_emulated_results.sh`.*"
+                points = ([row["world_size"] for row in mine], [row["bytes"] for row in mine],
+                          [row["median_s"] for row in mine])
+                register_fit(numbers, key, cost_model.fit_alpha_beta(*points), path,
+                             implementation, world, points=points)
+                register_link_errors(numbers, key, mine, path)
+                worst[implementation].append(f"{key}.large_error")
+                rows[implementation].append([implementation, layout.format(n=world),
+                                             with_interval(numbers, f"{key}.alpha_s"),
+                                             with_interval(numbers, f"{key}.beta_vs_link"),
+                                             numbers.text(f"{key}.large_error"),
+                                             numbers.text(f"{key}.link_error")])
+    for implementation, names in worst.items():
+        numbers.derived(f"emulated.fit.{implementation}.worst_large_error",
+                        lambda *errors: max(errors), names, "percent",
+                        f"the largest error at >= 1 MiB of every {implementation} fit")
+    return {f"table.emulated.fits{'' if implementation == 'gloo' else '.' + implementation}":
+            table(FIT_COLUMNS, found) if found else NOT_RUN
+            for implementation, found in rows.items()}
+
+
+def register_link_errors(numbers, key, rows, path):
+    """β against the link's (with its interval), and the largest errors at 1 MiB and more of the
+    fit and of its α with the link's β."""
+    link = 8 / LINK_BITS_PER_S
+    for suffix in ("", ".low", ".high"):
+        numbers.derived(f"{key}.beta_vs_link{suffix}", lambda beta: beta / link,
+                        [f"{key}.beta_s_per_byte{suffix}"], "ratio",
+                        "fitted β / (8 bits / configured rate)")
+    numbers.derived(f"{key}.large_error", functools.partial(large_errors, rows),
+                    [f"{key}.alpha_s", f"{key}.beta_s_per_byte"], "percent",
+                    f"largest relative error of the fit, >= 1 MiB, rows of {path}")
+    numbers.derived(f"{key}.link_error",
+                    lambda alpha: large_errors(rows, alpha, link), [f"{key}.alpha_s"], "percent",
+                    f"largest relative error with α fitted and β of the link, >= 1 MiB, "
+                    f"rows of {path}")
 
 
 def ring_order_numbers(numbers, folder):
@@ -159,7 +171,7 @@ def ring_order_numbers(numbers, folder):
                 else f"{row['bytes'] // 2**20}m"
             numbers.measured(f"emulated.ring_order.{name}.w{row['world_size']}.{size}", path,
                              f"comparisons[{index}].busbw_ratio_to_gloo", "ratio")
-    for name in RING_QUOTED:  # what §5.7 quotes, "not measured" without the file
+    for name in RING_QUOTED:  # what §5.8 quotes, "not measured" without the file
         if f"emulated.ring_order.{name}" not in numbers.entries:
             numbers.add(f"emulated.ring_order.{name}", None, "ratio")
 
@@ -167,13 +179,11 @@ def ring_order_numbers(numbers, folder):
 def ceiling_table(numbers, folder):
     """Achieved bus bandwidth ÷ configured rate per rate, and the highest link-bound rate."""
     path = os.path.join(folder, "link-ceiling.json")
-    numbers.measured("emulated.ceiling.rate", path if os.path.exists(path) else None,
-                     "highest_link_bound_rate", "name")
-    numbers.measured("emulated.ceiling.size", path if os.path.exists(path) else None,
-                     "rows[0].bytes", "bytes")
-    numbers.measured("emulated.ceiling.bound", path if os.path.exists(path) else None,
-                     "config.bound", "round-percent")
-    if not os.path.exists(path):
+    found = path if os.path.exists(path) else None
+    numbers.measured("emulated.ceiling.rate", found, "highest_link_bound_rate", "name")
+    numbers.measured("emulated.ceiling.size", found, "rows[0].bytes", "bytes")
+    numbers.measured("emulated.ceiling.bound", found, "config.bound", "round-percent")
+    if not found:
         return "*Not measured: run `sudo python -m benchmarks.link_ceiling`.*"
     by_rate = {}
     for row in load(path)["rows"]:
@@ -193,50 +203,84 @@ def ceiling_table(numbers, folder):
     return table(CEILING_COLUMNS, rows)
 
 
-def fit_for(numbers, world):
-    """(alpha, beta) of gloo's emulated fit for the SLURM shape at `world` ranks, or None."""
-    key = "emulated.fit.gloo.w2" if world == 2 else "emulated.fit.gloo.w4.2pn"
-    alpha, beta = numbers.value(f"{key}.alpha_s"), numbers.value(f"{key}.beta_s_per_byte")
-    return None if alpha is None or beta is None else (alpha, beta, key)
+def print_nothing(note):
+    """results_folder.load_folder's notes of files skipped: plots and other schemas, expected
+    here."""
 
 
-def training_table(numbers, grouped, model, layout):
-    """Per series and shape: the spreads of the SLURM runs and the model's busy time."""
+def repeats_in(folder):
+    """results_folder.repeats of the runs of this schema in `folder` (design_one_machine.py reads
+    its folder so); none if it does not exist."""
+    if not os.path.isdir(folder):
+        return {}
+    runs, _ = results_folder.load_folder(folder, note=print_nothing)
+    return results_folder.repeats(runs)
+
+
+def runs_of(grouped, model, series, world):
+    """The repeated runs of one configuration in `grouped` (results_folder.repeats), whatever their
+    bucket size; [] if there are none."""
+    return next((runs for (run_model, run_series, run_world, _), runs in grouped.items()
+                 if (run_model, run_series, run_world) == (model, series, world)), [])
+
+
+def predicted_exposed(layout, sizes, overlap, world, compute, backward, alpha, beta, *shares):
+    """cost_model.project_layout's exposed seconds of one run's layout at its own compute."""
+    gradients = cost_model.backward_order(sizes, shares)
+    return cost_model.project_layout(compute, backward, layout, gradients, world, alpha, beta,
+                                     overlap)["exposed_s"]
+
+
+def training_rows(numbers, grouped, model, sizes, ddp_sent, shares):
+    """Per series and shape: the spreads of the SLURM runs, the model's exposed time at the runs'
+    own compute, and measured busy over the model's; whether a DDP run is of the older schema."""
     rows = []
+    older = False
     for world, shape in SHAPES.items():
         for series in SERIES:
             runs = runs_of(grouped, model, series, world)
             prefix = f"emulated.{model}.{series.replace('manual ', '')}.w{world}"
             register_run_spreads(numbers, prefix, runs)
-            bucket_mb = float(runs[0]["config"]["bucket_mb"]) if runs else None
-            strategy = "ddp" if series == "ddp" else series.replace("manual ", "")
-            fit = fit_for(numbers, world)
-            if fit and runs:
-                messages = cost_model.messages_per_step(strategy, layout, bucket_mb)
-                numbers.derived(f"{prefix}.predicted_busy",
-                                functools.partial(predicted_busy, messages, world),
-                                [f"{fit[2]}.alpha_s", f"{fit[2]}.beta_s_per_byte"], "ms",
-                                f"cost_model.step_comm_time of {strategy}'s all-reduces")
-                numbers.derived(f"{prefix}.busy_vs_predicted", ratio,
-                                [f"{prefix}.comm_busy.median", f"{prefix}.predicted_busy"],
-                                "ratio", "measured median busy / predicted busy")
             if not runs:
                 continue
-            rows.append([series, shape, len(runs)]
-                        + [numbers.spread_text(f"{prefix}.{field}") for field in
-                           ("step", "comm_busy", "comm_hidden", "comm_exposed", "overlap")]
-                        + [numbers.text(f"{prefix}.predicted_busy"),
-                           numbers.text(f"{prefix}.busy_vs_predicted")])
-    return table(TRAINING_COLUMNS, rows) if rows else "*Not measured: run " \
-        "`sudo ./analysis/make_emulated_results.sh`.*"
+            strategy = "ddp" if series == "ddp" else series.replace("manual ", "")
+            layout = scaling_inputs.run_layout(runs[0], sizes, ddp_sent)
+            fit = FITS_OF_SHAPES[world]
+            coefficients = [f"{fit}.alpha_s", f"{fit}.beta_s_per_byte"]
+            if layout:
+                numbers.derived(f"{prefix}.predicted_busy",
+                                functools.partial(predicted_busy, layout, world), coefficients,
+                                "ms", "cost_model.step_comm_time of the run's all-reduces")
+                exposed = functools.partial(predicted_exposed, layout, sizes,
+                                            strategy in OVERLAPPING, world)
+                numbers.derived(f"{prefix}.predicted_exposed", exposed,
+                                [f"{prefix}.compute.median", f"{prefix}.backward.median"]
+                                + coefficients + shares, "ms",
+                                "cost_model.project_layout at the runs' median compute and "
+                                "backward, gradients ready as traced")
+                spread_over(numbers, f"{prefix}.busy_vs_predicted", f"{prefix}.comm_busy",
+                            f"{prefix}.predicted_busy", "measured busy / predicted busy")
+            if series not in SHOWN_SERIES:
+                continue
+            dagger = ""
+            if strategy == "ddp" and any(run.get("older_schema") for run in runs):
+                older = True
+                dagger = " †"
+            rows.append([series, shape, numbers.text(f"{prefix}.step.median"),
+                         numbers.spread_text(f"{prefix}.comm_exposed") + dagger,
+                         numbers.text(f"{prefix}.predicted_exposed"),
+                         numbers.spread_text(f"{prefix}.busy_vs_predicted")])
+    return rows, older
 
 
-def overlap_numbers(numbers, model):
-    """Bucketed's exposed communication against flat's, at 2 nodes × 1, with its verdict."""
+def overlap_numbers(numbers, grouped, model):
+    """Bucketed's exposed communication over flat's, round by round, at 2 nodes × 1, with its
+    verdict and bucketed's hidden share."""
     bucketed, flat = (f"emulated.{model}.{name}.w2" for name in ("bucketed", "flat"))
-    numbers.derived(f"emulated.{model}.exposed_ratio", ratio,
-                    [f"{bucketed}.comm_exposed.median", f"{flat}.comm_exposed.median"], "ratio",
-                    "bucketed's median exposed communication / flat's, 2 nodes x 1 rank")
+    numbers.paired_ratio(f"emulated.{model}.exposed_ratio",
+                         runs_of(grouped, model, "manual bucketed", 2),
+                         runs_of(grouped, model, "manual flat", 2), EXPOSED,
+                         formula="bucketed's exposed / flat's, in the same round, 2 nodes x 1")
     numbers.verdict(f"emulated.{model}.exposed_verdict", f"{bucketed}.comm_exposed",
                     f"{flat}.comm_exposed")
     numbers.derived(f"emulated.{model}.hidden_share", unchanged,
@@ -244,19 +288,18 @@ def overlap_numbers(numbers, model):
                     "bucketed's median hidden / busy, 2 nodes x 1 rank")
 
 
-
 def smaller_buckets(numbers, folder):
     """The CNN at 2 nodes x 1 with 4 MiB buckets (flat, bucketed and ddp run side by side):
-    'emulated.bucket4.<series>.*', and bucketed's and DDP's exposed time over flat's."""
-    grouped = repeats_in(folder)
-    for series in ("manual flat", "manual bucketed", "ddp"):
-        found = grouped.get(("cnn", series, 2, SMALL_BUCKET_MB), [])
-        register_run_spreads(numbers, f"emulated.bucket4.{series.replace('manual ', '')}", found)
-    for series in ("bucketed", "ddp"):
-        name = f"emulated.bucket4.{series}"
-        numbers.derived(f"{name}.exposed_ratio", ratio,
-                        [f"{name}.comm_exposed.median",
-                         "emulated.bucket4.flat.comm_exposed.median"],
-                        "ratio", f"{series}'s median exposed communication / flat's, 4 MiB buckets")
+    'emulated.bucket4.<series>.*', and bucketed's and DDP's exposed time over flat's, round by
+    round."""
+    grouped = scaling_inputs.grouped_runs(folder)
+    found = {series: grouped.get(("cnn", series, 2, SMALL_BUCKET_MB), [])
+             for series in ("manual flat", "manual bucketed", "ddp")}
+    for series, runs in found.items():
+        register_run_spreads(numbers, f"emulated.bucket4.{series.replace('manual ', '')}", runs)
+    for series in ("manual bucketed", "ddp"):
+        name = f"emulated.bucket4.{series.replace('manual ', '')}"
+        numbers.paired_ratio(f"{name}.exposed_ratio", found[series], found["manual flat"],
+                             EXPOSED, formula=f"{series}'s exposed / flat's, in the same round")
         numbers.verdict(f"{name}.exposed_verdict", f"{name}.comm_exposed",
                         "emulated.bucket4.flat.comm_exposed")

@@ -1,14 +1,15 @@
-"""The α-β model fitted to the all-reduce benchmark (§4.4), its residuals at every point (§6.1),
-and its prediction of each strategy's busy communication against the training runs (§4.5, §6.2).
+"""The α-β model fitted to the all-reduce benchmark (§5.1), with bootstrap intervals of α and β,
+its residuals at every point (§6.1), and its prediction of each strategy's busy communication
+against the training runs (§5.2, §6.2).
 """
 import functools
 
 from analysis import cost_model
 from analysis.design_numbers import (
+    NOT_MEASURED,
     BuildError,
     largest,
     load,
-    ratio,
     show_bytes,
     smallest,
     table,
@@ -24,12 +25,12 @@ FIT_FIELDS = (("alpha_s", "alpha", "us"), ("beta_s_per_byte", "beta", "ns/byte")
               ("median_relative_error", "median_relative_error", "percent"),
               ("max_relative_error", "max_relative_error", "percent"),
               ("points", "points", "count"))
-FITS_COLUMNS = ["implementation", "ranks", "α", "β", "1/β", "median relative error",
-                "largest relative error", "points"]
+FITS_COLUMNS = ["implementation", "ranks", "α (95% interval)", "β (95% interval)",
+                "median error", "largest error"]
 RESIDUAL_COLUMNS = ["size", "gloo median", "model, this n (error)", "model, all n (error)",
                     "gloo busbw", "ring median", "model, this n (error)", "model, all n (error)"]
-PREDICT_COLUMNS = ["model", "sync", "ranks", "fit", "predicted busy", "measured busy",
-                   "measured / predicted"]
+PREDICT_COLUMNS = ["model", "sync", "ranks", "predicted busy", "measured busy",
+                   "measured ÷ predicted"]
 
 
 class Fits:
@@ -45,8 +46,10 @@ class Fits:
         return f"fit.{implementation}.w{world}" if world in self.worlds else f"fit.{implementation}"
 
 
-def register_fit(numbers, name, fit, bench, implementation, world=None):
-    """Every field of one cost_model.Fit under `name`, with the rows it was fitted to."""
+def register_fit(numbers, name, fit, bench, implementation, world=None, points=None):
+    """Every field of one cost_model.Fit under `name`, with the rows it was fitted to; with the
+    `points` (world sizes, sizes, times) it was fitted to, the bootstrap intervals of α and β too
+    (`name.alpha_s.low`, `.high`; register_intervals)."""
     if world:
         where = f"the verified {implementation} rows at {world} ranks"
     else:
@@ -59,6 +62,33 @@ def register_fit(numbers, name, fit, bench, implementation, world=None):
         numbers.add(f"{name}.{field}", value, unit, kind="fit", file=bench,
                     implementation=implementation, **scope,
                     formula=f"cost_model.fit_alpha_beta(world_size, bytes, median_s) of {where}")
+    if points is not None:
+        register_intervals(numbers, name, points, bench, where)
+
+
+def register_intervals(numbers, name, points, bench, where):
+    """`name.alpha_s.low`/`.high` and `name.beta_s_per_byte.low`/`.high`: the central 95 % of
+    the fits of cost_model.bootstrap_fits (the points resampled with replacement)."""
+    alphas, betas = zip(*cost_model.bootstrap_fits(*points))
+    formula = (f"cost_model.interval of cost_model.bootstrap_fits({cost_model.BOOTSTRAP_DRAWS} "
+               f"resamples) of {where}")
+    for field, values, unit in (("alpha_s", alphas, "us"), ("beta_s_per_byte", betas, "ns/byte")):
+        low, high = cost_model.interval(values)
+        for end, value in (("low", low), ("high", high)):
+            numbers.add(f"{name}.{field}.{end}", value, unit, kind="derived", formula=formula,
+                        inputs=[f"{bench}#measurements"])
+
+
+def with_interval(numbers, name):
+    """'233 µs (202–455 µs)': a fitted number with its bootstrap interval, the unit said once."""
+    if f"{name}.low" not in numbers.entries:
+        return numbers.text(name)
+    low = numbers.text(name + ".low")
+    high = numbers.text(name + ".high")
+    number, _, unit = low.partition(" ")
+    if unit and high.endswith(" " + unit):
+        low = number
+    return f"{numbers.text(name)} ({low}–{high})"
 
 
 def predicted_time(size, world, alpha, beta):
@@ -85,18 +115,18 @@ def allreduce_section(numbers, bench):
         for label, world in (("smallest", worlds[0]), ("largest", worlds[-1])):
             numbers.stated(f"bench.{label}_world", world, "count", "code",
                            f"the {label} world size of {bench}")
-    fit_rows = []
-    for implementation in IMPLEMENTATIONS:
-        fit_rows += register_fits(numbers, bench, rows, implementation, worlds)
+    fit_rows = {implementation: register_fits(numbers, bench, rows, implementation, worlds)
+                for implementation in IMPLEMENTATIONS}
     fits = Fits([world for world in worlds if f"fit.gloo.w{world}.alpha_s" in numbers.entries])
     # Projections treat this machine as if every rank had a core: the smallest world size is
     # closest to that.
     projection_source = f"fit.gloo.w{fits.worlds[0]}" if fits.worlds else "fit.gloo"
     for field in ("alpha_s", "beta_s_per_byte"):
-        source = f"{projection_source}.{field}"
-        numbers.derived(f"fit.projection.{field}", unchanged, [source],
-                        numbers.entries[source]["unit"],
-                        "the smallest world size's fit: the fewest ranks per core")
+        for suffix in ("", ".low", ".high"):
+            source = f"{projection_source}.{field}{suffix}"
+            numbers.derived(f"fit.projection.{field}{suffix}", unchanged, [source],
+                            numbers.entries[source]["unit"],
+                            "the smallest world size's fit: the fewest ranks per core")
     if fits.worlds:
         numbers.derived("fit.gloo.alpha_growth", lambda first, last: last / first,
                         [f"fit.gloo.w{worlds[0]}.alpha_s", f"fit.gloo.w{worlds[-1]}.alpha_s"],
@@ -104,9 +134,26 @@ def allreduce_section(numbers, bench):
         for label, world in (("smallest", worlds[0]), ("largest", worlds[-1])):
             numbers.derived(f"fit.gloo.{label}.alpha_s", unchanged,
                             [f"fit.gloo.w{world}.alpha_s"], "us", "alias")
+    tail_numbers(numbers, bench, rows)
     residuals = [residual_table(numbers, bench, rows, world) for world in worlds]
-    return fits, {"table.fits": table(FITS_COLUMNS, fit_rows),
+    return fits, {"table.fits": table(FITS_COLUMNS, fit_rows["gloo"]),
+                  "table.fits.ring": table(FITS_COLUMNS, fit_rows["ring"]),
                   "table.allreduce": "\n\n".join(residuals)}
+
+
+def tail_numbers(numbers, bench, rows):
+    """'bench.tail.*': gloo's slowest 5 % against its median at the smallest message and world
+    size, where one descheduled rank shows most."""
+    gloo = [(index, row) for index, row in rows if row["implementation"] == "gloo"]
+    if not gloo:
+        return
+    index, row = min(gloo, key=lambda pair: (pair[1]["world_size"], pair[1]["bytes"]))
+    numbers.measured("bench.tail.bytes", bench, f"measurements[{index}].bytes", "bytes")
+    numbers.measured("bench.tail.world", bench, f"measurements[{index}].world_size", "count")
+    numbers.derived("bench.tail.p95_over_median", lambda p95, median: p95 / median,
+                    [f"{bench}#measurements[{index}].p95_s",
+                     f"{bench}#measurements[{index}].median_s"], "ratio",
+                    "the 95th percentile of the timed calls / their median")
 
 
 def register_fits(numbers, bench, rows, implementation, worlds):
@@ -118,15 +165,19 @@ def register_fits(numbers, bench, rows, implementation, worlds):
                          "no fit possible")
     world_sizes, sizes, seconds = zip(*points)
     register_fit(numbers, f"fit.{implementation}",
-                 cost_model.fit_alpha_beta(world_sizes, sizes, seconds), bench, implementation)
+                 cost_model.fit_alpha_beta(world_sizes, sizes, seconds), bench, implementation,
+                 points=(world_sizes, sizes, seconds))
     for world, fit in cost_model.fit_per_world(world_sizes, sizes, seconds).items():
-        register_fit(numbers, f"fit.{implementation}.w{world}", fit, bench, implementation, world)
-    shown_fields = [field for field, _, _ in FIT_FIELDS if field != "r2"]
+        mine = [point for point in points if point[0] == world]
+        register_fit(numbers, f"fit.{implementation}.w{world}", fit, bench, implementation, world,
+                     points=tuple(zip(*mine)))
     fit_rows = []
     scopes = [(f"fit.{implementation}.w{world}", world) for world in worlds]
     for name, ranks in scopes + [(f"fit.{implementation}", "all")]:
-        fit_rows.append([implementation, ranks]
-                        + [numbers.text(f"{name}.{field}") for field in shown_fields])
+        fit_rows.append([implementation, ranks, with_interval(numbers, f"{name}.alpha_s"),
+                         with_interval(numbers, f"{name}.beta_s_per_byte"),
+                         numbers.text(f"{name}.median_relative_error"),
+                         numbers.text(f"{name}.max_relative_error")])
     return fit_rows
 
 
@@ -169,9 +220,10 @@ def residual_table(numbers, bench, rows, world):
     return f"**{world} ranks**\n\n" + table(RESIDUAL_COLUMNS, lines)
 
 
-def prediction_section(numbers, layouts, worlds, fits, first_bucket_mb):
+def prediction_section(numbers, layouts, worlds, fits, first_bucket_mb, ddp_sent):
     """Per model: the fitted model's busy communication per step against the sweep's measured
-    busy time."""
+    busy time, as a ratio with its spread over the repeats. DDP's all-reduces are those it was seen
+    to send (`ddp_sent`: ddp_layouts.ddp_layouts, {model: {bucket_mb: layout}})."""
     rows = []
     ratios = []
     for model, sizes in layouts.items():
@@ -180,26 +232,49 @@ def prediction_section(numbers, layouts, worlds, fits, first_bucket_mb):
                 strategy = slug(series)
                 name = f"predict.{model}.{strategy}.w{world}"
                 measured = key(model, series, world)
+                sent = ddp_sent.get(model, {}).get(DEFAULT_BUCKET_MB)
+                if strategy == "ddp" and sent is None:
+                    continue
                 messages = cost_model.messages_per_step(strategy, sizes, DEFAULT_BUCKET_MB,
-                                                        first_bucket_mb)
+                                                        first_bucket_mb, ddp_layout=sent)
                 fit = fits.for_world("ring" if strategy == "ring" else "gloo", world)
                 busy = functools.partial(predicted_busy, messages, world)
                 coefficients = [f"{fit}.alpha_s", f"{fit}.beta_s_per_byte"]
                 numbers.derived(f"{name}.comm_s", busy, coefficients, "ms",
                                 f"cost_model.step_comm_time of {strategy}'s all-reduces "
                                 f"with the fit {fit}")
-                measured_over_predicted = numbers.derived(
-                    f"{name}.ratio", ratio, [f"{measured}.comm_busy.median", f"{name}.comm_s"],
-                    "ratio", "measured median busy / predicted")
-                if measured_over_predicted is not None:
-                    ratios.append(f"{name}.ratio")
-                _, fit_scope = fit.split(".", 1)
-                rows.append([model.upper(), series, world, fit_scope,
-                             numbers.text(f"{name}.comm_s"),
+                if spread_over(numbers, f"{name}.ratio", f"{measured}.comm_busy",
+                               f"{name}.comm_s", "measured busy / predicted"):
+                    ratios.append((numbers.value(f"{name}.ratio.median"), name,
+                                   f"the {model.upper()}'s {strategy} at {world} ranks"))
+                rows.append([model.upper(), series, world, numbers.text(f"{name}.comm_s"),
                              numbers.spread_text(f"{measured}.comm_busy"),
-                             numbers.text(f"{name}.ratio")])
-    numbers.derived("predict.ratio_low", smallest, ratios, "ratio",
-                    "the smallest measured / predicted")
-    numbers.derived("predict.ratio_high", largest, ratios, "ratio",
-                    "the largest measured / predicted")
-    return {"table.predict": table(PREDICT_COLUMNS, rows)}
+                             numbers.spread_text(f"{name}.ratio")])
+    for label, pick in (("low", smallest), ("high", largest)):  # medians alone: §4 quotes them
+        numbers.derived(f"predict.ratio_{label}", pick,
+                        [f"{name}.ratio.median" for _, name, _ in ratios], "ratio",
+                        f"the {label}est median measured / predicted")
+    texts = {}
+    for label, pick in (("low", min), ("high", max)):
+        texts[f"text.predict.{label}"] = NOT_MEASURED
+        if ratios:
+            _, name, where = pick(ratios)
+            shown = numbers.spread_text(f"{name}.ratio")
+            texts[f"text.predict.{label}"] = (shown[:-1] + f"; {where})" if shown.endswith(")")
+                                              else f"{shown} ({where})")
+    return {"table.predict": table(PREDICT_COLUMNS, rows), **texts}
+
+
+def spread_over(numbers, name, spread_key, denominator, formula):
+    """`name.median`, `.min`, `.max`, `.n`: each of the spread `spread_key` (over_repeats') over
+    the number `denominator`; whether it could be registered."""
+    stats = ("median", "min", "max", "n")
+    inputs = [f"{spread_key}.{stat}" for stat in stats] + [denominator]
+
+    def each_over(median, low, high, count, divisor):
+        return {"median": median / divisor, "min": low / divisor, "max": high / divisor,
+                "n": count}
+    units = {"median": "ratio", "min": "ratio", "max": "ratio", "n": "count"}
+    values = numbers.derived_fields(name, each_over, inputs, units,
+                                    f"{formula}, each of the spread over repeats")
+    return values["median"] is not None

@@ -205,13 +205,35 @@ class Numbers:
         return self.derived_fields(key, over_runs, inputs, units,
                                    f"results_folder.spread over the repeats of {formula}")
 
+    def paired_ratio(self, key, runs, others, field, unit="ratio", scale=1.0, formula="ratio"):
+        """`key.median`, `.min`, `.max`, `.n`: the spread over repeats of `field` of each of `runs`
+        over the same field of the run of `others` made in the same round (both oldest first, as
+        results_folder.repeats orders them), times `scale`. A ratio within one round, never
+        across rounds or sweeps; absent unless both have runs."""
+        pairs = list(zip(runs, others))
+        inputs = [f"{run['path']}#{field}" for pair in pairs for run in pair]
+
+        def over_rounds(*values):
+            ratios = [scale * mine / theirs for mine, theirs in zip(values[0::2], values[1::2])
+                      if theirs]
+            return spread(ratios) or {}
+        units = {"median": unit, "min": unit, "max": unit, "n": "count"}
+        return self.derived_fields(key, over_rounds, inputs, units,
+                                   f"results_folder.spread over the rounds of {formula}")
+
     def spread_text(self, key):
-        """'median (min–max)' as a reader sees it; just the median for one run."""
+        """'median (min–max)' as a reader sees it, the unit written once ('7.49 ms (7.05–7.60)');
+        just the median for one run."""
         if self.value(f"{key}.median") is None:
             return NOT_MEASURED
+        median = self.text(f"{key}.median")
         if self.value(f"{key}.n") == 1:
-            return self.text(f"{key}.median") + " (one run)"
-        return f"{self.text(key + '.median')} ({self.text(key + '.min')}–{self.text(key + '.max')})"
+            return median + " (one run)"
+        low, high = self.text(f"{key}.min"), self.text(f"{key}.max")
+        unit = re.search(r"[^\d.,]*$", median).group()  # ' ms', '%', '×', ' samples/s'
+        if unit and low.endswith(unit) and high.endswith(unit):
+            low, high = low.removesuffix(unit), high.removesuffix(unit)
+        return f"{median} ({low}–{high})"
 
     def verdict(self, name, first, second):
         """'faster', 'slower' or 'indistinguishable': `first` against `second`, two keys

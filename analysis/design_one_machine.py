@@ -1,11 +1,11 @@
-"""One machine made to pay (§4.7): the shared-memory all-reduce against gloo's, data parallelism
+"""One machine made to pay (§4.5): the shared-memory all-reduce against gloo's, data parallelism
 with it against one process, the hand-written sync against DDP on the same transport, and the time
 to a target accuracy against the classic MNIST recipe.
 
 Inputs: results/allreduce-bench.json (its shm rows); results/one-machine/, a sweep of its own
 (single, ddp, ddp-no-sync, flat and shm, repeated and interleaved: the runs compared here ran side
-by side); results/step-bench.json (its target report) and results/time-to-accuracy.json. A missing
-one reads "not measured".
+by side); the step benchmark's verdicts (design_benchmarks) and results/time-to-accuracy.json. A
+missing one reads "not measured".
 """
 import os
 import statistics
@@ -16,25 +16,22 @@ from analysis.design_performance import register_run_spreads
 
 SHM_WORLDS = (2, 3, 4)
 SWEEP_SERIES = ("single", "ddp", "manual flat", "manual shm")
-# the targets this work set itself (name -> ratio); the text quotes them from here
-TARGETS = {"shm.allreduce.target": 3.0,  # shm's busbw over gloo's, 1 MiB and above
-           "shm.throughput_target": 0.85,  # the MLP at 2 ranks with shm, over one process
-           "same_transport.target": 1.0,  # the best strategy's step over DDP's, same transport
-           "tta.target_ratio": 0.5}  # our CNN's time to 99 % over the classic recipe's
-SWEEP_COLUMNS = ["sync", "ranks", "runs", "step", "exposed comm", "busy comm", "throughput",
+SWEEP_COLUMNS = ["configuration", "step", "exposed comm", "throughput",
                  "÷ one process's throughput"]
-TIME_TO_ACCURACY_COLUMNS = ["model", "run", "ranks", "repeats", "reached", "time to target",
-                            "samples to target", "time ÷ the classic recipe's"]
+TIME_TO_ACCURACY_COLUMNS = ["model", "run", "reached", "time to target", "samples to target",
+                            "time ÷ the classic recipe's"]
 
 
 def one_machine_section(numbers, results_dir):
     """The context of §4.7: its numbers and the time-to-accuracy table."""
     shm_allreduce(numbers, os.path.join(results_dir, "allreduce-bench.json"))
     rows = one_machine_sweep(numbers, os.path.join(results_dir, "one-machine"))
-    for name, value in TARGETS.items():
-        numbers.stated(name, value, "round-ratio", "code", "analysis/design_one_machine.TARGETS")
-    same_transport(numbers, os.path.join(results_dir, "step-bench.json"))
-    return {"table.one_machine": table(SWEEP_COLUMNS, rows) if rows else
+    numbers.derived("drift.single_mlp", ratio, ["one_machine.mlp.single.w1.throughput.median",
+                                                "sweep.mlp.single.w1.throughput.median"],
+                    "ratio", "the one-machine sweep's single-process median throughput / "
+                             "the main sweep's")
+    return {"text.same_transport": same_transport(numbers),
+            "table.one_machine": table(SWEEP_COLUMNS, rows) if rows else
             "*Not measured: run the sweep of analysis/make_reference_results.sh.*",
             "table.time_to_accuracy": time_to_accuracy_table(
         numbers, os.path.join(results_dir, "time-to-accuracy.json"))}
@@ -46,28 +43,20 @@ def one_machine_sweep(numbers, folder):
     grouped = repeats_in(folder)
     rows = []
     for model in ("mlp", "cnn"):
-        single = f"{prefix(model, 'single', 1)}.throughput.median"
+        single_runs = runs_of(grouped, model, "single", 1)
         for series in SWEEP_SERIES:
             for world in (1,) if series == "single" else (2, 4):
                 found = runs_of(grouped, model, series, world)
                 name = prefix(model, series, world)
                 register_run_spreads(numbers, name, found)
-                numbers.derived(f"{name}.vs_single", ratio, [f"{name}.throughput.median", single],
-                                "ratio", "median throughput / one process's median throughput")
+                numbers.paired_ratio(f"{name}.vs_single", found, single_runs,
+                                     "throughput_samples_per_s",
+                                     formula="throughput / one process's, in the same round")
                 if found:
-                    rows.append([f"{model.upper()} {series}", world, len(found)]
+                    rows.append([f"{model.upper()} {series.replace('manual ', '')}, {world}"]
                                 + [numbers.spread_text(f"{name}.{field}") for field in
-                                   ("step", "comm_exposed", "comm_busy", "throughput")]
-                                + [numbers.text(f"{name}.vs_single")])
+                                   ("step", "comm_exposed", "throughput", "vs_single")])
         for world in (2, 4):
-            shm = f"{prefix(model, 'manual shm', world)}.throughput.median"
-            for against, source in (("single", single),
-                                    ("ddp", f"{prefix(model, 'ddp', world)}.throughput.median"),
-                                    ("flat",
-                                     f"{prefix(model, 'manual flat', world)}.throughput.median")):
-                numbers.derived(f"shm.{model}.w{world}.throughput_vs_{against}", ratio,
-                                [shm, source], "ratio",
-                                f"median throughput of the shm runs / of the {against} runs")
             for against in ("ddp", "manual flat"):  # the same global batch per step
                 numbers.verdict(f"shm.{model}.w{world}.step_vs_{against.replace('manual ', '')}",
                                 f"{prefix(model, 'manual shm', world)}.step",
@@ -96,22 +85,24 @@ def shm_allreduce(numbers, bench):
                 formula="the largest shm / gloo busbw ratio at 1 MiB and above")
 
 
-def same_transport(numbers, path):
-    """The step benchmark's fastest hand-written strategy against DDP, and against DDP on the same
-    transport (shm: DDP with the shm comm hook), per model and world size."""
-    report = load(path).get("target", {}).get("per_world_size_and_model", []) \
-        if os.path.exists(path) else []
-    where = {(row["model"], row["world_size"]): index for index, row in enumerate(report)}
+def same_transport(numbers):
+    """§4.5's sentence on the step benchmark: per model and world size, the best hand-written
+    strategy against DDP on its own transport (the stepbench.* numbers of design_benchmarks)."""
+    parts = []
     for model in ("mlp", "cnn"):
         for world in (2, 4):
-            index = where.get((model, world))
-            source = None if index is None else path
-            field = f"target.per_world_size_and_model[{index}]"
-            name = f"same_transport.{model}.w{world}"
-            numbers.measured(f"{name}.best", source, f"{field}.best_strategy", "name")
-            numbers.measured(f"{name}.vs_ddp", source, f"{field}.step_ratio_to_ddp", "ratio")
-            numbers.measured(f"{name}.vs_same", source,
-                             f"{field}.step_ratio_to_same_transport_ddp", "ratio")
+            name = f"stepbench.{model}.w{world}"
+            if numbers.value(f"{name}.best") is not None:
+                parts.append(f"the {model.upper()} at {world} ranks, "
+                             f"`{numbers.text(name + '.best')}` at "
+                             f"{numbers.text(name + '.vs_same.claim')} "
+                             f"(against `{numbers.text(name + '.vs_same.ddp')}`)")
+    if not parts:
+        return "*The step benchmark (`python -m benchmarks.step_bench`) is not measured.*"
+    return ("**The same transport** (`results/step-bench.json`: every configuration trained in "
+            "the same processes, step by step, in interleaved repeats; the best hand-written "
+            "strategy's step over DDP's on the same transport, median (min–max) over the "
+            "repeats, ratios within a repeat): " + "; ".join(parts) + ".")
 
 
 def time_to_accuracy_table(numbers, path):
@@ -151,7 +142,8 @@ def time_to_accuracy_table(numbers, path):
         shown = numbers.text(f"{name}.median_s")
         if len(reached) > 1:
             shown += f" ({numbers.text(name + '.fastest_s')}–{numbers.text(name + '.slowest_s')})"
-        rows.append([model.upper(), summary["name"], summary["world_size"], len(times),
+        ranks = summary["world_size"]
+        rows.append([model.upper(), f"{summary['name']}, {ranks} rank{'s' if ranks > 1 else ''}",
                      f"{len(reached)} of {len(times)}", shown, numbers.text(f"{name}.samples"),
                      numbers.text(f"{name}.vs_classic")])
     for model in ("mlp", "cnn"):

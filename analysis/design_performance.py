@@ -1,14 +1,14 @@
 """What §4.1-§4.3 of the design document measure: each configuration's median and spread over its
 repeats, the verdicts between strategies, the compute baseline and the ceiling it puts on
-efficiency.
+efficiency. Every ratio is taken within one round of the sweep (Numbers.paired_ratio) and shown
+with its spread over the rounds.
 
 Every table reads the runs that results_folder.load_folder finds, grouped by
 results_folder.repeats (the plots read the same); a strategy is called faster than another only
 where results_folder.clearly_less holds.
 """
-import functools
 
-from analysis.design_numbers import mean, ratio, smallest, table, unchanged
+from analysis.design_numbers import ratio, smallest, table, unchanged
 from runtime.options import DEFAULT_BUCKET_MB
 from runtime.results import overlap
 
@@ -21,13 +21,11 @@ STEP_FIELDS = {"step": "ms", "data": "ms", "compute": "ms", "backward": "ms", "c
                "comm_hidden": "ms", "comm_exposed": "ms"}
 PAIRS = (("manual flat", "manual per-param"), ("manual bucketed", "manual flat"),
          ("manual ring", "manual flat"), ("ddp", "manual bucketed"))
-VERDICT_COLUMN = {"fastest": "smallest median", "indistinguishable": "indistinguishable",
-                  "slower": "slower"}
-SWEEP_COLUMNS = ["sync", "ranks", "runs", "step", "compute", "exposed comm", "busy comm",
-                 "overlap", "throughput", "efficiency", "straggler", "against the smallest median"]
-BASELINE_COLUMNS = ["ranks", "ddp-no-sync compute", "× one process's compute",
-                    "ddp-no-sync throughput", "ceiling", "smallest median", "its efficiency",
-                    "its share of the ceiling"]
+REFERENCE = "manual flat"  # what every other strategy is compared with: one all-reduce, no overlap
+SWEEP_COLUMNS = ["configuration", "step", "compute", "exposed comm", "busy comm", "overlap"]
+SCALING_COLUMNS = ["configuration", "throughput", "efficiency", "straggler", "step against flat"]
+BASELINE_COLUMNS = ["ranks", "compute, no communication", "× one process's compute",
+                    "ceiling", "flat's share of it"]
 
 
 def slug(series):
@@ -43,15 +41,15 @@ def key(model, series, world):
 def sentence(first, second, verdict):
     """What the document claims about `first` against `second`, given their verdict."""
     if verdict == "faster":
-        return f"{first} is faster than {second}"
+        return f"{slug(first)} faster"
     if verdict == "slower":
-        return f"{second} is faster than {first}"
-    return f"{first} and {second} are indistinguishable on this machine"
+        return f"{slug(second)} faster"
+    return "indistinguishable"
 
 
-def scaling_efficiency(world, throughput, single_throughput):
-    """Throughput over `world` single processes' throughput."""
-    return throughput / (world * single_throughput)
+def label(series, world):
+    """A configuration as a table's first column shows it: 'flat, 4 ranks'."""
+    return f"{slug(series)}, {world} rank{'s' if world > 1 else ''}"
 
 
 def global_batch(batch_size, accum_steps, world):
@@ -88,7 +86,7 @@ def register_run_spreads(numbers, prefix, runs):
 
 def register_machine(numbers, grouped, top):
     """The machine and the configuration every run shares, from one run (the MLP's single process
-    if there is one); returns the largest world size's DDP run, or None."""
+    if there is one)."""
     anyone = first_run(grouped, "mlp", "single", 1) or next(runs[0] for runs in grouped.values())
     numbers.measured("machine.cores", anyone["path"], "environment.cores", "count")
     numbers.measured("machine.torch", anyone["path"], "environment.torch", "name")
@@ -102,19 +100,14 @@ def register_machine(numbers, grouped, top):
     numbers.derived("config.global_batch_largest", global_batch,
                     ["config.batch_size", "config.accum_steps", "config.largest_world"], "count",
                     "per-rank batch x accumulation steps x ranks")
-    return largest_ddp
 
 
 def register_aliases(numbers, model, top):
-    """Names for the largest world size's ceiling and DDP check, as the text quotes them."""
-    ddp = key(model, "ddp", top)
-    aliases = ((f"ceiling.{model}.largest", f"ceiling.{model}.w{top}"),
-               (f"ceiling.{model}.largest.reached", f"ceiling.{model}.w{top}.reached"),
-               (f"ddp_check.{model}.estimate", f"{ddp}.comm_exposed.median"),
-               (f"ddp_check.{model}.reducer", f"{ddp}.reducer_exposed.median"))
+    """Names for the largest world size's ceiling, as the text quotes it."""
+    aliases = ((f"ceiling.{model}.largest", f"ceiling.{model}.w{top}.median"),
+               (f"ceiling.{model}.largest.reached", f"ceiling.{model}.w{top}.reached.median"))
     for alias, source in aliases:
-        unit = numbers.entries.get(source, {}).get("unit", "ms")
-        numbers.derived(alias, unchanged, [source], unit, "at the largest world size")
+        numbers.derived(alias, unchanged, [source], "percent", "at the largest world size")
 
 
 def sweep_section(numbers, grouped, worlds):
@@ -123,7 +116,7 @@ def sweep_section(numbers, grouped, worlds):
     tables = {}
     pairs = []
     top = worlds[-1]
-    largest_ddp = register_machine(numbers, grouped, top)
+    register_machine(numbers, grouped, top)
     for model in ("mlp", "cnn"):
         single = first_run(grouped, model, "single", 1)
         numbers.measured(f"config.{model}.max_steps", path_of(single), "config.max_steps",
@@ -131,29 +124,27 @@ def sweep_section(numbers, grouped, worlds):
         configurations = [("single", 1)]
         configurations += [(series, world) for world in worlds for series in SERIES
                            if series != "single"]
+        single_runs = grouped.get((model, "single", 1, DEFAULT_BUCKET_MB), [])
         for series, world in configurations:
             runs = grouped.get((model, series, world, DEFAULT_BUCKET_MB), [])
             name = key(model, series, world)
             register_run_spreads(numbers, name, runs)
-            numbers.derived(f"{name}.efficiency", functools.partial(scaling_efficiency, world),
-                            [f"{name}.throughput.median",
-                             f"{key(model, 'single', 1)}.throughput.median"], "percent",
-                            "median throughput / (ranks x one process's median throughput)")
-        rows = []
+            numbers.paired_ratio(f"{name}.efficiency", runs, single_runs,
+                                 "throughput_samples_per_s", "percent", scale=1 / world,
+                                 formula="throughput / (ranks x one process's throughput)")
+        rows = [row(numbers, model, "single", 1)]
+        scaling = [scaling_row(numbers, model, "single", 1)]
         for world in worlds:
-            rows += world_rows(numbers, model, world)
+            rows += [row(numbers, model, series, world) for series in SERIES if series != "single"]
+            scaling += [scaling_row(numbers, model, series, world)
+                        for series in SERIES if series != "single"]
             pairs += [pair_row(numbers, model, world, first, second) for first, second in PAIRS]
-        tables[f"table.sweep.{model}"] = table(SWEEP_COLUMNS,
-                                               [row(numbers, model, "single", 1, "—")] + rows)
-        tables[f"table.baseline.{model}"] = baseline_table(numbers, model, worlds)
+        tables[f"table.sweep.{model}"] = table(SWEEP_COLUMNS, rows)
+        tables[f"table.scaling.{model}"] = table(SCALING_COLUMNS, scaling)
+        tables[f"table.baseline.{model}"] = baseline_table(numbers, model, worlds, grouped)
         summary(numbers, model, top)
-        reducer_check(numbers, model, top,
-                      grouped.get((model, "ddp", top, DEFAULT_BUCKET_MB), []))
         register_aliases(numbers, model, top)
-    numbers.measured("config.calibrate_every", path_of(largest_ddp), "config.calibrate_every",
-                     "count")
-    tables["table.pairs"] = table(["model", "ranks", "step of the first", "step of the second",
-                                   "verdict"], pairs)
+    tables["table.pairs"] = table(["model", "ranks", "first", "second", "verdict"], pairs)
     lessons = [overlap_lesson(numbers, model, top) for model in ("mlp", "cnn")]
     tables["text.overlap_lesson"] = "; ".join(lessons)
     counted = [name for name in numbers.entries
@@ -163,43 +154,27 @@ def sweep_section(numbers, grouped, worlds):
     return tables
 
 
-def world_rows(numbers, model, world):
-    """The rows of one world size, each communicating series with its verdict against the
-    smallest median."""
-    steps = {series: numbers.value(f"{key(model, series, world)}.step.median")
-             for series in COMMUNICATING}
-    measured = [series for series in steps if steps[series] is not None]
-    fastest = min(measured, key=steps.get, default=None)
-    numbers.add(f"sweep.{model}.w{world}.fastest", fastest, "name", kind="derived",
-                inputs=[f"{key(model, series, world)}.step.median" for series in COMMUNICATING],
-                formula="the communicating series with the smallest median step")
-    rows = [row(numbers, model, "ddp-no-sync", world, "compute baseline")]
-    for series in COMMUNICATING:
-        verdict = None
-        if fastest and series != fastest:
-            verdict = numbers.verdict(f"verdict.{model}.w{world}.{slug(series)}",
-                                      key(model, series, world) + ".step",
-                                      key(model, fastest, world) + ".step")
-        label = "—"
-        if fastest and steps[series] is not None:
-            label = VERDICT_COLUMN[verdict or "fastest"]
-        rows.append(row(numbers, model, series, world, label))
-    return rows
-
-
-def row(numbers, model, series, world, against):
-    """A configuration's row of the sweep table: its spreads, efficiency and verdict."""
+def row(numbers, model, series, world):
+    """A configuration's row of the sweep table: where its step went."""
     name = key(model, series, world)
     cells = [numbers.spread_text(f"{name}.{field}") for field in ("step", "compute")]
     if series in QUIET:
-        cells += ["—"] * 3
-    else:
-        cells += [numbers.spread_text(f"{name}.{field}")
-                  for field in ("comm_exposed", "comm_busy", "overlap")]
-    runs = numbers.text(f"{name}.step.n") if numbers.value(f"{name}.step.n") else "0"
-    return [series, world, runs] + cells + [
-        numbers.spread_text(f"{name}.throughput"), numbers.text(f"{name}.efficiency"),
-        numbers.text(f"{name}.straggler.median"), against]
+        return [label(series, world)] + cells + ["—"] * 3
+    return [label(series, world)] + cells + [numbers.spread_text(f"{name}.{field}")
+                                             for field in ("comm_exposed", "comm_busy", "overlap")]
+
+
+def scaling_row(numbers, model, series, world):
+    """A configuration's row of the scaling table: throughput, efficiency, straggler and its
+    verdict against flat at the same world size."""
+    name = key(model, series, world)
+    against = "—"
+    if series in COMMUNICATING and series != REFERENCE:
+        against = numbers.verdict(f"verdict.{model}.w{world}.{slug(series)}", f"{name}.step",
+                                  key(model, REFERENCE, world) + ".step") or "not measured"
+    efficiency = "—" if world == 1 else numbers.spread_text(f"{name}.efficiency")
+    return [label(series, world), numbers.spread_text(f"{name}.throughput"), efficiency,
+            numbers.spread_text(f"{name}.straggler"), against]
 
 
 def pair_row(numbers, model, world, first, second):
@@ -208,9 +183,9 @@ def pair_row(numbers, model, world, first, second):
     second_step = key(model, second, world) + ".step"
     verdict = numbers.verdict(f"verdict.{model}.w{world}.{slug(first)}-vs-{slug(second)}",
                               first_step, second_step)
-    claim = sentence(first, second, verdict) if verdict else f"{first} or {second} not measured"
-    return [model.upper(), world, numbers.spread_text(first_step),
-            numbers.spread_text(second_step), claim]
+    claim = sentence(first, second, verdict) if verdict else "not measured"
+    return [model.upper(), world, f"{slug(first)}: {numbers.spread_text(first_step)}",
+            f"{slug(second)}: {numbers.spread_text(second_step)}", claim]
 
 
 def overlap_lesson(numbers, model, world):
@@ -235,59 +210,40 @@ def is_or_are(names):
 
 
 def summary(numbers, model, top):
-    """One sentence about the largest world size: the smallest median, and who is or is not
-    distinguishable."""
-    fastest = numbers.value(f"sweep.{model}.w{top}.fastest")
+    """One sentence about the largest world size: each strategy's verdict against flat."""
     verdicts = {series: numbers.value(f"verdict.{model}.w{top}.{slug(series)}")
-                for series in COMMUNICATING if series != fastest}
-    alike = [series for series, verdict in verdicts.items() if verdict == "indistinguishable"]
-    slower = [series for series, verdict in verdicts.items() if verdict == "slower"]
-    parts = [f"**{fastest}** has the smallest median step"] if fastest else []
-    if alike:
-        parts.append(f"{is_or_are(alike)} indistinguishable from it on this machine")
-    if slower:
-        parts.append(f"{is_or_are(slower)} slower than it beyond both spreads")
-    inputs = [f"sweep.{model}.w{top}.fastest"]
-    inputs += [f"verdict.{model}.w{top}.{slug(series)}" for series in verdicts]
+                for series in COMMUNICATING if series != REFERENCE}
+    groups = {verdict: [slug(series) for series, said in verdicts.items() if said == verdict]
+              for verdict in ("faster", "indistinguishable", "slower")}
+    parts = [f"{', '.join(names)} {verdict}" for verdict, names in groups.items() if names]
     numbers.add(f"sweep.{model}.summary", "; ".join(parts) or None, "name", kind="derived",
-                inputs=inputs,
-                formula="the verdicts against the smallest median at the largest world size")
+                inputs=[f"verdict.{model}.w{top}.{slug(series)}" for series in verdicts],
+                formula="the verdicts against flat at the largest world size")
 
 
-def baseline_table(numbers, model, worlds):
+def baseline_table(numbers, model, worlds, grouped):
     """Per world size: what sharing the cores costs (ddp-no-sync against one process) and the
-    ceiling it sets."""
+    ceiling it sets; each ratio within a round."""
     single = key(model, "single", 1)
+    single_runs = grouped.get((model, "single", 1, DEFAULT_BUCKET_MB), [])
     rows = []
     for world in worlds:
         base = key(model, "ddp-no-sync", world)
-        fastest = numbers.value(f"sweep.{model}.w{world}.fastest")
+        base_runs = grouped.get((model, "ddp-no-sync", world, DEFAULT_BUCKET_MB), [])
+        flat_runs = grouped.get((model, REFERENCE, world, DEFAULT_BUCKET_MB), [])
         ceiling = f"ceiling.{model}.w{world}"
         numbers.derived(f"{base}.contention", ratio,
                         [f"{base}.compute.median", f"{single}.compute.median"], "ratio",
                         "ddp-no-sync's median compute / one process's")
-        numbers.derived(ceiling, functools.partial(scaling_efficiency, world),
-                        [f"{base}.throughput.median", f"{single}.throughput.median"], "percent",
-                        "ddp-no-sync throughput / (ranks x one process's throughput): "
-                        "efficiency without communication")
-        best = key(model, fastest, world) if fastest else None
-        reached = [f"{best}.throughput.median", f"{base}.throughput.median"] if best else []
-        numbers.derived(f"{ceiling}.reached", ratio, reached, "percent",
-                        "the smallest median's throughput / ddp-no-sync's: "
-                        "what communication leaves of the ceiling")
+        numbers.paired_ratio(ceiling, base_runs, single_runs, "throughput_samples_per_s",
+                             "percent", scale=1 / world,
+                             formula="ddp-no-sync throughput / (ranks x one process's): "
+                                     "efficiency without communication")
+        numbers.paired_ratio(f"{ceiling}.reached", flat_runs, base_runs,
+                             "throughput_samples_per_s", "percent",
+                             formula="flat's throughput / ddp-no-sync's: what communication "
+                                     "leaves of the ceiling")
         rows.append([world, numbers.spread_text(f"{base}.compute"),
-                     numbers.text(f"{base}.contention"), numbers.spread_text(f"{base}.throughput"),
-                     numbers.text(ceiling), fastest or "—",
-                     numbers.text(f"{best}.efficiency") if best else "—",
-                     numbers.text(f"{ceiling}.reached")])
+                     numbers.text(f"{base}.contention"), numbers.spread_text(ceiling),
+                     numbers.spread_text(f"{ceiling}.reached")])
     return table(BASELINE_COLUMNS, rows)
-
-
-def reducer_check(numbers, model, world, runs):
-    """DDP's estimated exposed communication against the reducer's own statistics (mean over
-    ranks)."""
-    fields = [f"timing.ddp_runtime_statistics[{rank}].exposed_s" for rank in range(world)]
-    numbers.over_repeats(f"{key(model, 'ddp', world)}.reducer_exposed", runs, fields, "ms",
-                         combine=mean,
-                         formula="the mean over ranks of the reducer's "
-                                 "backward_comm - backward_overlap")

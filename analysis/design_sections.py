@@ -12,15 +12,16 @@ import re
 
 import torch
 
-from analysis import cost_model
+from analysis import cost_model, ddp_layouts
 from analysis.cost_model import FIRST_BUCKET_MB
-from analysis.design_numbers import REPO, load, repo_relative, table
+from analysis.design_numbers import REPO, BuildError, load, repo_relative, table
+from analysis.traces import typical_step
 from runtime.data import DATASETS
 from runtime.models import build_model, count_parameters
 from runtime.options import DEFAULT_BUCKET_MB, STRATEGY_NAMES
 
 FIGURES = ("curves-mlp", "curves-cnn", "time-breakdown-mlp", "time-breakdown-cnn", "scaling-mlp",
-           "scaling-cnn", "allreduce", "step-bench", "bucket-sweep", "timeline")
+           "scaling-cnn", "allreduce", "step-bench", "bucket-sweep", "timeline", "projection")
 REFERENCE_SCRIPT = os.path.join(REPO, "analysis", "make_reference_results.sh")
 ISSUED = {"per-param": "after backward, one blocking all-reduce per tensor",
           "flat": "after backward, one all-reduce of a packed buffer",
@@ -77,21 +78,23 @@ def bucketed_first_bucket_mb(numbers):
     code."""
     numbers.stated("code.bucketed_first_bucket_mb", FIRST_BUCKET_MB, "MiB", "code",
                    "manual_allreduce.FIRST_BUCKET_MB")
-    numbers.stated("code.ddp_first_bucket_mb", cost_model.DDP_FIRST_BUCKET_MB, "MiB", "code",
-                   "cost_model.DDP_FIRST_BUCKET_MB, checked against torch's "
-                   "_compute_bucket_assignment_by_size by tests/test_design_doc.py")
     return FIRST_BUCKET_MB
 
 
-def strategy_row(numbers, model, strategy, sizes, worlds, first_bucket_mb):
+def strategy_row(numbers, model, strategy, sizes, worlds, first_bucket_mb, ddp):
     """One strategy's row of §3.2: its all-reduces, and per world size its message steps and the
-    bytes each rank sends per step."""
+    bytes each rank sends per step. DDP's all-reduces are those it sent (`ddp`: its layouts)."""
     key = f"comm.{model}.{strategy}"
-    messages = cost_model.messages_per_step(strategy, sizes, DEFAULT_BUCKET_MB, first_bucket_mb)
+    if strategy == "ddp":
+        messages = ddp[DEFAULT_BUCKET_MB]
+        formula = f"DDP's buckets at {DEFAULT_BUCKET_MB:g} MiB as its comm hook saw them"
+    else:
+        messages = cost_model.messages_per_step(strategy, sizes, DEFAULT_BUCKET_MB,
+                                                first_bucket_mb)
+        formula = (f"cost_model.messages_per_step('{strategy}', tensor bytes, "
+                   f"{DEFAULT_BUCKET_MB:g} MiB)")
     collectives = 1 if strategy == "ring" else len(messages)
-    numbers.add(f"{key}.collectives", collectives, "count", kind="model",
-                formula=f"cost_model.messages_per_step('{strategy}', tensor bytes, "
-                        f"{DEFAULT_BUCKET_MB:g} MiB)")
+    numbers.add(f"{key}.collectives", collectives, "count", kind="model", formula=formula)
     cells = [strategy, numbers.text(f"{key}.collectives")]
     for world in worlds:
         message_steps, sent_fraction = cost_model.ring_coefficients(world)
@@ -106,30 +109,40 @@ def strategy_row(numbers, model, strategy, sizes, worlds, first_bucket_mb):
     return cells + [ISSUED[strategy]]
 
 
-def layout_row(numbers, model, sizes, bucket_mb, first_bucket_mb):
-    """One --bucket-mb's row of §3.2's bucket layouts: bucketed's and torch DDP's."""
-    layouts = (("bucketed", cost_model.bucket_sizes(sizes, bucket_mb, first_bucket_mb)),
-               ("ddp", cost_model.ddp_bucket_sizes(sizes, bucket_mb)))
-    for series, layout in layouts:
-        formula = (f"cost_model's layout of {series} buckets at {bucket_mb:g} MiB "
-                   "(first bucket capped), in launch order")
-        name = f"buckets.{model}.{series}.{bucket_mb:g}"
-        numbers.add(name, layout, "bytes-list", kind="model", formula=formula)
-        numbers.add(f"{name}.count", len(layout), "count", kind="model", formula=formula)
+def layout_row(numbers, model, sizes, bucket_mb, first_bucket_mb, results_dir):
+    """One --bucket-mb's row of §3.2's bucket layouts: bucketed's (cost_model, the lesson's rule)
+    and torch DDP's (what its comm hook saw: results/ddp-buckets.json)."""
+    name = f"buckets.{model}.bucketed.{bucket_mb:g}"
+    formula = (f"cost_model's layout of bucketed buckets at {bucket_mb:g} MiB "
+               "(first bucket capped), in launch order")
+    layout = cost_model.bucket_sizes(sizes, bucket_mb, first_bucket_mb)
+    numbers.add(name, layout, "bytes-list", kind="model", formula=formula)
+    numbers.add(f"{name}.count", len(layout), "count", kind="model", formula=formula)
+    name = f"buckets.{model}.ddp.{bucket_mb:g}"
+    source = ddp_layouts.field_of(model, bucket_mb, results_dir)
+    numbers.measured(name, *source.split("#"), "bytes-list")
+    numbers.derived(f"{name}.count", len, [name], "count", "the buckets DDP sent")
     return [f"{bucket_mb:g} MiB", numbers.text(f"buckets.{model}.bucketed.{bucket_mb:g}"),
             numbers.text(f"buckets.{model}.ddp.{bucket_mb:g}")]
 
 
-def communication_section(numbers, layouts, worlds, bucket_mbs, first_bucket_mb):
+def communication_section(numbers, layouts, worlds, bucket_mbs, first_bucket_mb, results_dir):
     """Per model: all-reduces, message steps and bytes each rank sends per step; the bucket
-    layouts."""
+    layouts, DDP's as it sent them (results/ddp-buckets.json)."""
     tables = {}
+    sent = ddp_layouts.ddp_layouts(results_dir)
+    if not sent:
+        raise BuildError(f"no {ddp_layouts.FILE} in {repo_relative(results_dir)}: make it with "
+                         "python -m benchmarks.ddp_buckets")
+    numbers.measured("ddp.torch", os.path.join(results_dir, ddp_layouts.FILE), "environment.torch",
+                     "name")
     for model, sizes in layouts.items():
         # shm sends nothing over a network (memory copies and two barriers per call): its cost
         # is in the all-reduce benchmark, not in this table of message steps and bytes sent
-        rows = [strategy_row(numbers, model, strategy, sizes, worlds, first_bucket_mb)
+        rows = [strategy_row(numbers, model, strategy, sizes, worlds, first_bucket_mb,
+                             sent[model])
                 for strategy in (*STRATEGY_NAMES, "ddp") if strategy in ISSUED]
-        layout_rows = [layout_row(numbers, model, sizes, bucket_mb, first_bucket_mb)
+        layout_rows = [layout_row(numbers, model, sizes, bucket_mb, first_bucket_mb, results_dir)
                        for bucket_mb in bucket_mbs]
         columns = [heading for world in worlds for heading in
                    (f"message steps, n = {world}", f"bytes sent per rank, n = {world}")]
@@ -169,7 +182,8 @@ def backward_overlap(backward_start, backward_duration, *allreduce_spans):
 
 
 def trace_section(numbers, results_dir):
-    """One step of rank 0 from a Chrome trace in the results (a bucketed one if there is one)."""
+    """Rank 0's typical step (the median-length one, which the timeline figure draws) from a
+    Chrome trace in the results (a bucketed one if there is one)."""
     paths = sorted(glob.glob(os.path.join(results_dir, "trace-*.json")), key=bucketed_first)
     events = load(paths[0]).get("traceEvents", []) if paths else []
     spans = [(index, event) for index, event in enumerate(events)
@@ -183,9 +197,8 @@ def trace_section(numbers, results_dir):
                                "this note are not measured: make one (the command is in the "
                                "index), then rebuild.*"}
     path = paths[0]
-    steps = sorted({event["args"]["step"] for _, event in spans})
-    middle = steps[len(steps) // 2]
-    mine = sorted(((index, event) for index, event in spans if event["args"]["step"] == middle),
+    typical = typical_step(events)  # the step the timeline figure draws
+    mine = sorted(((index, event) for index, event in spans if event["args"]["step"] == typical),
                   key=start_of)
     first_index, _ = mine[0]
 

@@ -5,7 +5,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from analysis.plot_common import MS, errors, medians, order, plural, processes, series_rank
-from analysis.results_folder import across_repeats, spread
+from analysis.results_folder import across_repeats
 
 LAYERS = (("compute", "compute (forward, backward, optimizer, gradient copies)", "tab:blue"),
           ("exposed", "comm exposed (the step waits for communication)", "tab:red"),
@@ -31,19 +31,22 @@ def run_bar(configuration, runs):
             "overlap": median.get("overlap")}
 
 
-def step_bench_bar(row):
-    """A step-bench/2 row's bar: one measurement, so no spread."""
-    step = row["mean_step_s"]
-    data = row["mean_data_s"]
-    exposed = row["mean_comm_exposed_s"]
-    return {"label": f"{row['configuration']}, {processes(row['world_size'])}",
-            "step": spread([step]),
-            "compute": step - data - exposed,
+def step_bench_bar(entry):
+    """A step-bench/3 summary entry's bar: the medians over its repeats of each repeat's means, and
+    the mean step's min-max over the repeats."""
+    median = entry["median_of_means_s"]
+    step = entry["mean_step_s"]
+    exposed = median["comm_exposed"]
+    repeats = plural(entry["repeats"], "repeat")
+    return {"label": f"{entry['configuration']}, {processes(entry['world_size'])}, {repeats}",
+            "step": {"median": step["median"], "min": step["min"], "max": step["max"],
+                     "n": entry["repeats"]},
+            "compute": step["median"] - median["data"] - exposed,
             "exposed": exposed,
-            "data": data,
-            "busy": row["mean_comm_busy_s"],
-            "hidden": row["mean_comm_hidden_s"],
-            "overlap": row["overlap"]}
+            "data": median["data"],
+            "busy": median["comm_busy"],
+            "hidden": median["comm_hidden"],
+            "overlap": entry["median_overlap"]}
 
 
 def draw_breakdown(axis, bars, title):
@@ -112,19 +115,22 @@ def plot_time_breakdown(groups, model):
                             "Median over repeats of each run's mean per step")
 
 
-def bench_order(row):
-    """Sort key of a step-bench row: world size, then its configuration in the series' order."""
-    configuration = row["configuration"]
+def bench_order(entry):
+    """Sort key of a step-bench summary entry: world size, then its configuration in the series'
+    order."""
+    configuration = entry["configuration"]
     series = configuration if configuration.startswith("ddp") else "manual " + configuration
-    return row["world_size"], series_rank(series)
+    return entry["world_size"], series_rank(series)
 
 
-def plot_step_bench(rows):
-    """benchmarks/step_bench.py's configurations, one panel per model."""
+def plot_step_bench(summary):
+    """benchmarks/step_bench.py's summary: one bar per configuration (the median over its repeats),
+    one panel per model."""
     panels = []
-    for model in sorted({row["model"] for row in rows}):
-        model_rows = sorted((row for row in rows if row["model"] == model), key=bench_order)
-        bars = [step_bench_bar(row) for row in model_rows]
+    for model in sorted({entry["model"] for entry in summary}):
+        entries = sorted((entry for entry in summary if entry["model"] == model), key=bench_order)
+        bars = [step_bench_bar(entry) for entry in entries]
         panels.append((f"{model.upper()}: one training step per configuration", bars))
-    title = "Step benchmark: random data, every configuration interleaved in the same processes"
+    title = ("Step benchmark: random data, every configuration interleaved in the same processes;"
+             " median over repeats of each repeat's mean per step")
     return breakdown_figure(panels, title)

@@ -1,16 +1,13 @@
 """Communication: allreduce.png (latency and bus bandwidth against message size, with the fitted
-α-β model) and bucket-sweep.png (step time against --bucket-mb, with each layout's bucket count)."""
-import functools
+α-β model) and bucket-sweep.png (step time against --bucket-mb, with the buckets each run sent)."""
 from collections import defaultdict
 
 import matplotlib.pyplot as plt
 import numpy as np
 
 from analysis import cost_model
-from analysis.cost_model import FIRST_BUCKET_MB
 from analysis.plot_common import MS, colour, errors, medians, plural, processes, uses_buckets
 from analysis.results_folder import across_repeats
-from runtime.models import build_model
 
 MOST_SIZE_TICKS = 8  # message sizes labelled on the all-reduce axes; more would overlap
 MARKERS = {"gloo": "o", "ring": "s", "shm": "^"}  # each all-reduce implementation's points
@@ -78,29 +75,21 @@ def plot_allreduce(rows):
     return figure
 
 
-@functools.lru_cache(maxsize=None)
-def parameter_bytes(model):
-    """Bytes of each trainable parameter of the model, in registration order: what gets bucketed."""
-    parameters = build_model(model).parameters()
-    return [parameter.numel() * parameter.element_size() for parameter in parameters
-            if parameter.requires_grad]
-
-
-def bucket_count(model, series, bucket_mb):
-    """How many all-reduces one step issues: cost_model's bucket layout of the model's
-    parameters."""
-    if series == "ddp":
-        return len(cost_model.ddp_bucket_sizes(parameter_bytes(model), bucket_mb))
-    return len(cost_model.bucket_sizes(parameter_bytes(model), bucket_mb, FIRST_BUCKET_MB))
+def sent_count(runs):
+    """How many all-reduces a step sent, as the latest of the runs recorded it."""
+    return len(runs[-1]["timing"]["all_reduce_layouts"][-1]["bytes"])
 
 
 def plot_bucket_sweep(groups):
     """Step time against bucket size, per series that buckets its gradients, where several sizes
     were run."""
     lines = defaultdict(dict)  # (model, series, world) -> {bucket MiB: spread of step}
-    for (model, series, world, bucket_mb), runs in groups.items():
+    counts = {}  # (model, series, world, bucket MiB) -> all-reduces per step, as recorded
+    for key, runs in groups.items():
+        model, series, world, bucket_mb = key
         if uses_buckets(series):
             lines[(model, series, world)][bucket_mb] = across_repeats(runs)["step"]
+            counts[key] = sent_count(runs)
     lines = {key: points for key, points in lines.items() if len(points) > 1}
     if not lines:
         return None
@@ -112,13 +101,13 @@ def plot_bucket_sweep(groups):
                       color=colour(series), label=f"{model.upper()}, {series}, {processes(world)}")
         offset = 6 if index % 2 == 0 else -12  # alternate lines' notes above and below
         for size, step in zip(sizes, steps):
-            text = plural(bucket_count(model, series, size), "bucket")
+            text = plural(counts[(model, series, world, size)], "bucket")
             axis.annotate(text, (size, MS * step["median"]), xytext=(5, offset),
                           textcoords="offset points", fontsize=7, color=colour(series))
     ticks = sorted({size for points in lines.values() for size in points})
     axis.set(xscale="log", xlabel="bucket size (MiB, --bucket-mb)",
              ylabel="ms per step (median of repeats; bars: min-max)",
-             title="Step time against gradient bucket size, with each layout's bucket count")
+             title="Step time against gradient bucket size, with the buckets each run sent")
     axis.set_xticks(ticks, [f"{tick:g}" for tick in ticks])
     axis.minorticks_off()
     axis.grid(alpha=0.3, which="both")

@@ -1,5 +1,6 @@
-"""timeline.png: a Gantt chart of a few steps per rank from the --trace files (Chrome traces that
-timing.chrome_trace writes), showing what the communication overlaps."""
+"""timeline.png: a Gantt chart of one typical step per rank from the --trace files (Chrome traces
+that timing.chrome_trace writes), showing what the communication overlaps: the step that §3.3's
+table lists (analysis/traces.typical_step)."""
 import glob
 import json
 import os
@@ -8,19 +9,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from analysis.plot_common import MS
+from analysis.traces import COMMUNICATION_TRACK, COMPUTE_TRACK, complete_events, typical_step
 
-TIMELINE_STEPS = 3  # steps of a trace drawn: enough to see the pattern repeat, few enough to read
 PHASE_COLOURS = {"data": "tab:gray", "forward": "tab:blue", "backward": "tab:green",
                  "sync": "tab:orange", "optimizer": "tab:purple"}
-COMPUTE_TRACK = 0  # the trace's tid of the phases; all-reduces are on tid 1
-COMMUNICATION_TRACK = 1
-
-
-def complete_events(document):
-    """A Chrome trace's complete ("X") events: the spans timing.chrome_trace writes."""
-    return [event for event in document["traceEvents"] if event.get("ph") == "X"]
-
-
 def bucketed_first(path):
     """Sort key of a trace file: bucketed's first (its all-reduces overlap backward), then by
     name."""
@@ -36,7 +28,7 @@ def read_traces(folder):
         name = os.path.basename(path)
         try:
             with open(path) as file:
-                traces[name] = complete_events(json.load(file))
+                traces[name] = complete_events(json.load(file)["traceEvents"])
         except (OSError, ValueError, LookupError, TypeError, AttributeError) as error:
             print(f"note: skipped {name}: not a Chrome trace ({error!r})")
     return {name: events for name, events in traces.items() if events}
@@ -48,10 +40,10 @@ def lane_colour(lane, lanes):
 
 
 def draw_timeline(axis, events, title):
-    """A Gantt chart of a trace's first steps: per rank a compute row and a communication row,
+    """A Gantt chart of a trace's typical step: per rank a compute row and a communication row,
     where each bucket's all-reduce has its own lane (several can be in flight at once)."""
-    steps = sorted({event["args"]["step"] for event in events})[:TIMELINE_STEPS]
-    drawn = [event for event in events if event["args"]["step"] in steps]
+    step = typical_step(events)
+    drawn = [event for event in events if event["args"]["step"] == step]
     origin = min(event["ts"] for event in drawn)
     ranks = sorted({event["pid"] for event in drawn})
     lanes = sorted({event["name"] for event in drawn if event["tid"] == COMMUNICATION_TRACK})
@@ -75,8 +67,8 @@ def draw_timeline(axis, events, title):
     labels = [f"rank {rank} {track}" for rank in ranks for track in ("compute", "communication")]
     axis.set_yticks(range(len(labels)), labels, fontsize=8)
     axis.set_ylim(len(labels) - 0.5, -0.5)
-    axis.set(xlabel=f"ms since the start of step {steps[0]}",
-             title=f"{title}: steps {steps[0]}-{steps[-1]}")
+    axis.set(xlabel=f"ms since the start of step {step}",
+             title=f"{title}: step {step}, the median-length traced step")
     axis.grid(axis="x", alpha=0.3)
     axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
 
@@ -91,6 +83,6 @@ def plot_timeline(traces):
                                 gridspec_kw={"height_ratios": ranks})
     for axis, (name, events) in zip(axes[:, 0], traces.items()):
         draw_timeline(axis, events, name)
-    figure.suptitle("Timeline of a few steps per rank: what the communication overlaps")
+    figure.suptitle("Timeline of a typical step per rank: what the communication overlaps")
     figure.tight_layout()
     return figure

@@ -3,12 +3,13 @@
     python -m analysis.plots [--results-dir results] [--out-dir results/plots]
 
 Reads the folder with results_folder.load_folder (training runs; the benchmarks' allreduce-bench/1
-and step-bench/2) and its trace-*.json timelines; other files are skipped with a note. Writes per
+and step-bench/3) and its trace-*.json timelines; other files are skipped with a note. Writes per
 model time-breakdown-, curves- and scaling-<model>.png, then allreduce.png, step-bench.png,
-bucket-sweep.png and timeline.png; a figure without data is skipped with a note. Each family of
-figures has its module: plot_breakdown.py (time-breakdown, step-bench), plot_learning.py (curves,
-scaling), plot_communication.py (allreduce, bucket-sweep), plot_timeline.py (timeline); what they
-share is in plot_common.py.
+bucket-sweep.png, timeline.png and projection.png; a figure without data is skipped with a
+note. Each family of figures has its module: plot_breakdown.py (time-breakdown, step-bench),
+plot_learning.py (curves, scaling), plot_communication.py (allreduce, bucket-sweep),
+plot_timeline.py (timeline), plot_projection.py (projection); what they share is in
+plot_common.py.
 
 What the numbers mean (timing.py measures them per step on every rank; its docstring is the
 reference):
@@ -25,7 +26,8 @@ A run contributes its means per step over every measured step of every rank
 figures show the median over the repeats, with bars from the fastest to the slowest. A breakdown's
 compute is the median step minus the medians of data and comm exposed, so the layers add up to the
 median step. Runs of bucketed or DDP with a --bucket-mb other than the default appear only in
-bucket-sweep.png.
+bucket-sweep.png. step-bench.png draws step_bench.py's summary the same way: per configuration the
+median over its repeats of each repeat's means, the mean step's min-max as the bars.
 """
 import argparse
 import os
@@ -36,11 +38,12 @@ from analysis.plot_breakdown import plot_step_bench, plot_time_breakdown
 from analysis.plot_common import bucket_variant
 from analysis.plot_communication import plot_allreduce, plot_bucket_sweep
 from analysis.plot_learning import plot_curves, plot_scaling
+from analysis.plot_projection import plot_projection, projection_inputs
 from analysis.plot_timeline import plot_timeline, read_traces
 from analysis.results_folder import load_folder, repeats
 
 ALLREDUCE_SCHEMA = "allreduce-bench/1"
-STEP_BENCH_SCHEMA = "step-bench/2"
+STEP_BENCH_SCHEMA = "step-bench/3"
 PER_MODEL = (("time-breakdown", plot_time_breakdown), ("curves", plot_curves),
              ("scaling", plot_scaling))
 BENCHMARKS = (("allreduce.png", plot_allreduce, ALLREDUCE_SCHEMA),
@@ -90,6 +93,7 @@ def main(argv=None):
         save(plot(rows) if rows else None, out_dir, name, written)
     save(plot_bucket_sweep(groups), out_dir, "bucket-sweep.png", written)
     save(plot_timeline(read_traces(args.results_dir)), out_dir, "timeline.png", written)
+    save(plot_projection(projection_inputs(args.results_dir)), out_dir, "projection.png", written)
     for path in written:
         print(f"plot: {path}")
     return written

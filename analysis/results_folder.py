@@ -9,7 +9,9 @@ import statistics
 from runtime.results import SCHEMA, overlap, validate
 from runtime.timing import FIELDS
 
-BENCHMARK_SCHEMAS = ("allreduce-bench/1", "step-bench/2")  # written by benchmarks/*.py
+# each benchmark's schema -> (the command that writes it, the list of rows its figure draws)
+BENCHMARKS = {"allreduce-bench/1": ("python -m benchmarks.allreduce_bench", "measurements"),
+              "step-bench/3": ("python -m benchmarks.step_bench", "summary")}  # medians of repeats
 
 
 def series_name(run):
@@ -27,11 +29,20 @@ def configuration(run):
     return config["model"], series_name(run), world_size, float(config["bucket_mb"])
 
 
+def older_benchmark(schema):
+    """The current schema of the benchmark that wrote `schema` if `schema` is an older version of
+    it ('step-bench/2' -> 'step-bench/3'), else None."""
+    name = str(schema).split("/")[0]
+    current = [known for known in BENCHMARKS if known.split("/")[0] == name and known != schema]
+    return current[0] if current else None
+
+
 def load_folder(folder, note=print):
-    """Training runs (valid documents of SCHEMA, each with its `path`) and each benchmark's
-    measurements by schema, from the folder's *.json; `note` hears of each file skipped and why."""
+    """Training runs (valid documents of SCHEMA, each with its `path`) and each benchmark's rows
+    by schema (BENCHMARKS: allreduce-bench's measurements, step-bench's summary), from the
+    folder's *.json; `note` hears of each file skipped and why."""
     runs = []
-    benchmarks = {schema: [] for schema in BENCHMARK_SCHEMAS}
+    benchmarks = {schema: [] for schema in BENCHMARKS}
     for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
         name = os.path.basename(path)
         try:
@@ -47,8 +58,14 @@ def load_folder(folder, note=print):
             problems = validate(document)
         else:
             problems = [f"no plot or table for schema {schema!r}"]
-        if schema in benchmarks:
-            benchmarks[schema] += document.get("measurements", [])
+        current = older_benchmark(schema)
+        if schema in BENCHMARKS:
+            _command, rows = BENCHMARKS[schema]
+            benchmarks[schema] += document.get(rows, [])
+        elif current:
+            command, _rows = BENCHMARKS[current]
+            note(f"note: skipped {name}: schema {schema!r} is older than {current}: "
+                 f"run {command} again")
         elif problems:
             note(f"note: skipped {name}: {problems[0]}")
         else:

@@ -5,31 +5,38 @@ Inside one set of gloo processes every rank builds one copy of the model per con
 order, a barrier before every step: all configurations see the same machine conditions.
 Configurations: ddp, ddp-shm (DDP whose buckets are summed through shared memory by its comm
 hook: the transport of --sync shm), ddp-no-sync (DDP whose every backward runs inside `no_sync()`:
-the same processes without communication), and every strategy of manual_allreduce.py. The target
-compares the fastest strategy with DDP, and with DDP on the same transport (shm with ddp-shm).
+the same processes without communication), and every strategy of manual_allreduce.py. The verdict
+sets the fastest strategy against DDP, and against DDP on the same transport (shm: ddp-shm).
 
 Data: random tensors of MNIST's shape (N x 1 x 28 x 28, labels 0-9), a pool of batches made
 once per rank. The step's compute does not depend on the pixel values, and this skips the load.
 
-    python -m benchmarks.step_bench                         # mlp,cnn x world 2,4, 30 steps
+    python -m benchmarks.step_bench              # mlp,cnn x world 2,4, 30 steps, 3 repeats
     python -m benchmarks.step_bench --models mlp --world-sizes 2 --steps 60 --bucket-mb 1
     python -m benchmarks.step_bench --models mlp --world-sizes 2 --steps 2 --warmup 1 \
-        --output /tmp/s.json
+        --repeats 1 --output /tmp/s.json
 
-Every field is timing.py's: comm busy is the union of the step's collective spans, hidden the part
-before compute ended, exposed the part after; DDP, which waits inside backward, has its exposed
-time estimated as training does, from backwards of the same batches timed without
-communication just after each step (runtime/calibration.py). Each step is the trainer's
-(runtime/step.py), on a batch already in memory. overlap = hidden / busy. Means
-pool every rank's measured steps (means add up: data + compute + exposed = step). Writes
-results/step-bench.json.
+Every world size's processes are launched --repeats times (3), interleaved: repeat 1 runs every
+world size in order, repeat 2 in reverse order, and so on, so a slow spell of the machine falls on
+all of them. Each repeat keeps its own means; the summary gives their median and min-max, and each
+repeat's step over that repeat's DDP step. The verdict: with 3 repeats or more, the best
+hand-written strategy is faster than DDP only if its slowest repeat beats DDP's fastest, slower if
+its fastest is slower than DDP's slowest, else indistinguishable; with fewer, nothing is declared.
+
+Every field is timing.py's, measured alike in every configuration, DDP's included: comm busy is the
+union of the step's collective spans, hidden the part before compute ended (the last gradient's
+accumulation), exposed the part after. Each step is the trainer's (runtime/step.py), on a batch
+already in memory. overlap = hidden / busy. Means pool every rank's measured steps (means add up:
+data + compute + exposed = step). Writes results/step-bench.json.
 """
 import argparse
 import os
 import platform
 import sys
+import textwrap
 import time
 from datetime import timedelta
+from statistics import median
 
 import torch
 import torch.distributed as dist
@@ -44,8 +51,11 @@ from runtime.step import Precision, TrainingStep
 from runtime.timing import FIELDS, StepTimer, summarize_ranks
 from runtime.wrappers import DEFAULT_BUCKET_MB, SyncOptions, wrap_model
 
-SCHEMA = "step-bench/2"
-TARGET = "the best hand-written strategy's step time is at most 1.0x DDP's"
+SCHEMA = "step-bench/3"
+MIN_REPEATS = 3  # fewer repeats give no range worth the name: no verdict
+VERDICT_RULE = ("faster than DDP only if the strategy's slowest repeat beats DDP's fastest, slower "
+                "if its fastest is slower than DDP's slowest, else indistinguishable; "
+                f"nothing with fewer than {MIN_REPEATS} repeats")
 BATCH_POOL = 8  # distinct random batches per rank, cycled
 # name -> (--mode, --comm-hook) of the DDP configurations, run before the strategies
 DDP_CONFIGURATIONS = {"ddp": ("ddp", "none"), "ddp-shm": ("ddp", "shm"),
@@ -76,6 +86,8 @@ def parse_args(argv=None):
         help="hand-written strategies to run")
     add("--steps", type=int, default=30, help="measured steps per configuration")
     add("--warmup", type=int, default=5, help="steps per configuration left out of the statistics")
+    add("--repeats", type=int, default=MIN_REPEATS,
+        help="launches of every world size, interleaved")
     add("--batch-size", type=int, default=64, help="per rank")
     add("--bucket-mb", type=float, default=DEFAULT_BUCKET_MB,
         help="bucket size of DDP and of the bucketed strategy")
@@ -87,12 +99,14 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.steps < 1 or args.warmup < 0 or min(args.world_sizes) < 2:
         parser.error("--steps must be >= 1, --warmup >= 0, every world size >= 2")
+    if args.repeats < 1:
+        parser.error(f"--repeats must be >= 1, got {args.repeats}")
     return args
 
 
 class Configuration:
     """One wrapped model copy with its optimizer, its own timer (so its own comm recorder), and
-    the trainer's step and calibration."""
+    the trainer's step."""
 
     def __init__(self, name, model_name, args):
         torch.manual_seed(args.seed)  # every copy starts from the same weights (as rank 0's)
@@ -176,69 +190,165 @@ def measurements(statistics, model_name, parameters, world):
     return rows
 
 
-def target_report(rows):
-    """Per (world size, model): the fastest hand-written strategy, whether it is within 1.0x DDP,
-    and within 1.0x DDP summing through the same transport (shm: DDP with the shm comm hook)."""
+def world_size_orders(world_sizes, repeats):
+    """Each repeat's order of the world sizes: forward, backward, forward...; a slow spell of the
+    machine then falls on every world size, not on the last one launched."""
+    return [list(world_sizes) if repeat % 2 == 0 else world_sizes[::-1]
+            for repeat in range(repeats)]
+
+
+def run_repeats(args):
+    """Launch every world size `args.repeats` times, interleaved. Returns the rows, each with its
+    repeat (1, 2, ...), and the threads per rank by world size; None if a rank failed."""
+    rows = []
+    threads = {}
+    for repeat, order in enumerate(world_size_orders(args.world_sizes, args.repeats), start=1):
+        print(f"repeat {repeat} of {args.repeats}:", flush=True)
+        parts = run_world_sizes(bench_rank, argparse.Namespace(**{**vars(args),
+                                                                   "world_sizes": order}))
+        if parts is None:
+            return None
+        for world, part in parts.items():
+            rows += [{"repeat": repeat, **row} for row in part["rows"]]
+            threads[str(world)] = part["threads_per_rank"]
+    # by world size, then repeat; within a launch, the models and configurations in run order
+    rows.sort(key=lambda row: (row["world_size"], row["repeat"]))
+    return rows, threads
+
+
+def spread(values):
+    """One quantity over the repeats: each repeat's value, their median, min and max."""
+    return {"per_repeat": values, "median": median(values),
+            "min": min(values), "max": max(values)}
+
+
+def median_or_none(values):
+    """The median, or None if any value is None (an overlap without communication)."""
+    return None if None in values else median(values)
+
+
+def summarize(rows):
+    """Per (world size, model, configuration), over the repeats: the median of every mean, and the
+    spread of the mean step and of the step ratio to DDP (each repeat's ratio to its own DDP)."""
+    groups = {}
+    for row in rows:
+        groups.setdefault((row["world_size"], row["model"], row["configuration"]), []).append(row)
+    summary = []
+    for (world, model, name), repeats in groups.items():
+        summary.append({
+            "world_size": world, "model": model, "configuration": name, "repeats": len(repeats),
+            "median_of_means_s": {field: median(row[f"mean_{field}_s"]
+                                                           for row in repeats)
+                                  for field in FIELDS},
+            "median_overlap": median_or_none([row["overlap"] for row in repeats]),
+            "mean_step_s": spread([row["mean_step_s"] for row in repeats]),
+            "step_ratio_to_ddp": spread([row["step_ratio_to_ddp"] for row in repeats])})
+    return summary
+
+
+def compare_with_ddp(strategy_steps, ddp_steps, ddp_name="DDP"):
+    """The verdict on a strategy's mean step per repeat against DDP's: faster or slower only where
+    the two ranges do not overlap, and nothing at all from fewer than MIN_REPEATS repeats."""
+    repeats = min(len(strategy_steps), len(ddp_steps))
+    if repeats < MIN_REPEATS:
+        return f"not enough repeats: {repeats} < {MIN_REPEATS}"
+    if max(strategy_steps) < min(ddp_steps):
+        return f"faster than {ddp_name}"
+    if min(strategy_steps) > max(ddp_steps):
+        return f"slower than {ddp_name}"
+    return "indistinguishable"
+
+
+def against(strategy, ddp):
+    """A strategy's summary against one DDP configuration's: the step ratio within each repeat,
+    never across repeats, and the verdict."""
+    mine = strategy["mean_step_s"]["per_repeat"]
+    theirs = ddp["mean_step_s"]["per_repeat"]
+    ratios = [step / ddp_step for step, ddp_step in zip(mine, theirs)]
+    name = ddp["configuration"]
+    return {"ddp": name, "step_ratio": spread(ratios),
+            "verdict": compare_with_ddp(mine, theirs, "DDP" if name == "ddp" else name)}
+
+
+def verdicts(summary):
+    """Per (world size, model): the hand-written strategy of the smallest median step ratio to DDP,
+    against DDP and against DDP on its own transport (shm: ddp-shm; the others: ddp)."""
     report = []
-    for world, model in sorted({(row["world_size"], row["model"]) for row in rows}):
-        mine = {row["configuration"]: row for row in rows
-                if (row["world_size"], row["model"]) == (world, model)}
-        manual = [row for name, row in mine.items() if name in STRATEGY_NAMES]
-        best = min(manual, key=lambda row: row["step_ratio_to_ddp"])
-        same = SAME_TRANSPORT_DDP.get(best["configuration"], "ddp")
-        to_same = best["mean_step_s"] / mine[same]["mean_step_s"] if same in mine else None
-        report.append({"world_size": world, "model": model, "best_strategy": best["configuration"],
-                       "step_ratio_to_ddp": best["step_ratio_to_ddp"],
-                       "holds": best["step_ratio_to_ddp"] <= 1.0,
-                       "same_transport_ddp": same, "step_ratio_to_same_transport_ddp": to_same,
-                       "holds_same_transport": to_same is not None and to_same <= 1.0})
+    for world, model in sorted({(entry["world_size"], entry["model"]) for entry in summary}):
+        mine = {entry["configuration"]: entry for entry in summary
+                if (entry["world_size"], entry["model"]) == (world, model)}
+        manual = [name for name in mine if name in STRATEGY_NAMES]
+        best = min(manual, key=lambda name: mine[name]["step_ratio_to_ddp"]["median"])
+        same = SAME_TRANSPORT_DDP.get(best, "ddp")
+        report.append({"world_size": world, "model": model, "best_strategy": best,
+                       "repeats": mine[best]["repeats"],
+                       "against_ddp": against(mine[best], mine["ddp"]),
+                       "against_same_transport_ddp": against(mine[best], mine[same])})
     return report
 
 
-def print_table(rows, target):
-    """The rows as a table of mean milliseconds, then the target's verdicts."""
-    columns = ("step", "compute", "comm_busy", "comm_hidden", "comm_exposed")
-    print(f"\n{'world':>5} {'model':>5} {'configuration':>13} "
-          + " ".join(f"{column:>12}" for column in columns) + f" {'overlap':>8} {'x ddp':>6}")
-    for row in rows:
-        overlap = "" if row["overlap"] is None else f"{row['overlap']:.2f}"
-        print(f"{row['world_size']:>5} {row['model']:>5} {row['configuration']:>13} "
-              + " ".join(f"{row[f'mean_{column}_s'] * 1e3:>12.2f}" for column in columns)
-              + f" {overlap:>8} {row['step_ratio_to_ddp']:>6.2f}")
-    print("(mean ms per step; overlap = hidden / busy; "
-          "ddp's exposed is estimated from a no-communication backward)")
-    print(f"\ntarget: {TARGET}")
-    for verdict in target:
-        holds = "holds" if verdict["holds"] else "does not hold"
-        same = verdict["step_ratio_to_same_transport_ddp"]
-        print(f"  world {verdict['world_size']} {verdict['model']}: {holds} "
-              f"(best {verdict['best_strategy']}, {verdict['step_ratio_to_ddp']:.2f}x ddp"
-              + ("" if same is None else f", {same:.2f}x {verdict['same_transport_ddp']}") + ")")
+def range_text(values, scale=1.0, digits=2):
+    """'7.17 (7.01-7.40)': the median and min-max of a spread, scaled."""
+    median, low, high = (values[key] * scale for key in ("median", "min", "max"))
+    return f"{median:.{digits}f} ({low:.{digits}f}-{high:.{digits}f})"
+
+
+def print_table(summary, report):
+    """The summary as a table of median milliseconds with the step's and ratio's spreads, then
+    the verdicts."""
+    columns = ("compute", "comm_busy", "comm_hidden", "comm_exposed")
+    print(f"\n{'world':>5} {'model':>5} {'configuration':>13} {'step (min-max)':>21} "
+          + " ".join(f"{column:>12}" for column in columns)
+          + f" {'overlap':>8} {'x ddp (min-max)':>17}")
+    for entry in summary:
+        medians = entry["median_of_means_s"]
+        overlap = "" if entry["median_overlap"] is None else f"{entry['median_overlap']:.2f}"
+        print(f"{entry['world_size']:>5} {entry['model']:>5} {entry['configuration']:>13} "
+              f"{range_text(entry['mean_step_s'], scale=1e3):>21} "
+              + " ".join(f"{medians[column] * 1e3:>12.2f}" for column in columns)
+              + f" {overlap:>8} {range_text(entry['step_ratio_to_ddp']):>17}")
+    repeats = max(entry["repeats"] for entry in summary)
+    print(f"(ms per step: median over {repeats} repeats of each repeat's mean, min-max beside the "
+          "step;\n overlap = hidden / busy; x ddp: each repeat's step over that repeat's ddp step)")
+    print("\n" + textwrap.fill(f"verdict: {VERDICT_RULE}", width=100))
+    print("(the step ratio to each DDP: median (min-max) over the repeats)")
+    for verdict in report:
+        # one comparison when the same transport's DDP is ddp itself
+        said = [f"vs {side['ddp']} {range_text(side['step_ratio'])}: {side['verdict']}"
+                for side in (verdict["against_ddp"], verdict["against_same_transport_ddp"])]
+        print(f"  world {verdict['world_size']} {verdict['model']}: best "
+              f"{verdict['best_strategy']}, " + "; ".join(dict.fromkeys(said)))
+
+
+def machine():
+    """What the results depend on besides the options."""
+    return {"torch": torch.__version__, "python": platform.python_version(),
+            "platform": platform.platform(), "cores": os.cpu_count(),
+            "cores_available": len(os.sched_getaffinity(0)), "backend": "gloo",
+            "data": "random tensors of MNIST shape",
+            "load_average_1min_at_start": os.getloadavg()[0]}
 
 
 def main(argv=None):
-    """Run every world size, write the results file, print the table; 1 if a rank failed."""
+    """Run every world size, repeated, write the results file, print the table; 1 if a rank
+    failed."""
     args = parse_args(argv)
-    environment = {"torch": torch.__version__, "python": platform.python_version(),
-                   "platform": platform.platform(), "cores": os.cpu_count(),
-                   "cores_available": len(os.sched_getaffinity(0)), "backend": "gloo",
-                   "data": "random tensors of MNIST shape",
-                   "load_average_1min_at_start": os.getloadavg()[0]}
-    parts = run_world_sizes(bench_rank, args)
-    if parts is None:
+    environment = machine()
+    measured = run_repeats(args)
+    if measured is None:
         return 1
-    rows = [row for part in parts.values() for row in part["rows"]]
-    threads = {str(world): part["threads_per_rank"] for world, part in parts.items()}
-    target = target_report(rows)
+    rows, threads = measured
     environment["threads_per_rank"] = threads
-    config = vars(args)
+    summary = summarize(rows)
+    report = verdicts(summary)
     created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     write_json_atomic(args.output, {"schema": SCHEMA, "created": created,
-                                    "environment": environment, "config": config,
-                                    "measurements": rows,
-                                    "target": {"statement": TARGET,
-                                               "per_world_size_and_model": target}})
-    print_table(rows, target)
+                                    "environment": environment, "config": vars(args),
+                                    "measurements": rows, "summary": summary,
+                                    "verdict": {"rule": VERDICT_RULE,
+                                                "minimum_repeats": MIN_REPEATS,
+                                                "per_world_size_and_model": report}})
+    print_table(summary, report)
     print(f"\nresults: {args.output}")
     return 0
 

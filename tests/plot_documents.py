@@ -10,7 +10,7 @@ import copy
 import functools
 import json
 
-from analysis import cost_model, plot_communication, results_folder
+from analysis import cost_model, results_folder
 from analysis.plot_common import bucket_variant
 from analysis.plot_timeline import complete_events, plot_timeline
 from runtime.results import SCHEMA, overlap
@@ -84,27 +84,15 @@ def trace():
     return made("make_trace")
 
 
-def make_layouts():
-    """{model: plot_communication.parameter_bytes(model)}: the models' layouts. Run in a child."""
-    return {model: plot_communication.parameter_bytes(model) for model in ("mlp", "cnn")}
-
-
-def layouts_of_the_code(monkeypatch):
-    """The models' layouts, made in a child; the bucket sweep's counts are drawn from them for the
-    rest of the test."""
-    layouts = made("make_layouts")
-    monkeypatch.setattr(plot_communication, "parameter_bytes", layouts.__getitem__)
-    return layouts
-
-
 def make_training_run(model="mlp", mode="manual", sync="flat", world=2, bucket_mb=25.0,
-                      throughput=1000.0, repeat=1, **step):
+                      throughput=1000.0, repeat=1, sent=(1024,), **step):
     """A results document (schema 2) with every field results.validate asks for; single processes
     communicate nothing, so all their communication fields are 0."""
     from runtime.timing import summarize_ranks
 
     if world == 1 or mode == "ddp-no-sync":
         step.update(hidden=0.0, exposed=0.0, busy=0.0)
+        sent = ()
     record = step_record(**step)
     return {
         "schema": SCHEMA,
@@ -119,7 +107,8 @@ def make_training_run(model="mlp", mode="manual", sync="flat", world=2, bucket_m
                         "parameters": 567434},
         "epochs": [epoch_record(epoch, world, throughput) for epoch in (1, 2)],
         "test": {"loss": 0.4, "accuracy": 0.9},
-        "timing": summarize_ranks([[record] * 3 for _ in range(world)]),
+        "timing": {**summarize_ranks([[record] * 3 for _ in range(world)]),
+                   "all_reduce_layouts": [{"from_step": 0, "bytes": list(sent)}] if sent else []},
         "throughput_samples_per_s": throughput,
     }
 
@@ -134,11 +123,15 @@ def make_strategy_runs():
     return runs
 
 
+# all-reduces per step the bucket runs record sending, per mode and bucket size
+BUCKETS_SENT = {"manual": {0.25: 4, 1.0: 2, 4.0: 2}, "ddp": {0.25: 2, 1.0: 1, 4.0: 1}}
+
+
 def make_bucket_runs():
     """Two repeats each of bucketed and DDP at three bucket sizes; exposed time grows with the
     size."""
     return [make_training_run(mode=mode, sync="bucketed", world=4, bucket_mb=size, repeat=repeat,
-                              exposed=size / 100)
+                              exposed=size / 100, sent=[1024] * BUCKETS_SENT[mode][size])
             for mode in ("manual", "ddp") for size in (0.25, 1.0, 4.0) for repeat in (1, 2)]
 
 
@@ -159,31 +152,56 @@ def allreduce_bench():
 
 
 def step_bench():
-    """Three configurations of benchmarks/step_bench.py's step-bench/2 output (mean seconds per
-    step)."""
+    """make_step_bench(), made in a child."""
+    return made("make_step_bench")
+
+
+def make_step_bench():
+    """benchmarks/step_bench.py's step-bench/3 output for three configurations at 2 processes, the
+    repeats' compute differing as REPEATS says (so each step has a spread); its summary and verdict
+    are step_bench.py's own, from these rows. Run in a child: step_bench.py is task code."""
+    from benchmarks import step_bench
+
     rows = []
-    for configuration, hidden, exposed in (("flat", 0, 0.004), ("ddp", 0.003, 0.001),
-                                           ("ddp-no-sync", 0, 0)):
-        record = step_record(hidden=hidden, exposed=exposed)
-        row = {"world_size": 2, "model": "mlp", "configuration": configuration, "steps": 30,
-               "overlap": overlap(hidden, record["comm_busy"]), "step_ratio_to_ddp": 1.0}
-        row.update({f"mean_{field}_s": value for field, value in record.items()})
-        rows.append(row)
-    return {"schema": "step-bench/2", "measurements": rows}
+    for repeat, (_scale, extra) in enumerate(REPEATS, start=1):
+        records = {configuration: step_record(compute=0.007 + extra, hidden=hidden,
+                                              exposed=exposed)
+                   for configuration, hidden, exposed in (("flat", 0, 0.004),
+                                                          ("ddp", 0.003, 0.001),
+                                                          ("ddp-no-sync", 0, 0))}
+        for configuration, record in records.items():
+            row = {"repeat": repeat, "world_size": 2, "model": "mlp", "parameters": 567434,
+                   "configuration": configuration, "steps": 30, "p95_step_s": record["step"],
+                   "overlap": overlap(record["comm_hidden"], record["comm_busy"]),
+                   "step_ratio_to_ddp": record["step"] / records["ddp"]["step"]}
+            row.update({f"mean_{field}_s": value for field, value in record.items()})
+            rows.append(row)
+    summary = step_bench.summarize(rows)
+    verdict = {"rule": step_bench.VERDICT_RULE, "minimum_repeats": step_bench.MIN_REPEATS,
+               "per_world_size_and_model": step_bench.verdicts(summary)}
+    return {"schema": step_bench.SCHEMA, "config": {"repeats": len(REPEATS)},
+            "measurements": rows, "summary": summary, "verdict": verdict}
+
+
+# how much longer than the pattern each traced step runs: step 2 is the median-length one
+STEP_STRETCHES = (3.0, 1.0, 2.0, 2.5)
 
 
 def make_trace():
-    """Two ranks, four steps each: backward from 2 to 6 ms of every step, bucket 0's all-reduce
-    from 4 to 7 ms (overlapping backward), bucket 1's from 6 to 8 ms, the optimizer after."""
+    """Two ranks, four steps each, each step the same pattern stretched by STEP_STRETCHES: backward
+    from 2 to 6 ms, bucket 0's all-reduce from 4 to 7 ms (overlapping backward), bucket 1's from 6
+    to 8 ms, the optimizer after, to 9 ms."""
     from runtime.timing import chrome_trace
 
     phases = (("data", 0, 0.001), ("forward", 0.001, 0.002), ("backward", 0.002, 0.006),
               ("sync", 0.006, 0.008), ("optimizer", 0.008, 0.009),
               ("all-reduce bucket 0", 0.004, 0.007), ("all-reduce bucket 1", 0.006, 0.008))
     spans = []
-    for step in range(4):
-        start = 0.01 * step
-        spans += [(step, name, start + begin, start + end) for name, begin, end in phases]
+    start = 0.0
+    for step, stretch in enumerate(STEP_STRETCHES):
+        spans += [(step, name, start + stretch * begin, start + stretch * end)
+                  for name, begin, end in phases]
+        start += stretch * 0.009
     return chrome_trace([(0.0, spans), (-0.0005, spans)])  # rank 1's clock: half a ms later
 
 
@@ -207,4 +225,4 @@ def write_folder(folder, documents):
 
 def timeline():
     """timeline.png's figure of the synthetic trace."""
-    return plot_timeline({"trace-bucketed-w2.json": complete_events(trace())})
+    return plot_timeline({"trace-bucketed-w2.json": complete_events(trace()["traceEvents"])})

@@ -3,15 +3,16 @@ documents.
 
 Each runs as a user would, in a subprocess with real gloo processes, in the folder of the code
 under test (tests/harness.py SANDBOX). No timing is asserted: figures from two iterations on a
-shared machine say nothing; their arithmetic does. The option parsing is checked in this process:
-it runs none of the code under test.
+shared machine say nothing; their arithmetic does. The option parsing and the step benchmark's
+verdict, on hand-made numbers, are checked in this process: they run none of the code under test.
 """
 import json
 
 import pytest
 
-from benchmarks import allreduce_bench
+from benchmarks import allreduce_bench, step_bench
 from runtime.options import STRATEGY_NAMES
+from runtime.timing import FIELDS
 from tests.grading.sandbox import run_python
 
 ALLREDUCE = "benchmarks.allreduce_bench"
@@ -69,20 +70,23 @@ def test_allreduce_benchmark_writes_verified_measurements_with_nccl_tests_bandwi
         assert verdict == {"sizes_checked": 0, "worst_ratio": None, "holds": False}
 
 
-def test_step_benchmark_times_every_configuration_against_ddp(tmp_path):
+def test_step_benchmark_times_every_configuration_against_ddp_in_each_repeat(tmp_path):
     output = tmp_path / "step.json"
     printed = run(STEP, "--models", "mlp", "--world-sizes", "2", "--steps", "2", "--warmup", "1",
-                  "--batch-size", "16", "--output", str(output))
-    assert "target:" in printed
+                  "--batch-size", "16", "--repeats", "2", "--output", str(output))
+    assert "verdict" in printed
     document = json.loads(output.read_text())
-    assert document["schema"] == "step-bench/2"
+    assert document["schema"] == "step-bench/3"
     assert document["environment"]["data"] == "random tensors of MNIST shape"
-    rows = {row["configuration"]: row for row in document["measurements"]}
-    assert set(rows) == {"ddp", "ddp-shm", "ddp-no-sync", *STRATEGY_NAMES}
-    ddp_step = rows["ddp"]["mean_step_s"]
+    configurations = {"ddp", "ddp-shm", "ddp-no-sync", *STRATEGY_NAMES}
+    rows = {(row["repeat"], row["configuration"]): row for row in document["measurements"]}
+    # every configuration once in each repeat
+    assert set(rows) == {(repeat, name) for repeat in (1, 2) for name in configurations}
     for row in rows.values():
         assert row["world_size"] == 2 and row["model"] == "mlp"
         assert row["steps"] == 2 * 2  # steps x ranks
+        # the ratio is to the DDP step of the same repeat
+        ddp_step = rows[row["repeat"], "ddp"]["mean_step_s"]
         assert row["step_ratio_to_ddp"] == pytest.approx(row["mean_step_s"] / ddp_step)
         # means add up, and communication busy time never exceeds the step
         parts = row["mean_data_s"] + row["mean_compute_s"] + row["mean_comm_exposed_s"]
@@ -91,14 +95,72 @@ def test_step_benchmark_times_every_configuration_against_ddp(tmp_path):
         if row["overlap"] is not None:
             hidden_share = row["mean_comm_hidden_s"] / row["mean_comm_busy_s"]
             assert row["overlap"] == pytest.approx(hidden_share)
-    no_sync = rows["ddp-no-sync"]
-    assert no_sync["mean_comm_busy_s"] == 0 and no_sync["overlap"] is None
-    # launched after backward: nothing to hide behind
-    assert rows["flat"]["mean_comm_hidden_s"] == 0
-    verdict, = document["target"]["per_world_size_and_model"]
+    for repeat in (1, 2):
+        no_sync = rows[repeat, "ddp-no-sync"]
+        assert no_sync["mean_comm_busy_s"] == 0 and no_sync["overlap"] is None
+        # launched after backward: nothing to hide behind
+        assert rows[repeat, "flat"]["mean_comm_hidden_s"] == 0
+    # the summary's spreads are those of the repeats' rows
+    for entry in document["summary"]:
+        steps = [rows[repeat, entry["configuration"]]["mean_step_s"] for repeat in (1, 2)]
+        assert entry["repeats"] == 2 and entry["mean_step_s"]["per_repeat"] == steps
+        assert (entry["mean_step_s"]["min"], entry["mean_step_s"]["max"]) == (min(steps),
+                                                                             max(steps))
+        assert entry["mean_step_s"]["median"] == pytest.approx(sum(steps) / 2)
+    verdict, = document["verdict"]["per_world_size_and_model"]
     assert verdict["best_strategy"] in STRATEGY_NAMES
     # the best strategy is also set against DDP on its own transport (shm: the shm comm hook)
     same = "ddp-shm" if verdict["best_strategy"] == "shm" else "ddp"
-    assert verdict["same_transport_ddp"] == same
-    assert verdict["step_ratio_to_same_transport_ddp"] == pytest.approx(
-        rows[verdict["best_strategy"]]["mean_step_s"] / rows[same]["mean_step_s"])
+    assert verdict["against_same_transport_ddp"]["ddp"] == same
+    ratios = [rows[repeat, verdict["best_strategy"]]["mean_step_s"]
+              / rows[repeat, same]["mean_step_s"] for repeat in (1, 2)]
+    assert verdict["against_same_transport_ddp"]["step_ratio"]["per_repeat"] == \
+        pytest.approx(ratios)
+    # two repeats declare nothing
+    for side in ("against_ddp", "against_same_transport_ddp"):
+        assert verdict[side]["verdict"] == "not enough repeats: 2 < 3"
+
+
+def test_step_benchmark_refuses_fewer_than_one_repeat(capsys):
+    with pytest.raises(SystemExit):
+        step_bench.parse_args(["--repeats", "0"])
+    assert "--repeats must be >= 1" in capsys.readouterr().err
+
+
+def test_each_repeat_launches_the_world_sizes_in_the_reverse_order_of_the_one_before():
+    assert step_bench.world_size_orders([2, 3, 4], 3) == [[2, 3, 4], [4, 3, 2], [2, 3, 4]]
+
+
+def test_a_step_verdict_needs_three_repeats_and_ranges_that_do_not_overlap():
+    compare = step_bench.compare_with_ddp
+    ddp = [10.0, 11.0, 12.0]
+    # every repeat of the strategy below DDP's fastest, or above DDP's slowest
+    assert compare([7.0, 8.0, 9.5], ddp) == "faster than DDP"
+    assert compare([12.5, 13.0, 14.0], ddp) == "slower than DDP"
+    # a median far below DDP's, but one slow repeat inside DDP's range
+    assert compare([7.0, 7.5, 10.5], ddp) == "indistinguishable"
+    # touching ranges: the strategy's slowest repeat does not beat DDP's fastest
+    assert compare([8.0, 9.0, 10.0], ddp) == "indistinguishable"
+    # separated, but only two repeats
+    assert compare([1.0, 2.0], [10.0, 11.0]) == "not enough repeats: 2 < 3"
+    # against DDP on the same transport, the verdict names it
+    assert compare([7.0, 8.0, 9.5], ddp, "ddp-shm") == "faster than ddp-shm"
+
+
+def test_step_ratios_are_taken_within_a_repeat_never_across_repeats():
+    # repeat 2 ran in a slow spell: every configuration twice as slow
+    steps = {"ddp": [10.0, 20.0, 10.5], "ddp-shm": [9.0, 18.0, 9.5], "shm": [8.0, 16.0, 8.5],
+             "flat": [9.0, 18.0, 9.0]}
+    rows = [{"repeat": repeat + 1, "world_size": 2, "model": "mlp", "configuration": name,
+             **{f"mean_{field}_s": per_repeat[repeat] for field in FIELDS},
+             "overlap": None, "step_ratio_to_ddp": per_repeat[repeat] / steps["ddp"][repeat]}
+            for repeat in range(3) for name, per_repeat in steps.items()]
+    summary = step_bench.summarize(rows)
+    verdict, = step_bench.verdicts(summary)
+    assert verdict["best_strategy"] == "shm"
+    # shm at 0.8x DDP in every repeat, yet the ranges overlap: no claim
+    assert verdict["against_ddp"]["step_ratio"]["per_repeat"] == pytest.approx([0.8, 0.8, 0.8095],
+                                                                               rel=1e-3)
+    assert verdict["against_ddp"]["verdict"] == "indistinguishable"
+    assert verdict["against_same_transport_ddp"]["ddp"] == "ddp-shm"
+    assert verdict["against_same_transport_ddp"]["step_ratio"]["median"] == pytest.approx(8 / 9)

@@ -1,8 +1,9 @@
 """The cost model's derivations give numbers a reader can work out by hand: the ring's message steps
 and bytes per rank, the bytes of each bucket at a cap, and the world size from which a step's
 all-reduce outlasts its compute (Task 11). The rest of the model, built on them, recovers what it is
-given: the α-β fit, the overlap with backward, halving-doubling; and the published figures carry
-their sources.
+given: the α-β fit and its bootstrap interval, the overlap with backward as a traced backward makes
+each bucket ready, the best bucket size with one flat all-reduce among the candidates,
+halving-doubling, DDP's buckets taken as sent; and the published figures carry their sources.
 
 analysis/cost_model.py holds the derivations, so it runs only in a child process with the code
 under test (tests/harness.py run_alone): `cost_model_gives` sends it the calls and gets plain
@@ -16,6 +17,7 @@ import pytest
 
 from analysis import published
 from analysis.cost_model import FIRST_BUCKET_MB as COST_MODEL_FIRST_BUCKET_MB
+from analysis.traces import gradient_readiness
 from manual_allreduce import FIRST_BUCKET_MB
 from tests.harness import run_alone
 
@@ -196,20 +198,169 @@ def test_the_fit_never_returns_a_negative_latency_or_bandwidth():
 
 def test_overlap_hides_all_but_what_is_left_after_backward():
     alone, hidden, late, flat, flat_time = cost_model_gives(
-        call("exposed_after_backward", 1.0, [100], [0.3]),
-        call("exposed_after_backward", 1.0, [50, 50], [0.3, 0.3]),
-        call("exposed_after_backward", 1.0, [50, 50], [0.8, 0.3]),
-        call("project_step", 0.01, 0.005, [10**6] * 4, 16, 25e-6, 1e-9),
+        call("exposed_after_backward", 1.0, [1.0], [0.3]),
+        call("exposed_after_backward", 1.0, [0.5, 1.0], [0.3, 0.3]),
+        call("exposed_after_backward", 1.0, [0.5, 1.0], [0.8, 0.3]),
+        call("project_step", 0.01, 0.005, [10**6] * 4, [0.25, 0.5, 0.75, 1.0], 16, 25e-6, 1e-9),
         call("allreduce_time", 4 * 10**6, 16, 25e-6, 1e-9))
-    # One bucket: nothing overlaps. Two equal buckets, the first ready halfway through backward:
-    # the first hides.
+    # One bucket, ready as backward ends: nothing overlaps. Two buckets, the first ready halfway
+    # through backward: the first hides.
     assert alone == pytest.approx(0.3)
     assert hidden == pytest.approx(0.3)
-    # the first runs past backward
+    # the first runs past backward's end, and the second waits for it
     assert late == pytest.approx(0.6)
     # one flat all-reduce after backward: all of it is exposed
     assert flat["exposed_s"] == pytest.approx(flat_time)
     assert flat["efficiency"] == pytest.approx(0.01 / (0.01 + flat["exposed_s"]))
+
+
+def backward_trace(instants, steps=(5, 6, 7)):
+    """A Chrome trace as `mlp_ddp.py --trace` writes one: per step a backward span of 1 ms and an
+    instant as each gradient is accumulated, at its share of backward (`instants`:
+    {parameter: share})."""
+    events = []
+    for step in steps:
+        start = step * 10_000.0  # microseconds
+        events.append({"ph": "X", "name": "backward", "pid": 0, "tid": 0, "ts": start,
+                       "dur": 1000.0, "args": {"step": step}})
+        events += [{"ph": "i", "s": "t", "name": f"gradient {name}", "pid": 0, "tid": 0,
+                    "ts": start + 1000.0 * share, "args": {"step": step}}
+                   for name, share in instants.items()]
+    return events
+
+
+# A CNN-like model in registration order: two convolutions, then a large fully connected layer
+# and a small one. Backward reaches the large layer early and spends most of its time in the
+# convolutions, whose gradients are small.
+CNN_LIKE = {"conv1.weight": (1152, 0.99), "conv2.weight": (73_728, 0.85),
+            "fc1.weight": (4_718_592, 0.15), "fc2.weight": (5_120, 0.02)}
+
+
+def test_a_bucket_is_ready_when_its_last_gradient_is_as_the_trace_measured_it():
+    readiness = gradient_readiness(backward_trace(
+        {name: share for name, (_, share) in CNN_LIKE.items()}))
+    param_bytes = [nbytes for nbytes, _ in CNN_LIKE.values()]
+    shares = [readiness[name] for name in CNN_LIKE]
+    order, buckets, steady = cost_model_gives(
+        call("backward_order", param_bytes, shares),
+        call("bucket_ready_shares", [5_120 + 4_718_592, 73_728 + 1152],
+             list(zip(param_bytes[::-1], shares[::-1]))),
+        call("bucket_ready_shares", [5_120 + 4_718_592, 73_728 + 1152],
+             [(5_120 + 4_718_592, 0.98), (73_728 + 1152, 1.0)]))
+    # the trace gives each gradient's share, and backward produces them last layer first
+    assert shares == pytest.approx([0.99, 0.85, 0.15, 0.02])
+    assert [nbytes for nbytes, _ in order] == param_bytes[::-1]
+    # fc1 with fc2 is ready when fc1 is, at 15 % of backward, though it holds 98 % of the bytes:
+    # a steady byte rate would have it ready at 98 %
+    assert buckets == pytest.approx([0.15, 0.99])
+    assert steady == pytest.approx([0.98, 1.0])
+
+
+def test_measured_readiness_lets_the_large_bucket_hide_behind_the_convolutions_backward():
+    param_bytes = [nbytes for nbytes, _ in CNN_LIKE.values()]
+    measured = [share for _, share in CNN_LIKE.values()]
+    # a steady byte rate: each gradient ready when the bytes before it and its own are produced
+    produced = np.cumsum(param_bytes[::-1]) / sum(param_bytes)
+    steady = list(produced[::-1])
+    # 4 MiB buckets: fc2 alone (the first bucket's 1 MiB cap), fc1 alone, the convolutions
+    compute, backward, world, alpha, beta = 0.1, 0.05, 2, 100e-6, 8e-9
+    with_trace, at_steady_rate, flat = cost_model_gives(
+        call("project_step", compute, backward, param_bytes, measured, world, alpha, beta, 4),
+        call("project_step", compute, backward, param_bytes, steady, world, alpha, beta, 4),
+        call("project_step", compute, backward, param_bytes, measured, world, alpha, beta))
+    fc1_seconds = 2 * alpha + 4_718_592 * beta  # n = 2: 2 steps, each rank sends the buffer
+    convolutions_seconds = 2 * alpha + (73_728 + 1152) * beta
+    # fc1's all-reduce starts at 15 % of backward and is done before backward ends; only the
+    # convolutions' bucket, ready at 99 %, is exposed
+    assert with_trace["exposed_s"] == pytest.approx(convolutions_seconds - 0.01 * backward)
+    # at a steady byte rate fc1 is ready at 98 % and almost all of its all-reduce is exposed
+    assert at_steady_rate["exposed_s"] > fc1_seconds
+    assert with_trace["exposed_s"] < flat["exposed_s"] / 10
+
+
+def test_best_bucket_picks_one_flat_all_reduce_where_it_beats_every_bucket_size():
+    # Every gradient is ready at the very end of backward, so buckets hide nothing, and each
+    # extra all-reduce pays 2(n-1) alpha: one flat all-reduce is the best "bucket".
+    param_bytes = [MiB] * 4
+    late = [0.97, 0.98, 0.99, 1.0]
+    compute, backward, world, alpha, beta = 0.01, 0.005, 64, 25e-6, 0.32e-9
+    best, flat, *buckets = cost_model_gives(
+        call("best_bucket", compute, backward, param_bytes, late, world, alpha, beta),
+        call("project_step", compute, backward, param_bytes, late, world, alpha, beta),
+        *[call("project_step", compute, backward, param_bytes, late, world, alpha, beta, size)
+          for size in (0.25, 1, 4, 25)])
+    bucket_mb, projection = best
+    assert bucket_mb is None and projection == flat
+    # every bucket size is slower than flat: the first bucket's 1 MiB cap makes two all-reduces
+    # at least
+    assert all(bucketed["step_s"] > flat["step_s"] for bucketed in buckets)
+
+
+def test_best_bucket_picks_buckets_where_overlap_pays_for_their_latency():
+    # The same gradients ready evenly through backward, with a long backward and little latency:
+    # the earlier buckets hide, and the best size beats flat.
+    param_bytes = [MiB] * 4
+    even = [1.0, 0.75, 0.5, 0.25]
+    best, flat = cost_model_gives(
+        call("best_bucket", 0.2, 0.1, param_bytes, even, 8, 5e-6, 8e-9),
+        call("project_step", 0.2, 0.1, param_bytes, even, 8, 5e-6, 8e-9))
+    bucket_mb, projection = best
+    assert bucket_mb is not None and projection["step_s"] < flat["step_s"]
+
+
+def ddp_without_its_layout():
+    """messages_per_step('ddp') without the layout DDP sent: the error's message. Run in a
+    child."""
+    from analysis import cost_model
+
+    try:
+        cost_model.messages_per_step("ddp", MLP_LAYOUT)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def test_ddps_messages_are_the_buckets_it_was_seen_to_send_never_a_rule():
+    sent = [662_056, 1_607_680]
+    messages, = cost_model_gives(call("messages_per_step", "ddp", MLP_LAYOUT, 0.25,
+                                      ddp_layout=sent))
+    assert messages == sent
+    # without the recorded layout there is no answer
+    assert "layout" in run_alone(ddp_without_its_layout)
+
+
+def test_the_bootstrap_interval_is_a_point_for_exact_data_and_holds_the_truth_under_noise():
+    exact = synthetic_points(25e-6, 0.8e-9, noise=0.0)
+    noisy = synthetic_points(25e-6, 0.8e-9, noise=0.05, seed=1)
+    exact_fits, noisy_fits = cost_model_gives(call("bootstrap_fits", *exact, draws=200),
+                                              call("bootstrap_fits", *noisy, draws=200))
+    # exact points: every resample fits the same alpha and beta
+    alphas, betas = zip(*exact_fits)
+    assert len(exact_fits) == 200
+    assert alphas == pytest.approx([25e-6] * 200, rel=1e-6)
+    assert betas == pytest.approx([0.8e-9] * 200, rel=1e-6)
+    # 5 % noise: the 95 % intervals hold the true values and are not points
+    alpha_interval, beta_interval = cost_model_gives(
+        call("interval", [alpha for alpha, _ in noisy_fits]),
+        call("interval", [beta for _, beta in noisy_fits]))
+    assert alpha_interval[0] < 25e-6 < alpha_interval[1]
+    assert beta_interval[0] < 0.8e-9 < beta_interval[1]
+
+
+def test_a_small_message_out_of_line_widens_the_alpha_interval():
+    # One world size, the medians of eight sizes exactly on the model; then the 256 KiB point
+    # four times slower than the 1 MiB one, as a noisy machine measured it.
+    worlds = np.full(8, 2)
+    sizes = 4096 * 4.0 ** np.arange(8)
+    times = 2 * 200e-6 + sizes * 1.2e-9
+    outlier = times.copy()
+    outlier[3] = 2 * outlier[4]
+    clean_fits, outlier_fits = cost_model_gives(call("bootstrap_fits", worlds, sizes, times),
+                                                call("bootstrap_fits", worlds, sizes, outlier))
+    clean, wide = cost_model_gives(call("interval", [alpha for alpha, _ in clean_fits]),
+                                   call("interval", [alpha for alpha, _ in outlier_fits]))
+    assert clean[1] - clean[0] == pytest.approx(0, abs=1e-12)
+    assert wide[1] - wide[0] > 20e-6
 
 
 @pytest.mark.parametrize("world, steps", [(2, 2), (4, 4), (5, 6), (256, 16)])

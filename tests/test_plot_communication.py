@@ -18,11 +18,12 @@ def test_timeline_has_a_compute_and_a_communication_row_per_rank_and_shows_the_o
     backward = [bar for bar in bars["backward"] if bar.get_y() < 0.5]  # rank 0's compute row
     # rank 0's communication row
     bucket = [bar for bar in bars["all-reduce bucket 0"] if 0.5 < bar.get_y() < 1.5]
-    # the first three of four steps, in ms from the first event: backward 2-6, 12-16, 22-26;
-    # bucket 0 4-7, ...
-    assert [bar.get_x() for bar in backward] == pytest.approx([2, 12, 22])
-    assert [bar.get_x() for bar in bucket] == pytest.approx([4, 14, 24])
-    assert [bar.get_width() for bar in bucket] == pytest.approx([3, 3, 3])
+    # only the typical step, the median-length one (step 2: twice the pattern), in ms from its
+    # start: backward 4-12, bucket 0 8-14
+    assert [bar.get_x() for bar in backward] == pytest.approx([4])
+    assert [bar.get_x() for bar in bucket] == pytest.approx([8])
+    assert [bar.get_width() for bar in bucket] == pytest.approx([6])
+    assert "step 2" in axis.get_title()
     # each bucket's all-reduce starts while backward is still running
     for all_reduce, compute in zip(bucket, backward):
         assert compute.get_x() < all_reduce.get_x() < compute.get_x() + compute.get_width()
@@ -62,35 +63,28 @@ def test_allreduce_model_line_passes_through_data_generated_from_alpha_and_beta(
 def bucket_sweep_figure():
     """What the test reads of bucket-sweep.png, and the cost model's bucket counts of the MLP's
     layout. Run in a child: the models and the cost model are the code under test."""
-    from analysis import cost_model, results_folder
-    from analysis.cost_model import FIRST_BUCKET_MB
-    from analysis.plot_communication import parameter_bytes, plot_bucket_sweep
+    from analysis import results_folder
+    from analysis.plot_communication import plot_bucket_sweep
     from tests.plot_documents import make_bucket_runs, make_strategy_runs
 
     runs = make_bucket_runs() + make_strategy_runs()
     axis = plot_bucket_sweep(results_folder.repeats(runs)).axes[0]
     lines = containers(axis)
     manual, _, _ = lines["MLP, manual bucketed, 4 processes"].lines
-    layout = parameter_bytes("mlp")
-    # DDP's line also has the strategy runs' default 25 MiB
-    counts = [len(cost_model.ddp_bucket_sizes(layout, size)) for size in (0.25, 1.0, 4.0, 25.0)]
-    counts += [len(cost_model.bucket_sizes(layout, size, FIRST_BUCKET_MB))
-               for size in (0.25, 1.0, 4.0)]
     return {"lines": sorted(lines), "x": [float(x) for x in manual.get_xdata()],
             "y": [float(y) for y in manual.get_ydata()],
-            "texts": [text.get_text() for text in axis.texts], "counts": counts,
+            "texts": [text.get_text() for text in axis.texts],
             "xscale": axis.get_xscale(), "xlabel": axis.get_xlabel()}
 
 
-def test_bucket_sweep_annotates_each_point_with_the_cost_model_bucket_count():
+def test_bucket_sweep_annotates_each_point_with_the_buckets_its_runs_recorded_sending():
     figure = run_alone(bucket_sweep_figure)
     # one line per bucketing series; the flat runs and the single process have no bucket size
     assert figure["lines"] == ["MLP, ddp, 4 processes", "MLP, manual bucketed, 4 processes"]
     assert figure["x"] == [0.25, 1.0, 4.0]
     # the other phases + exposed
     assert figure["y"] == pytest.approx([8 + 2.5, 8 + 10, 8 + 40])
-    counts = figure["counts"]
-    assert figure["texts"] == [f"{count} buckets" for count in counts]
-    # worked by hand from the MLP's layers and the 1 MiB first buckets
-    assert counts == [3, 2, 2, 2, 4, 2, 2]
+    # each point says how many all-reduces its runs recorded sending (DDP's line first)
+    assert figure["texts"] == ["2 buckets", "1 bucket", "1 bucket", "1 bucket", "4 buckets",
+                               "2 buckets", "2 buckets"]
     assert figure["xscale"] == "log" and "MiB" in figure["xlabel"]

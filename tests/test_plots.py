@@ -14,7 +14,7 @@ import pytest
 from analysis import plots
 from analysis.plot_breakdown import plot_step_bench, plot_time_breakdown
 from analysis.plot_common import bucket_variant
-from analysis.results_folder import clearly_less, per_step, repeats, spread
+from analysis.results_folder import clearly_less, load_folder, per_step, repeats, spread
 from runtime.options import DEFAULT_BUCKET_MB
 from runtime.results import SCHEMA, validate
 from runtime.timing import FIELDS
@@ -86,6 +86,16 @@ def test_other_schemas_broken_files_and_missing_data_are_notes_not_errors(tmp_pa
         assert expected in output
 
 
+def test_a_step_bench_file_of_an_older_schema_is_skipped_with_the_command_to_rerun(tmp_path):
+    (tmp_path / "step-bench.json").write_text(json.dumps({"schema": "step-bench/2",
+                                                          "measurements": []}))
+    notes = []
+    _runs, benchmarks = load_folder(str(tmp_path), note=notes.append)
+    # nothing to draw from it, and the note says how to write it again
+    assert benchmarks["step-bench/3"] == []
+    assert notes == ["note: skipped step-bench.json: schema 'step-bench/2' is older than "
+                     "step-bench/3: run python -m benchmarks.step_bench again"]
+
 def cost_model_axes():
     """(the bucket sweep's axis labels, the all-reduce latency's y label). Run in a child: both
     figures rest on the cost model."""
@@ -99,7 +109,7 @@ def cost_model_axes():
 
 def test_every_step_time_axis_is_in_milliseconds():
     figures = [plot_time_breakdown(grouped(strategy_runs()), "mlp"),
-               plot_step_bench(step_bench()["measurements"]),
+               plot_step_bench(step_bench()["summary"]),
                timeline()]
     labels = [figure.axes[0].get_xlabel() + figure.axes[0].get_ylabel() for figure in figures]
     sweep_labels, latency_label = run_alone(cost_model_axes)

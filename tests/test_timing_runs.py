@@ -55,7 +55,8 @@ def test_busy_hidden_and_exposed_keep_their_invariants_for_every_strategy_and_dd
     # each one's means.
     output = tmp_path / "step.json"
     command = ["-m", "benchmarks.step_bench", "--models", "mlp", "--world-sizes", "2,4",
-               "--steps", "3", "--warmup", "1", "--batch-size", "16", "--output", output]
+               "--steps", "3", "--warmup", "1", "--batch-size", "16", "--repeats", "1",
+               "--output", output]
     done = run_python(command, timeout=300)
     assert done.returncode == 0, done.stderr
     rows = json.loads(output.read_text())["measurements"]

@@ -1,0 +1,194 @@
+"""projection.png: the α-β model's projected efficiency against ranks (2 to 1024) for each link, per
+model, with the training runs that measured efficiency drawn on it.
+
+Lines: the best of one flat all-reduce and every bucket size (cost_model.best_bucket) with the
+ring (solid) and halving-doubling (dashed), from this machine's single-process compute and
+backward, each gradient ready as results/backward-<model>.json traced it. The two fitted links
+(loopback at 2 ranks; the emulated 1 Gbit/s network at 2 nodes) carry a band: the central 95 % of
+the projections over the bootstrap resamples of their fit. Points: efficiency measured as compute
+/ (compute + exposed communication) of each run (filled, median over repeats, bars from min to
+max) and the model's at that run's own compute, layout and link fit (hollow): the emulated
+network's runs (results/slurm/link-1gbit/, 2 nodes × 1 and × 2), and this machine's sweep at 2
+ranks, the only world size where each rank has a core of its own.
+"""
+import os
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from analysis import cost_model, ddp_layouts, results_folder, scaling_inputs
+from analysis.plot_common import errors, medians
+
+MODELS = ("mlp", "cnn")
+BAND_DRAWS = 200  # bootstrap resamples behind each band: enough for a 95 % band to settle
+LINK_COLOURS = {"loopback": "tab:gray", "1g": "tab:purple", "10g": "tab:blue",
+                "25g": "tab:green", "100g": "tab:red"}
+SERIES_MARKERS = {"manual flat": "o", "manual bucketed": "s", "ddp": "^"}
+SERIES_SHIFT = {"manual flat": 0.87, "manual bucketed": 1.0, "ddp": 1.15}  # apart on a log axis
+EMULATED = os.path.join("slurm", "link-1gbit")
+EMULATED_FITS = {2: ("allreduce-1gbit.json", 2), 4: ("allreduce-1gbit-2pn.json", 4)}
+
+
+def fitted_link(path, world, label):
+    """A fitted link: {label, alpha, beta, draws}, or None without the benchmark."""
+    points = scaling_inputs.gloo_points(path, world)
+    if points is None:
+        return None
+    fit = cost_model.fit_alpha_beta(*points)
+    return {"label": label, "alpha": fit.alpha, "beta": fit.beta,
+            "draws": cost_model.bootstrap_fits(*points, draws=BAND_DRAWS)}
+
+
+def links(results_dir):
+    """{link: {label, alpha, beta, draws}}: the fitted links found, then the assumed ones."""
+    found = {"loopback": fitted_link(os.path.join(results_dir, "allreduce-bench.json"), 2,
+                                     "this machine's loopback (fit, 2 ranks)"),
+             "1g": fitted_link(os.path.join(results_dir, "emulated", "allreduce-1gbit.json"), 2,
+                               "1 Gbit/s emulated (fit, 2 nodes)")}
+    found = {link: fitted for link, fitted in found.items() if fitted}
+    for gbit in cost_model.CLUSTER_LINKS_GBIT:
+        found[f"{gbit}g"] = {"label": f"{gbit} Gbit/s, α {cost_model.CLUSTER_ALPHA_S * 1e6:g} µs",
+                             "alpha": cost_model.CLUSTER_ALPHA_S,
+                             "beta": cost_model.link_beta(gbit), "draws": None}
+    return found
+
+
+def single_process(grouped, model):
+    """(compute, backward) medians over the repeats of the model's single process, or None."""
+    runs = grouped.get((model, "single", 1, 25.0))
+    if not runs:
+        return None
+    spreads = results_folder.across_repeats(runs)
+    return spreads["compute"]["median"], spreads["backward"]["median"]
+
+
+def efficiency(model, link, world, alpha, beta, algorithm="ring"):
+    """The best projected efficiency of `model` (projection_inputs' entry) at `world` ranks."""
+    _, projection = cost_model.best_bucket(model["compute"], model["backward"], model["sizes"],
+                                           model["shares"], world, alpha, beta,
+                                           algorithm=algorithm)
+    return projection["efficiency"]
+
+
+def measured_points(folder, model, sizes, shares, fits, ddp_sent, worlds):
+    """[{series, world, measured (spread of efficiency), modelled}] of the runs in `folder` at
+    `worlds` ranks, each modelled with its own compute, layout and the fit of its world size."""
+    points = []
+    grouped = scaling_inputs.grouped_runs(folder)
+    gradients = cost_model.backward_order(sizes, shares)
+    for (run_model, series, world, _bucket_mb), runs in grouped.items():
+        if run_model != model or series not in SERIES_MARKERS or world not in worlds:
+            continue
+        if world not in fits:
+            continue
+        layout = scaling_inputs.run_layout(runs[0], sizes, ddp_sent)
+        spreads = results_folder.across_repeats(runs)
+        measured = results_folder.spread([
+            step["compute"] / (step["compute"] + step["comm_exposed"])
+            for step in map(results_folder.per_step, runs)])
+        compute, backward = spreads["compute"]["median"], spreads["backward"]["median"]
+        alpha, beta = fits[world]
+        modelled = None
+        if layout:
+            modelled = cost_model.project_layout(compute, backward, layout, gradients, world,
+                                                 alpha, beta, series != "manual flat")
+        points.append({"series": series, "world": world, "measured": measured,
+                       "modelled": modelled["efficiency"] if modelled else None})
+    return points
+
+
+def projection_inputs(results_dir):
+    """What the figure draws, from the results folder: {"links": links(), "models": {model:
+    {sizes, shares, compute, backward, points: {link: measured_points}}}}; a model without its
+    single process or its backward trace is left out."""
+    runs, _ = results_folder.load_folder(results_dir, note=lambda note: None)
+    grouped = results_folder.repeats(runs)
+    found = links(results_dir)
+    sent = ddp_layouts.ddp_layouts(results_dir)
+    models = {}
+    for model in MODELS:
+        readiness = scaling_inputs.readiness(results_dir, model)
+        single = single_process(grouped, model)
+        if readiness is None or single is None:
+            continue
+        sizes = [nbytes for _, nbytes in scaling_inputs.parameters(model)]
+        shares = list(readiness.values())
+        points = {}
+        if "loopback" in found:
+            loopback = {2: (found["loopback"]["alpha"], found["loopback"]["beta"])}
+            points["loopback"] = measured_points(results_dir, model, sizes, shares, loopback,
+                                                 sent.get(model, {}), (2,))
+        emulated = {}
+        for world, (name, fit_world) in EMULATED_FITS.items():
+            path = os.path.join(results_dir, "emulated", name)
+            fitted = scaling_inputs.gloo_points(path, fit_world)
+            if fitted:
+                fit = cost_model.fit_alpha_beta(*fitted)
+                emulated[world] = (fit.alpha, fit.beta)
+        points["1g"] = measured_points(os.path.join(results_dir, EMULATED), model, sizes,
+                                       shares, emulated, sent.get(model, {}), (2, 4))
+        models[model] = {"sizes": sizes, "shares": shares, "compute": single[0],
+                         "backward": single[1], "points": points}
+    return {"links": found, "models": models}
+
+
+def draw_link(axis, model, link, fitted):
+    """One link's projected efficiency with the ring and halving-doubling, and its band."""
+    worlds = np.array(cost_model.FIGURE_WORLD_SIZES)
+    style = {"color": LINK_COLOURS[link]}
+    for algorithm, line in (("ring", "-"), ("halving-doubling", "--")):
+        values = [efficiency(model, link, world, fitted["alpha"], fitted["beta"], algorithm)
+                  for world in worlds]
+        axis.plot(worlds, 100 * np.array(values), linestyle=line, linewidth=1.4 if
+                  algorithm == "ring" else 0.9, label=fitted["label"] if algorithm == "ring"
+                  else None, gid=f"{link} {algorithm}", **style)
+    if fitted["draws"]:
+        bands = [cost_model.interval([efficiency(model, link, world, alpha, beta)
+                                      for alpha, beta in fitted["draws"]]) for world in worlds]
+        low, high = zip(*bands)
+        axis.fill_between(worlds, 100 * np.array(low), 100 * np.array(high), alpha=0.15,
+                          linewidth=0, gid=f"{link} band", **style)
+
+
+def draw_points(axis, link, points):
+    """Measured efficiency (filled, with bars over repeats) and the model's at each run (hollow)."""
+    for point in points:
+        x = point["world"] * SERIES_SHIFT[point["series"]]
+        marker = SERIES_MARKERS[point["series"]]
+        spread = point["measured"]
+        axis.errorbar([x], medians([spread], 100), yerr=errors([spread], 100), fmt=marker,
+                      color=LINK_COLOURS[link], markersize=6, capsize=2,
+                      gid=f"measured {link} {point['series']} {point['world']}")
+        if point["modelled"] is not None:
+            axis.plot([x], [100 * point["modelled"]], marker, markerfacecolor="none",
+                      color=LINK_COLOURS[link], markersize=9,
+                      gid=f"modelled {link} {point['series']} {point['world']}")
+
+
+def plot_projection(inputs):
+    """The figure, one panel per model; None without a model to draw."""
+    if not inputs["models"]:
+        return None
+    figure, axes = plt.subplots(1, len(inputs["models"]), figsize=(6 * len(inputs["models"]), 4.8),
+                                sharey=True, squeeze=False)
+    for axis, (name, model) in zip(axes[0], inputs["models"].items()):
+        for link, fitted in inputs["links"].items():
+            draw_link(axis, model, link, fitted)
+            draw_points(axis, link, model["points"].get(link, []))
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(cost_model.FIGURE_WORLD_SIZES, map(str, cost_model.FIGURE_WORLD_SIZES))
+        axis.set_xlim(1.6, 1300)
+        axis.set_ylim(0, 102)
+        axis.set_title(f"{name.upper()}: projected efficiency "
+                       "(solid ring, dashed halving-doubling)", fontsize=9)
+        axis.set_xlabel("ranks")
+        axis.grid(True, which="major", alpha=0.3)
+    axes[0][0].set_ylabel("efficiency: compute / (compute + exposed comm), %")
+    axes[0][-1].fill_between([], [], [], color="tab:gray", alpha=0.15,
+                             label="95 % of the fit's bootstrap resamples")
+    for series, marker in SERIES_MARKERS.items():
+        axes[0][-1].plot([], [], marker, color="black", label=f"{series}: measured (filled), "
+                                                              "model at its compute (hollow)")
+    axes[0][-1].legend(fontsize=7, loc="lower left")
+    figure.tight_layout()
+    return figure
