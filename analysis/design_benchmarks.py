@@ -4,7 +4,7 @@ repeats, and the best hand-written strategy's verdict against DDP (§6.3)."""
 import os
 
 from analysis.design_numbers import load, repo_relative, table
-from analysis.design_performance import register_run_spreads, sentence, slug
+from analysis.design_performance import register_run_spreads, slug
 from analysis.results_folder import spread
 from runtime.options import DEFAULT_BUCKET_MB
 
@@ -34,8 +34,8 @@ def mlp_bucketing_runs(grouped):
 
 
 def best_size_takeaway(numbers, series, sizes):
-    """The bucket size of the smallest median step for `series`, and what may be said of it
-    against the default."""
+    """What may be said of `series`' bucket sizes: the size of the smallest median step, and which
+    sizes it beats beyond both spreads (none: no size is told apart from another)."""
     name = f"bucket.{slug(series)}"
     medians = {size: numbers.value(f"{name}.{size:g}.step.median") for size in sizes}
     best = min((size for size in sizes if medians[size] is not None), key=medians.get,
@@ -45,12 +45,13 @@ def best_size_takeaway(numbers, series, sizes):
                 inputs=[f"{name}.{size:g}.step.median" for size in sizes])
     if best is None:
         return ""
-    if best == DEFAULT_BUCKET_MB:
-        return f"{series}: the default {DEFAULT_BUCKET_MB:g} MiB has the smallest median"
-    verdict = numbers.verdict(f"{name}.best_vs_default", f"{name}.{best:g}.step",
-                              f"{name}.{DEFAULT_BUCKET_MB:g}.step")
-    return sentence(f"{series} at {best:g} MiB", f"{series} at {DEFAULT_BUCKET_MB:g} MiB",
-                    verdict)
+    beaten = [size for size in sizes if size != best and medians[size] is not None
+              and numbers.verdict(f"{name}.{best:g}-vs-{size:g}", f"{name}.{best:g}.step",
+                                  f"{name}.{size:g}.step") == "faster"]
+    if not beaten:
+        return f"{slug(series)}: no size is told apart from another"
+    return (f"{slug(series)}: {best:g} MiB is faster than "
+            + ", ".join(f"{size:g}" for size in beaten) + " MiB")
 
 
 def bucket_sweep_section(numbers, grouped):

@@ -23,7 +23,7 @@ TIME_TO_ACCURACY_COLUMNS = ["model", "run", "reached", "time to target", "sample
 
 
 def one_machine_section(numbers, results_dir):
-    """The context of §4.7: its numbers and the time-to-accuracy table."""
+    """The context of §4.5: its numbers and the time-to-accuracy table."""
     shm_allreduce(numbers, os.path.join(results_dir, "allreduce-bench.json"))
     rows = one_machine_sweep(numbers, os.path.join(results_dir, "one-machine"))
     numbers.derived("drift.single_mlp", ratio, ["one_machine.mlp.single.w1.throughput.median",
@@ -93,16 +93,14 @@ def same_transport(numbers):
         for world in (2, 4):
             name = f"stepbench.{model}.w{world}"
             if numbers.value(f"{name}.best") is not None:
-                parts.append(f"the {model.upper()} at {world} ranks, "
+                parts.append(f"{model.upper()} at {world} ranks, "
                              f"`{numbers.text(name + '.best')}` at "
-                             f"{numbers.text(name + '.vs_same.claim')} "
-                             f"(against `{numbers.text(name + '.vs_same.ddp')}`)")
+                             f"{numbers.text(name + '.vs_same.claim')}")
     if not parts:
         return "*The step benchmark (`python -m benchmarks.step_bench`) is not measured.*"
-    return ("**The same transport** (`results/step-bench.json`: every configuration trained in "
-            "the same processes, step by step, in interleaved repeats; the best hand-written "
-            "strategy's step over DDP's on the same transport, median (min–max) over the "
-            "repeats, ratios within a repeat): " + "; ".join(parts) + ".")
+    return ("**The same transport** (`results/step-bench.json`: all configurations in the same "
+            "processes, step by step; the best hand-written strategy's step over DDP's on its "
+            "transport, within each repeat): " + "; ".join(parts) + ".")
 
 
 def time_to_accuracy_table(numbers, path):

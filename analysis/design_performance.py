@@ -22,8 +22,8 @@ STEP_FIELDS = {"step": "ms", "data": "ms", "compute": "ms", "backward": "ms", "c
 PAIRS = (("manual flat", "manual per-param"), ("manual bucketed", "manual flat"),
          ("manual ring", "manual flat"), ("ddp", "manual bucketed"))
 REFERENCE = "manual flat"  # what every other strategy is compared with: one all-reduce, no overlap
-SWEEP_COLUMNS = ["configuration", "step", "compute", "exposed comm", "busy comm", "overlap"]
-SCALING_COLUMNS = ["configuration", "throughput", "efficiency", "straggler", "step against flat"]
+SWEEP_COLUMNS = ["configuration", "step", "exposed comm", "overlap", "efficiency",
+                 "step against flat"]
 BASELINE_COLUMNS = ["ranks", "compute, no communication", "× one process's compute",
                     "ceiling", "flat's share of it"]
 
@@ -133,20 +133,16 @@ def sweep_section(numbers, grouped, worlds):
                                  "throughput_samples_per_s", "percent", scale=1 / world,
                                  formula="throughput / (ranks x one process's throughput)")
         rows = [row(numbers, model, "single", 1)]
-        scaling = [scaling_row(numbers, model, "single", 1)]
         for world in worlds:
             rows += [row(numbers, model, series, world) for series in SERIES if series != "single"]
-            scaling += [scaling_row(numbers, model, series, world)
-                        for series in SERIES if series != "single"]
-            pairs += [pair_row(numbers, model, world, first, second) for first, second in PAIRS]
+        pairs += [pair_row(numbers, model, top, first, second) for first, second in PAIRS]
         tables[f"table.sweep.{model}"] = table(SWEEP_COLUMNS, rows)
-        tables[f"table.scaling.{model}"] = table(SCALING_COLUMNS, scaling)
         tables[f"table.baseline.{model}"] = baseline_table(numbers, model, worlds, grouped)
         summary(numbers, model, top)
         register_aliases(numbers, model, top)
     tables["table.pairs"] = table(["model", "ranks", "first", "second", "verdict"], pairs)
     lessons = [overlap_lesson(numbers, model, top) for model in ("mlp", "cnn")]
-    tables["text.overlap_lesson"] = "; ".join(lessons)
+    tables["text.overlap_lesson"] = "; it ".join(lessons)
     counted = [name for name in numbers.entries
                if name.startswith("sweep.") and name.endswith(".step.n")]
     numbers.derived("sweep.fewest_repeats", smallest, counted, "count",
@@ -155,26 +151,21 @@ def sweep_section(numbers, grouped, worlds):
 
 
 def row(numbers, model, series, world):
-    """A configuration's row of the sweep table: where its step went."""
+    """A configuration's row of the sweep table: its step, exposed communication and overlap,
+    its efficiency and its verdict against flat at the same world size (compute, busy time,
+    throughput and the straggler are in numbers.json and the figures)."""
     name = key(model, series, world)
-    cells = [numbers.spread_text(f"{name}.{field}") for field in ("step", "compute")]
+    cells = [numbers.spread_text(f"{name}.step")]
     if series in QUIET:
-        return [label(series, world)] + cells + ["—"] * 3
-    return [label(series, world)] + cells + [numbers.spread_text(f"{name}.{field}")
-                                             for field in ("comm_exposed", "comm_busy", "overlap")]
-
-
-def scaling_row(numbers, model, series, world):
-    """A configuration's row of the scaling table: throughput, efficiency, straggler and its
-    verdict against flat at the same world size."""
-    name = key(model, series, world)
+        cells += ["—", "—"]
+    else:
+        cells += [numbers.spread_text(f"{name}.{field}") for field in ("comm_exposed", "overlap")]
     against = "—"
     if series in COMMUNICATING and series != REFERENCE:
         against = numbers.verdict(f"verdict.{model}.w{world}.{slug(series)}", f"{name}.step",
                                   key(model, REFERENCE, world) + ".step") or "not measured"
     efficiency = "—" if world == 1 else numbers.spread_text(f"{name}.efficiency")
-    return [label(series, world), numbers.spread_text(f"{name}.throughput"), efficiency,
-            numbers.spread_text(f"{name}.straggler"), against]
+    return [label(series, world)] + cells + [efficiency, against]
 
 
 def pair_row(numbers, model, world, first, second):
@@ -196,12 +187,9 @@ def overlap_lesson(numbers, model, world):
     verdict = numbers.value(f"verdict.{model}.w{world}.bucketed-vs-flat")
     step = {"faster": "shorter than", "slower": "longer than"}.get(verdict,
                                                                    "indistinguishable from")
-    return (f"for the {model.upper()} it hides {numbers.text(bucketed + '.overlap.median')} "
-            f"of its communication behind backward, its compute is "
-            f"{numbers.text(bucketed + '.compute.median')} against flat's "
-            f"{numbers.text(flat + '.compute.median')}, its busy time "
-            f"{numbers.text(bucketed + '.comm_busy.median')} against "
-            f"{numbers.text(flat + '.comm_busy.median')}, and its step is {step} flat's")
+    return (f"hides {numbers.text(bucketed + '.overlap.median')} of the {model.upper()}'s "
+            f"communication, but is busy {numbers.text(bucketed + '.comm_busy.median')} against "
+            f"flat's {numbers.text(flat + '.comm_busy.median')}: its step is {step} flat's")
 
 
 def is_or_are(names):

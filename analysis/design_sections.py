@@ -109,7 +109,18 @@ def strategy_row(numbers, model, strategy, sizes, worlds, first_bucket_mb, ddp):
     return cells + [ISSUED[strategy]]
 
 
-def layout_row(numbers, model, sizes, bucket_mb, first_bucket_mb, results_dir):
+def register_ddp_layouts(numbers, sent, results_dir):
+    """'buckets.<model>.ddp.<MiB>' and its '.count' for every layout in results/ddp-buckets.json:
+    what DDP's hook saw, after its rebuild."""
+    for model, per_cap in sent.items():
+        for bucket_mb in per_cap:
+            name = f"buckets.{model}.ddp.{bucket_mb:g}"
+            source = ddp_layouts.field_of(model, bucket_mb, results_dir)
+            numbers.measured(name, *source.split("#"), "bytes-list")
+            numbers.derived(f"{name}.count", len, [name], "count", "the buckets DDP sent")
+
+
+def layout_row(numbers, model, sizes, bucket_mb, first_bucket_mb):
     """One --bucket-mb's row of §3.2's bucket layouts: bucketed's (cost_model, the lesson's rule)
     and torch DDP's (what its comm hook saw: results/ddp-buckets.json)."""
     name = f"buckets.{model}.bucketed.{bucket_mb:g}"
@@ -118,10 +129,6 @@ def layout_row(numbers, model, sizes, bucket_mb, first_bucket_mb, results_dir):
     layout = cost_model.bucket_sizes(sizes, bucket_mb, first_bucket_mb)
     numbers.add(name, layout, "bytes-list", kind="model", formula=formula)
     numbers.add(f"{name}.count", len(layout), "count", kind="model", formula=formula)
-    name = f"buckets.{model}.ddp.{bucket_mb:g}"
-    source = ddp_layouts.field_of(model, bucket_mb, results_dir)
-    numbers.measured(name, *source.split("#"), "bytes-list")
-    numbers.derived(f"{name}.count", len, [name], "count", "the buckets DDP sent")
     return [f"{bucket_mb:g} MiB", numbers.text(f"buckets.{model}.bucketed.{bucket_mb:g}"),
             numbers.text(f"buckets.{model}.ddp.{bucket_mb:g}")]
 
@@ -136,13 +143,14 @@ def communication_section(numbers, layouts, worlds, bucket_mbs, first_bucket_mb,
                          "python -m benchmarks.ddp_buckets")
     numbers.measured("ddp.torch", os.path.join(results_dir, ddp_layouts.FILE), "environment.torch",
                      "name")
+    register_ddp_layouts(numbers, sent, results_dir)
     for model, sizes in layouts.items():
         # shm sends nothing over a network (memory copies and two barriers per call): its cost
         # is in the all-reduce benchmark, not in this table of message steps and bytes sent
         rows = [strategy_row(numbers, model, strategy, sizes, worlds, first_bucket_mb,
                              sent[model])
                 for strategy in (*STRATEGY_NAMES, "ddp") if strategy in ISSUED]
-        layout_rows = [layout_row(numbers, model, sizes, bucket_mb, first_bucket_mb, results_dir)
+        layout_rows = [layout_row(numbers, model, sizes, bucket_mb, first_bucket_mb)
                        for bucket_mb in bucket_mbs]
         columns = [heading for world in worlds for heading in
                    (f"message steps, n = {world}", f"bytes sent per rank, n = {world}")]

@@ -1,6 +1,6 @@
 """A small, complete results folder for the design-document tests, written by the tests: every
 configuration of the sweep repeated, the bucket sweep, both benchmarks and a trace; the emulated
-network's all-reduce and SLURM runs (§5.7) and the one-machine sweep (§4.7).
+network's all-reduce and SLURM runs (§5.7) and the one-machine sweep (§4.5).
 
 The files are written, and the document built, in a child process with the code under test
 (tests/harness.py run_alone): the benchmark's times come from the cost model and the build reads
@@ -325,7 +325,7 @@ def emulated_results(folder):
 
 
 def one_machine_results(folder):
-    """§4.7's sweep: one process, and ddp, flat and shm at 2 and 4 ranks, repeated."""
+    """§4.5's sweep: one process, and ddp, flat and shm at 2 and 4 ranks, repeated."""
     seed = 2000
     for repeat in range(1, REPEATS + 1):
         for series, world in [("single", 1)] + [(series, world) for world in (2, 4)
