@@ -6,7 +6,7 @@ same runs' busy and exposed communication.
 Inputs (analysis/make_emulated_results.sh writes them): results/emulated/allreduce-<rate>.json
 (one rank per node) and allreduce-<rate>-2pn.json (two ranks per node), link-ceiling.json,
 ring-receive-first-<rate>.json, and the training runs in results/slurm/link-<rate>/ and
-link-<rate>-bucket-4mb/, in this results schema or the one before (scaling_inputs.training_runs).
+link-<rate>-bucket-4mb/.
 Without them every number reads "not measured".
 """
 import functools
@@ -68,14 +68,12 @@ def emulated_section(numbers, results_dir, layouts, ddp_sent):
                    "bytes-list", "code", "cost_model.bucket_sizes of the CNN at the default cap")
     numbers.stated("emulated.cnn.fc1_bytes", max(layouts["cnn"]), "bytes", "model",
                    "runtime/models.py: the CNN's largest gradient, fc1's weight")
-    older = False
     for model in ("mlp", "cnn"):
         shares = register_readiness(numbers, results_dir, model)
-        rows, older_here = training_rows(numbers, grouped, model, layouts[model],
-                                         ddp_sent.get(model, {}), shares)
+        rows = training_rows(numbers, grouped, model, layouts[model], ddp_sent.get(model, {}),
+                             shares)
         context[f"table.emulated.training.{model}"] = table(TRAINING_COLUMNS, rows) \
             if rows else NOT_RUN
-        older = older or older_here
         overlap_numbers(numbers, grouped, model)
     ratios = [name.removesuffix(".median") for name in numbers.entries
               if name.startswith("emulated.") and name.endswith(".busy_vs_predicted.median")]
@@ -83,9 +81,6 @@ def emulated_section(numbers, results_dir, layouts, ddp_sent):
         picked = pick(ratios, key=lambda name: numbers.value(f"{name}.median"), default=None)
         context[f"text.emulated.predict.{label}"] = numbers.spread_text(picked) if picked \
             else NOT_MEASURED
-    context["text.emulated.ddp_note"] = (
-        "† These DDP runs predate DDP's measured compute (results schema 2): their exposed time "
-        "is the old estimate from backwards timed without communication." if older else "")
     smaller_buckets(numbers, os.path.join(results_dir, "slurm", f"link-{RATE}-bucket-4mb"))
     for name in ("mlp.exposed_ratio", "cnn.exposed_ratio", "bucket4.bucketed.exposed_ratio",
                  "bucket4.ddp.exposed_ratio"):  # ratios of one round each, with their spread
@@ -233,9 +228,8 @@ def predicted_exposed(layout, sizes, overlap, world, compute, backward, alpha, b
 
 def training_rows(numbers, grouped, model, sizes, ddp_sent, shares):
     """Per series and shape: the spreads of the SLURM runs, the model's exposed time at the runs'
-    own compute, and measured busy over the model's; whether a DDP run is of the older schema."""
+    own compute, and measured busy over the model's."""
     rows = []
-    older = False
     for world, shape in SHAPES.items():
         for series in SERIES:
             runs = runs_of(grouped, model, series, world)
@@ -262,15 +256,11 @@ def training_rows(numbers, grouped, model, sizes, ddp_sent, shares):
                             f"{prefix}.predicted_busy", "measured busy / predicted busy")
             if series not in SHOWN_SERIES:
                 continue
-            dagger = ""
-            if strategy == "ddp" and any(run.get("older_schema") for run in runs):
-                older = True
-                dagger = " †"
             rows.append([series, shape, numbers.text(f"{prefix}.step.median"),
-                         numbers.spread_text(f"{prefix}.comm_exposed") + dagger,
+                         numbers.spread_text(f"{prefix}.comm_exposed"),
                          numbers.text(f"{prefix}.predicted_exposed"),
                          numbers.spread_text(f"{prefix}.busy_vs_predicted")])
-    return rows, older
+    return rows
 
 
 def overlap_numbers(numbers, grouped, model):

@@ -100,16 +100,21 @@ def measured_points(folder, model, sizes, shares, fits, ddp_sent, worlds):
 def projection_inputs(results_dir):
     """What the figure draws, from the results folder: {"links": links(), "models": {model:
     {sizes, shares, compute, backward, points: {link: measured_points}}}}; a model without its
-    single process or its backward trace is left out."""
+    single process or its backward trace is left out; nothing is modelled without one (the cost
+    model then never runs)."""
     runs, _ = results_folder.load_folder(results_dir, note=lambda note: None)
     grouped = results_folder.repeats(runs)
+    drawn = {model: single_process(grouped, model) for model in MODELS
+             if scaling_inputs.backward_trace(results_dir, model)}
+    drawn = {model: single for model, single in drawn.items() if single}
+    if not drawn:
+        return {"links": {}, "models": {}}
     found = links(results_dir)
     sent = ddp_layouts.ddp_layouts(results_dir)
     models = {}
-    for model in MODELS:
+    for model, single in drawn.items():
         readiness = scaling_inputs.readiness(results_dir, model)
-        single = single_process(grouped, model)
-        if readiness is None or single is None:
+        if readiness is None:
             continue
         sizes = [nbytes for _, nbytes in scaling_inputs.parameters(model)]
         shares = list(readiness.values())

@@ -1,7 +1,7 @@
 """What the projections of §5 start from, read from a results folder: each model's gradients and
 when backward produces them (results/backward-<model>.json, a traced single process), the bytes
-each run all-reduced per step, the runs of the emulated network (in this schema or the one
-before), and the gloo fits the projection figure draws with.
+each run all-reduced per step, the runs of the emulated network, and the gloo fits the projection
+figure draws with.
 
 The design document registers these values with their provenance (design_scaling.py,
 design_emulated.py); plot_projection.py draws from them. Nothing here writes a file.
@@ -12,10 +12,8 @@ import os
 from analysis import cost_model, results_folder
 from analysis.traces import gradient_readiness, load_trace
 from runtime.models import build_model
-from runtime.results import SCHEMA, validate
 
 BACKWARD_TRACE = "backward-{model}.json"  # made by analysis/make_reference_results.sh
-OLDER_SCHEMA = "ddp-mnist-results/2"  # no timing.all_reduce_layouts; DDP's exposed estimated
 
 
 def parameters(model):
@@ -42,36 +40,16 @@ def readiness(results_dir, model):
     return {name: shares[name] for name in names} if set(names) <= set(shares) else None
 
 
-def as_current(document):
-    """A run of the older schema as this one reads it: with no layouts recorded (the build then
-    takes them from the strategy's rule, or DDP's from results/ddp-buckets.json)."""
-    if document.get("schema") != OLDER_SCHEMA:
-        return document
-    timing = dict(document["timing"], all_reduce_layouts=[])
-    return dict(document, schema=SCHEMA, timing=timing, older_schema=True)
-
-
-def training_runs(folder):
-    """The valid training runs of `folder` (each with its `path`), those of the older schema
-    included; [] if there is no such folder."""
-    runs = []
-    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
-        if not name.endswith(".json"):
-            continue
-        path = os.path.join(folder, name)
-        with open(path) as file:
-            document = json.load(file)
-        if not isinstance(document, dict) or "traceEvents" in document:
-            continue
-        document = as_current(document)
-        if document.get("schema") == SCHEMA and not validate(document):
-            runs.append(dict(document, path=path))
-    return runs
+def ignore(note):
+    """results_folder.load_folder's notes of skipped files: traces sit beside the runs."""
 
 
 def grouped_runs(folder):
-    """results_folder.repeats of training_runs(folder)."""
-    return results_folder.repeats(training_runs(folder))
+    """results_folder.repeats of the valid training runs in `folder` (none without the folder)."""
+    if not os.path.isdir(folder):
+        return {}
+    runs, _ = results_folder.load_folder(folder, note=ignore)
+    return results_folder.repeats(runs)
 
 
 def recorded_layout(run):

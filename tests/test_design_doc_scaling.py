@@ -7,8 +7,6 @@ draws every link with the runs measured on it.
 The build, the models and the cost model run in child processes (tests/harness.py run_alone), as in
 tests/test_design_doc.py, whose synthetic results (tests/design_doc_results.py) this module shares.
 """
-import json
-import os
 
 import pytest
 
@@ -89,36 +87,6 @@ def test_horovods_models_are_modelled_with_a_tcp_and_an_rdma_alpha(synthetic):
     table = synthetic.shown["table.published"]
     row = next(line for line in table.splitlines() if line.startswith("| ResNet-101 |"))
     assert numbers["published.horovod_resnet101_efficiency"]["text"] in row
-
-
-def older_emulated_run(folder, run_path, ddp_layouts_path):
-    """A run of the results schema before this one (no layouts, DDP's exposed estimated) written
-    to `folder`, read back as the build reads the emulated network's runs: (how many runs, whether
-    marked older, the layout taken for it). Run in a child: the cost model is task code."""
-    from analysis import ddp_layouts, scaling_inputs
-
-    with open(run_path) as file:
-        document = json.load(file)
-    document["schema"] = scaling_inputs.OLDER_SCHEMA
-    del document["timing"]["all_reduce_layouts"]
-    document["timing"]["exposed_method"] = "estimated"
-    os.makedirs(folder)
-    with open(os.path.join(folder, "slurm-mlp-ddp-w2-r1.json"), "w") as file:
-        json.dump(document, file)
-    runs = scaling_inputs.training_runs(folder)
-    sent = ddp_layouts.ddp_layouts(os.path.dirname(ddp_layouts_path))["mlp"]
-    sizes = [nbytes for _, nbytes in scaling_inputs.parameters("mlp")]
-    return len(runs), runs[0].get("older_schema"), scaling_inputs.run_layout(runs[0], sizes, sent)
-
-
-def test_the_emulated_networks_runs_of_the_older_schema_are_read(synthetic, tmp_path):
-    ddp_run = os.path.join(synthetic.folder, "slurm", "link-1gbit", "slurm-mlp-ddp-w2-r1.json")
-    count, older, layout = run_alone(older_emulated_run, str(tmp_path / "older"), ddp_run,
-                                     os.path.join(synthetic.folder, "ddp-buckets.json"))
-    assert count == 1 and older
-    # it recorded no layout: DDP's is what results/ddp-buckets.json saw it send at the cap
-    with open(os.path.join(synthetic.folder, "ddp-buckets.json")) as file:
-        assert layout == json.load(file)["layouts"]["mlp"]["25"][-1]["bytes"]
 
 
 def projection_figure(folder):
