@@ -124,12 +124,29 @@ def fit_alpha_beta(world_sizes, sizes, times, relative=True):
     times = np.asarray(times, dtype=float)
     if len(times) < 2:
         raise ValueError("fitting alpha and beta needs at least two measurements")
+    design, weighted, target = fit_system(world_sizes, sizes, times, relative)
+    coefficients = nonnegative_least_squares(weighted, target)
+    predicted = design @ coefficients
+    relative_errors = np.abs(predicted - times) / times
+    total = np.sum((times - times.mean()) ** 2)
+    r2 = 1 - np.sum((times - predicted) ** 2) / total if total > 0 else 1.0
+    alpha, beta = coefficients
+    return Fit(float(alpha), float(beta), float(r2), float(np.median(relative_errors)),
+               float(relative_errors.max()), len(times))
+
+
+def fit_system(world_sizes, sizes, times, relative=True):
+    """(design, weighted design, weighted target) of fit_alpha_beta's least squares: each row a
+    point's (message steps, bytes sent) and its time, weighted by 1 / time when `relative`."""
     message_steps, sent_fraction = ring_coefficients(world_sizes)
     design = np.column_stack([message_steps, sent_fraction * sizes])
     weights = 1 / times if relative else np.ones_like(times)
-    weighted = design * weights[:, None]
-    target = times * weights
+    return design, design * weights[:, None], times * weights
 
+
+def nonnegative_least_squares(weighted, target):
+    """(alpha, beta) minimising |weighted @ x - target|, each kept >= 0: the free solution, or
+    if it has a negative one, the better of the two with that one at zero."""
     def solve(columns):
         coefficients = np.zeros(2)
         coefficients[columns] = np.linalg.lstsq(weighted[:, columns], target, rcond=None)[0]
@@ -141,13 +158,7 @@ def fit_alpha_beta(world_sizes, sizes, times, relative=True):
                       if (candidate >= 0).all()]
         coefficients = min(candidates,
                            key=lambda candidate: np.sum((weighted @ candidate - target) ** 2))
-    predicted = design @ coefficients
-    relative_errors = np.abs(predicted - times) / times
-    total = np.sum((times - times.mean()) ** 2)
-    r2 = 1 - np.sum((times - predicted) ** 2) / total if total > 0 else 1.0
-    alpha, beta = coefficients
-    return Fit(float(alpha), float(beta), float(r2), float(np.median(relative_errors)),
-               float(relative_errors.max()), len(times))
+    return coefficients
 
 
 def fit_per_world(world_sizes, sizes, times):
@@ -167,15 +178,18 @@ def bootstrap_fits(world_sizes, sizes, times, draws=BOOTSTRAP_DRAWS, seed=0):
     with replacement as many times as there are points: how far the fit moves when the points it
     rests on are drawn again. A resample of fewer than two distinct points fits nothing and is
     drawn again. The seed is fixed, so a build gives the same intervals every time."""
-    points = np.column_stack([world_sizes, sizes, times]).astype(float)
+    world_sizes, sizes, times = (np.asarray(values, dtype=float)
+                                 for values in (world_sizes, sizes, times))
+    _, weighted, target = fit_system(world_sizes, sizes, times)  # rows drawn, not rebuilt
+    keys = list(zip(world_sizes, sizes))
     rng = np.random.default_rng(seed)
     fits = []
     while len(fits) < draws:
-        sample = points[rng.integers(0, len(points), len(points))]
-        if len(np.unique(sample[:, :2], axis=0)) < 2:
+        drawn = rng.integers(0, len(times), len(times))
+        if len({keys[index] for index in drawn}) < 2:
             continue
-        fit = fit_alpha_beta(sample[:, 0], sample[:, 1], sample[:, 2])
-        fits.append((fit.alpha, fit.beta))
+        alpha, beta = nonnegative_least_squares(weighted[drawn], target[drawn])
+        fits.append((float(alpha), float(beta)))
     return fits
 
 
