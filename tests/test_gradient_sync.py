@@ -215,7 +215,9 @@ def reference(model_name, world_size):
 
 
 WORLD_SIZES = (1, 2, 3, 4)
-COMPRESSED_WORLD_SIZES = (2, 4)  # one rank sends nothing to round
+# one rank sends nothing to round; at 2 and 3 ranks every strategy's compressed wire is checked
+# against DDP's fp16/bf16 hooks by the parity tests
+COMPRESSED_WORLD_SIZES = (4,)
 EXACT = [configuration for configuration in configurations() if configuration[3] is None]
 COMPRESSED = [configuration for configuration in configurations() if configuration[3] is not None]
 
