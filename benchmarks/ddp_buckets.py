@@ -28,7 +28,7 @@ from runtime.results import write_json_atomic
 from runtime.timing import CommRecorder, LayoutLog
 from runtime.wrappers import SyncOptions, wrap_model
 
-SCHEMA = "ddp-buckets/1"
+SCHEMA = "ddp-buckets/2"  # 2: a list of configurations (a key "0.25" cannot be a JSON path)
 MODELS = ("mlp", "cnn")
 BUCKET_MBS = (25.0, 4.0, 1.0, 0.25)  # the bucket sweep's --bucket-mb values
 
@@ -97,7 +97,9 @@ def main(argv=None):
         "environment": {"torch": torch.__version__, "python": platform.python_version(),
                         "backend": "gloo", "world_size": 2},
         "config": {"steps": args.steps, "bucket_mbs": list(BUCKET_MBS)},
-        "layouts": layouts})
+        "layouts": [{"model": model, "bucket_mb": float(bucket_mb), "history": history}
+                    for model, per_cap in layouts.items()
+                    for bucket_mb, history in per_cap.items()]})
     print(f"wrote {args.output}")
     return 0
 

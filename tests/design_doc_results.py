@@ -194,12 +194,12 @@ DDP_BUCKETS = {"mlp": {"25": [[2269736]], "4": [[2269736]], "1": [[2269736]],
 
 
 def ddp_buckets():
-    """results/ddp-buckets.json (ddp-buckets/1): each layout from the step it was first sent."""
-    layouts = {model: {cap: [{"from_step": step, "bytes": sizes}
-                             for step, sizes in enumerate(history)]
-                       for cap, history in per_cap.items()}
-               for model, per_cap in DDP_BUCKETS.items()}
-    return {"schema": "ddp-buckets/1", "environment": {"torch": "2.13.0+cpu"},
+    """results/ddp-buckets.json (ddp-buckets/2): each layout from the step it was first sent."""
+    layouts = [{"model": model, "bucket_mb": float(cap),
+                "history": [{"from_step": step, "bytes": sizes}
+                            for step, sizes in enumerate(history)]}
+               for model, per_cap in DDP_BUCKETS.items() for cap, history in per_cap.items()]
+    return {"schema": "ddp-buckets/2", "environment": {"torch": "2.13.0+cpu"},
             "layouts": layouts}
 
 
