@@ -12,7 +12,7 @@ Without them every number reads "not measured".
 import functools
 import os
 
-from analysis import cost_model, results_folder, scaling_inputs
+from analysis import cost_model, scaling_inputs
 from analysis.design_fits import predicted_busy, register_fit, spread_over, with_interval
 from analysis.design_numbers import NOT_MEASURED, load, table, unchanged
 from analysis.design_performance import register_run_spreads
@@ -196,20 +196,6 @@ def ceiling_table(numbers, folder):
                       "—" if achieved is None else f"{100 * achieved:.0f}%"]
         rows.append(cells)
     return table(CEILING_COLUMNS, rows)
-
-
-def print_nothing(note):
-    """results_folder.load_folder's notes of files skipped: plots and other schemas, expected
-    here."""
-
-
-def repeats_in(folder):
-    """results_folder.repeats of the runs of this schema in `folder` (design_one_machine.py reads
-    its folder so); none if it does not exist."""
-    if not os.path.isdir(folder):
-        return {}
-    runs, _ = results_folder.load_folder(folder, note=print_nothing)
-    return results_folder.repeats(runs)
 
 
 def runs_of(grouped, model, series, world):

@@ -10,7 +10,8 @@ missing one reads "not measured".
 import os
 import statistics
 
-from analysis.design_emulated import repeats_in, runs_of
+from analysis import scaling_inputs
+from analysis.design_emulated import runs_of
 from analysis.design_numbers import load, ratio, table, unchanged
 from analysis.design_performance import register_run_spreads
 
@@ -40,7 +41,7 @@ def one_machine_section(numbers, results_dir):
 def one_machine_sweep(numbers, folder):
     """Every series' spreads ('one_machine.<model>.<series>.w<n>.<field>') and, per model and
     world size, shm's median throughput over one process's and over DDP's."""
-    grouped = repeats_in(folder)
+    grouped = scaling_inputs.grouped_runs(folder)
     rows = []
     for model in ("mlp", "cnn"):
         single_runs = runs_of(grouped, model, "single", 1)
