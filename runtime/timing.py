@@ -125,20 +125,24 @@ class LayoutLog:
             self.layouts.append({"from_step": step, "bytes": list(sizes)})
 
 
-def timed(all_reduce, recorder):
-    """A layer around an all-reduce (manual_allreduce.with_layers): each call's span goes to
+def timed(collective, recorder):
+    """A layer around a collective called as `collective(*tensors, name)` (manual_allreduce's
+    all-reduce, manual_sharding's reduce-scatter and all-gather): each call's span goes to
     `recorder`, from just before the call (a collective may do its work inside it) to its
-    completion."""
-    def timed_all_reduce(tensor, name):
-        span = recorder.started(name, tensor.numel() * tensor.element_size())
+    completion, with the bytes of its largest tensor (the buffer all-reduced, a reduce-scatter's
+    input, an all-gather's output)."""
+    def timed_collective(*args):
+        *tensors, name = args
+        span = recorder.started(name, max(tensor.numel() * tensor.element_size()
+                                          for tensor in tensors))
 
-        def record_end(summed):
+        def record_end(done):
             recorder.finished(span)
-            return summed.value()  # raises the collective's error again, if it failed
+            return done.value()  # raises the collective's error again, if it failed
 
-        return all_reduce(tensor, name).then(record_end)
+        return collective(*args).then(record_end)
 
-    return timed_all_reduce
+    return timed_collective
 
 
 def union_length(intervals, low, high):

@@ -1,0 +1,680 @@
+"""Beyond data parallelism's copies: the optimizer state, the gradients and the parameters sharded
+over the ranks (ZeRO, Rajbhandari et al. 2020; torch's FSDP), written by hand.
+
+manual_allreduce.py keeps a whole copy of the model on every rank: every parameter, every
+gradient and every optimizer state. With Adam in float32 that is 16 bytes per parameter on each
+rank, whatever the number of ranks. The ring all-reduce of manual_collectives.py already shows the
+way out: it is a reduce-scatter (after which rank r holds the sum of one chunk) followed by an
+all-gather (which hands every chunk to every rank). ZeRO keeps the two halves apart and lets each
+rank own one chunk of the model between them:
+  1. halves        `reduce_scatter` and `all_gather` from point-to-point messages; their
+                   composition is the ring all-reduce
+  2. the shard     parameters laid end to end in one flat buffer, padded to a multiple of the
+                   world size and cut into equal shards: rank r owns shard r (`FlatShard`)
+  3. ZeRO-1        `ShardedOptimizer(params, optimizer_class, **kwargs)`, the interface of torch's
+                   ZeroRedundancyOptimizer: gradients reduce-scattered, each rank steps only its
+                   shard (1/n of the optimizer state), updated parameters all-gathered
+  4. ZeRO-2        the same with `shard_gradients=True`: each bucket of gradients reduce-scattered
+                   as soon as backward has made it, then freed; a rank keeps 1/n of the gradients
+  5. ZeRO-3 / FSDP `FullyShardedModel`: parameters too. Each layer's parameters are all-gathered
+                   just before its forward and freed after it, gathered again for its backward,
+                   and its gradients reduce-scattered as soon as they exist; the next layer's
+                   gather starts early (prefetch); optionally computed in float16 or bfloat16 from
+                   float32 master shards
+Bytes sent per rank and step, Ψ the parameter bytes and n the ranks: DDP's all-reduce 2Ψ(n-1)/n;
+ZeRO-1 and ZeRO-2 the same (a reduce-scatter and an all-gather, Ψ(n-1)/n each); ZeRO-3 3Ψ(n-1)/n
+(a second all-gather, for backward). runtime/sharded.py puts these behind the training loop's
+interface. It imports only torch and the standard library.
+"""
+import threading
+from contextlib import contextmanager
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+DEFAULT_BUCKET_MB = 25.0  # ZeRO-2's buckets, as DDP's bucket_cap_mb
+
+
+# --- 1. The ring's two halves ------------------------------------------------------------------
+def ring_reduce_scatter(output, tensor):
+    """Sum `tensor` (n equal chunks, n the world size) over the ranks and leave chunk r of the sum
+    in rank r's `output`, with point-to-point messages around a ring, as
+    dist.reduce_scatter_tensor does. `tensor` is used as scratch space: its chunks are summed in
+    place. In n-1 steps every rank sends one chunk to its right neighbour and adds the one
+    arriving from its left; each chunk travels the ring once, ending on its owner: (n-1)/n of the
+    tensor sent per rank."""
+    # BEGIN PROMPT
+    # Only point-to-point messages (dist.isend, dist.recv), no collective. At step s rank r sends
+    # chunk (r - s - 1) mod n and adds the incoming one into chunk (r - s - 2) mod n.
+    # END PROMPT
+    # BEGIN SOLUTION Task 12: the ring reduce-scatter
+    world, rank = dist.get_world_size(), dist.get_rank()
+    chunks = tensor.view(-1).chunk(world)
+    incoming = torch.empty_like(chunks[0])
+    right, left = (rank + 1) % world, (rank - 1) % world
+    for step in range(world - 1):
+        send = chunks[(rank - step - 1) % world]
+        receive = chunks[(rank - step - 2) % world]
+        request = dist.isend(send, right)
+        dist.recv(incoming, left)
+        request.wait()
+        receive.add_(incoming)
+    output.copy_(chunks[rank])
+    return output
+    # END SOLUTION
+
+
+def ring_all_gather(output, shard):
+    """Every rank's `shard` into `output` (chunk r from rank r) on every rank, around the ring,
+    as dist.all_gather_into_tensor does: in n-1 steps each rank passes on the chunk it received
+    last. (n-1)/n of `output` sent per rank. `shard` may be `output`'s own chunk r."""
+    # BEGIN PROMPT
+    # Only point-to-point messages. Copy your shard into your chunk; at step s rank r sends chunk
+    # (r - s) mod n to the right and receives chunk (r - s - 1) mod n from the left.
+    # END PROMPT
+    # BEGIN SOLUTION Task 12: the ring all-gather
+    world, rank = dist.get_world_size(), dist.get_rank()
+    chunks = output.view(-1).chunk(world)
+    if shard.data_ptr() != chunks[rank].data_ptr():
+        chunks[rank].copy_(shard.view(-1))
+    right, left = (rank + 1) % world, (rank - 1) % world
+    for step in range(world - 1):
+        request = dist.isend(chunks[(rank - step) % world], right)
+        dist.recv(chunks[(rank - step - 1) % world], left)
+        request.wait()
+    return output
+    # END SOLUTION
+
+
+def completed(tensor):
+    """A future that is already complete: what a collective that blocks returns."""
+    done = torch.futures.Future()
+    done.set_result(tensor)
+    return done
+
+
+# Every collective below is called as `collective(output, input, name)` and returns a future, so
+# that a layer (runtime/timing.py's timing) can wrap it; `name` says what moves.
+def reduce_scatter(output, tensor, name):
+    """The library's reduce-scatter (gloo or NCCL), started without waiting."""
+    return future_of(dist.reduce_scatter_tensor(output, tensor, async_op=True), output)
+
+
+def all_gather(output, shard, name):
+    """The library's all-gather, started without waiting."""
+    return dist.all_gather_into_tensor(output, shard, async_op=True).get_future()
+
+
+def future_of(work, result):
+    """A future completed with `result` when the library's `work` is: gloo's reduce-scatter offers
+    none of its own, so a thread waits for it (and completes the future as it ends)."""
+    try:
+        return work.get_future()
+    except RuntimeError:
+        pass
+    future = torch.futures.Future()
+
+    def wait():
+        try:
+            work.wait()
+            future.set_result(result)
+        except Exception as error:  # noqa: BLE001 - the collective's error, raised where waited
+            future.set_exception(error)
+
+    threading.Thread(target=wait, daemon=True).start()
+    return future
+
+
+def reduce_scatter_by_ring(output, tensor, name):
+    """Section 1's reduce-scatter; blocking, so the future returned is already complete."""
+    return completed(ring_reduce_scatter(output, tensor))
+
+
+def all_gather_by_ring(output, shard, name):
+    """Section 1's all-gather; blocking."""
+    return completed(ring_all_gather(output, shard))
+
+
+COLLECTIVES = {"library": (reduce_scatter, all_gather),
+               "ring": (reduce_scatter_by_ring, all_gather_by_ring)}
+
+
+def with_layers(collective, layers):
+    """`collective` inside `layers` (functions that take a collective and return one doing more
+    around it), the first innermost, as manual_allreduce.with_layers."""
+    for layer in layers:
+        collective = layer(collective)
+    return collective
+
+
+# --- 2. The shard: rank r owns one equal, contiguous piece of the flat parameters ---------------
+def trainable(params):
+    """Each parameter that takes gradients once (a tied one is one tensor), frozen ones left out:
+    a frozen parameter stays whole on every rank, as in DDP."""
+    unique = []
+    for param in params:
+        if param.requires_grad and not any(param is seen for seen in unique):
+            unique.append(param)
+    return unique
+
+
+class FlatShard:
+    """`params` laid end to end, padded with zeros to a multiple of the world size n, and cut into
+    n equal shards: rank r owns elements [r S, (r+1) S), S = ceil(numel / n). `master` is this
+    rank's shard of the float32 values, the only copy the optimizer steps."""
+
+    def __init__(self, params, name):
+        self.params = params
+        self.name = name
+        self.world, self.rank = dist.get_world_size(), dist.get_rank()
+        self.numel = sum(param.numel() for param in params)
+        self.shard_numel = -(-self.numel // self.world)
+        self.padded_numel = self.shard_numel * self.world
+        self.shapes = [param.shape for param in params]  # kept: a freed parameter has none
+        self.offsets = [0]
+        for param in params:
+            self.offsets.append(self.offsets[-1] + param.numel())
+
+    def flatten(self, tensors, dtype=None):
+        """`tensors` (one per parameter; None counts as zeros) end to end in a new padded flat
+        buffer of `dtype`."""
+        first = self.params[0]
+        flat = torch.zeros(self.padded_numel, dtype=dtype or first.dtype, device=first.device)
+        for tensor, start, end in zip(tensors, self.offsets, self.offsets[1:]):
+            if tensor is not None:
+                flat[start:end].copy_(tensor.reshape(-1))
+        return flat
+
+    def views(self, flat):
+        """Each parameter's piece of the flat buffer `flat`, in its shape."""
+        return [flat[start:end].view(shape)
+                for shape, start, end in zip(self.shapes, self.offsets, self.offsets[1:])]
+
+    def own(self, flat):
+        """This rank's shard of the padded flat buffer `flat`: a view."""
+        return flat[self.rank * self.shard_numel:(self.rank + 1) * self.shard_numel]
+
+
+def gather_state(shards, state_dict, all_gather_shard):
+    """`state_dict` (an optimizer's, over one tensor per FlatShard) with every per-element tensor
+    gathered whole and cut to the shard's real length, so it loads at any world size."""
+    full = {"param_groups": state_dict["param_groups"], "state": {}}
+    for index, values in state_dict["state"].items():
+        shard = shards[index]
+        full["state"][index] = {}
+        for key, value in values.items():
+            if torch.is_tensor(value) and value.dim() == 1 and value.numel() == shard.shard_numel:
+                whole = value.new_empty(shard.padded_numel)
+                all_gather_shard(whole, value.contiguous(), f"state {shard.name}").wait()
+                value = whole[:shard.numel].clone()
+            full["state"][index][key] = value
+    return full
+
+
+def scatter_state(shards, full):
+    """gather_state's inverse on one rank: each per-element tensor padded and cut to this rank's
+    shard."""
+    local = {"param_groups": full["param_groups"], "state": {}}
+    for index, values in full["state"].items():
+        shard = shards[int(index)]
+        local["state"][int(index)] = {
+            key: shard.own(torch.nn.functional.pad(value, (0, shard.padded_numel - shard.numel)))
+            .clone() if torch.is_tensor(value) and value.dim() == 1 and value.numel() == shard.numel
+            else value
+            for key, value in values.items()}
+    return local
+
+
+# --- 3. ZeRO-1: each rank steps only its shard ---------------------------------------------------
+class ShardedOptimizer:
+    """`ShardedOptimizer(model.parameters(), torch.optim.AdamW, lr=1e-3)` where code says
+    `ZeroRedundancyOptimizer(...)`: any torch.optim class, stepping only this rank's shard, so
+    each rank holds 1/n of the optimizer state. Use it on a plain (unwrapped) model whose ranks
+    start equal: `step()` also averages the gradients (a reduce-scatter: each rank needs only its
+    shard's average) and all-gathers the updated parameters, so no DDP is needed around it.
+
+    The parameters become views of one flat buffer, their gradients views of another (as DDP's
+    gradient_as_bucket_view): backward accumulates straight into the buffer that is
+    reduce-scattered. With `shard_gradients=True` (ZeRO-2) the gradients are not kept: each bucket
+    of up to `bucket_mb` MiB, parameters taken in reverse, is reduce-scattered as soon as backward
+    has accumulated it, and its gradients freed; the rank keeps only its shard's average.
+    """
+
+    def __init__(self, params, optimizer_class, *, shard_gradients=False,
+                 bucket_mb=DEFAULT_BUCKET_MB, collectives="library", layers=(), **defaults):
+        params = trainable(params)
+        if not params:
+            raise ValueError("ShardedOptimizer got no parameter that requires a gradient")
+        self.shard_gradients = shard_gradients
+        groups = buckets(params, bucket_mb) if shard_gradients else [params]
+        self.shards = [FlatShard(group, f"bucket {index}") for index, group in enumerate(groups)]
+        scatter, gather = COLLECTIVES[collectives]
+        self.reduce_scatter = with_layers(scatter, layers)
+        self.all_gather = with_layers(gather, layers)
+        self.flat_params = []
+        self.flat_grads = []
+        for shard in self.shards:
+            with torch.no_grad():
+                flat = shard.flatten(shard.params)
+            for param, view in zip(shard.params, shard.views(flat)):
+                param.data = view  # the parameter now lives in the flat buffer
+            self.flat_params.append(flat)
+            if not shard_gradients:
+                grads = torch.zeros_like(flat)
+                for param, view in zip(shard.params, shard.views(grads)):
+                    param.grad = view
+                self.flat_grads.append(grads)
+        # the optimizer's parameters: this rank's shard of each flat buffer, a view (no copy)
+        self.masters = [nn.Parameter(shard.own(flat), requires_grad=False)
+                        for shard, flat in zip(self.shards, self.flat_params)]
+        self.optimizer = optimizer_class(self.masters, **defaults)
+        self.pending = []  # (shard index, future, its output) of reduce-scatters in flight
+        self.reduced = False  # whether this step's gradients are already in the masters' .grad
+        if shard_gradients:
+            self.ready = [0] * len(self.shards)
+            self.shard_of = {param: index for index, shard in enumerate(self.shards)
+                             for param in shard.params}
+            for param in params:
+                param.register_post_accumulate_grad_hook(self._grad_ready)
+
+    @property
+    def param_groups(self):
+        """The inner optimizer's groups (learning-rate schedulers change them)."""
+        return self.optimizer.param_groups
+
+    @property
+    def defaults(self):
+        return self.optimizer.defaults
+
+    @property
+    def state(self):
+        return self.optimizer.state
+
+    def start_reduce_scatter(self, index, grad_flat):
+        """Average shard `index`'s flat gradient `grad_flat`: divide it (before the sum, as DDP),
+        and start its reduce-scatter into a new shard-sized tensor."""
+        # BEGIN PROMPT
+        # Divide grad_flat by the world size, then start self.reduce_scatter into a new tensor of
+        # the shard's size, named "reduce-scatter <shard name>"; keep (index, future, output) in
+        # self.pending.
+        # END PROMPT
+        # BEGIN SOLUTION Task 13: starting a gradient's reduce-scatter
+        shard = self.shards[index]
+        grad_flat.div_(shard.world)
+        output = grad_flat.new_empty(shard.shard_numel)
+        future = self.reduce_scatter(output, grad_flat, f"reduce-scatter {shard.name}")
+        self.pending.append((index, future, output))
+        # END SOLUTION
+
+    def _grad_ready(self, param):
+        """ZeRO-2's hook: once a bucket's every gradient is accumulated, send it and free them."""
+        index = self.shard_of[param]
+        self.ready[index] += 1
+        shard = self.shards[index]
+        if self.ready[index] == len(shard.params):
+            self.ready[index] = 0
+            self.start_reduce_scatter(index, shard.flatten([p.grad for p in shard.params]))
+            for each in shard.params:
+                each.grad = None  # the point of ZeRO-2: the full gradient is not kept
+
+    def reduce_gradients(self):
+        """Every shard's averaged gradient into its master's `.grad`: after backward, before the
+        optimizer step (the training loop calls it as the sync phase; `step()` calls it if not)."""
+        # BEGIN PROMPT
+        # ZeRO-1: start the reduce-scatter of each flat gradient buffer. ZeRO-2: a bucket whose hook never fired (a gradient missing) is
+        # started here, its missing gradients zeros. Then wait for every pending reduce-scatter in
+        # order and add its output to the master's .grad (set it where it is None).
+        # END PROMPT
+        # BEGIN SOLUTION Task 13: averaging the gradients into the shards
+        if self.shard_gradients:
+            started = {index for index, _, _ in self.pending}
+            for index, shard in enumerate(self.shards):
+                if self.ready[index] or index not in started:  # a gradient never came
+                    self.ready[index] = 0
+                    self.start_reduce_scatter(index, shard.flatten([p.grad for p in shard.params]))
+                    for param in shard.params:
+                        param.grad = None
+        else:  # the buffer is consumed: a ring leaves partial sums in it, zero_grad clears them
+            for index, grads in enumerate(self.flat_grads):
+                self.start_reduce_scatter(index, grads)
+        for index, future, output in self.pending:
+            future.wait()
+            master = self.masters[index]
+            if master.grad is None:
+                master.grad = output
+            else:
+                master.grad += output
+        self.pending = []
+        # END SOLUTION
+        self.reduced = True
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """Average the gradients (unless done), step this rank's shards, and all-gather them: every
+        rank then holds every updated parameter."""
+        if closure is not None:
+            raise ValueError("ShardedOptimizer.step takes no closure")
+        if not self.reduced:
+            self.reduce_gradients()
+        # BEGIN PROMPT
+        # Step the inner optimizer, then all-gather each master shard into its flat parameter
+        # buffer ("all-gather <shard name>"), waiting for each.
+        # END PROMPT
+        # BEGIN SOLUTION Task 13: stepping the shards
+        self.optimizer.step()
+        for shard, master, flat in zip(self.shards, self.masters, self.flat_params):
+            self.all_gather(flat, master.detach(), f"all-gather {shard.name}").wait()
+        # END SOLUTION
+        self.reduced = False
+
+    def zero_grad(self, set_to_none=True):
+        """Clear the gradients: ZeRO-1's flat gradient buffers are zeroed in place (the parameters'
+        .grad are views of them), the masters' and ZeRO-2's freed."""
+        for grads in self.flat_grads:
+            grads.zero_()
+        if self.shard_gradients:
+            for shard in self.shards:
+                for param in shard.params:
+                    param.grad = None
+        for master in self.masters:
+            master.grad = None
+
+    def state_dict(self):
+        """The optimizer state gathered whole (a collective: every rank calls it), keyed as the
+        inner optimizer's: it loads at any world size."""
+        return gather_state(self.shards, self.optimizer.state_dict(), self.all_gather)
+
+    def load_state_dict(self, full):
+        """Keep this rank's shard of `state_dict()`'s whole state."""
+        self.optimizer.load_state_dict(scatter_state(self.shards, full))
+
+
+def buckets(params, bucket_mb):
+    """ZeRO-2's buckets: consecutive parameters in reverse (backward makes the last layer's
+    gradients first), each up to `bucket_mb` MiB; a larger parameter gets one of its own."""
+    groups = [[]]
+    size = 0
+    for param in reversed(params):
+        nbytes = param.numel() * param.element_size()
+        if groups[-1] and size + nbytes > bucket_mb * 2**20:
+            groups.append([])
+            size = 0
+        groups[-1].append(param)
+        size += nbytes
+    return groups
+
+
+# --- 5. ZeRO-3 / FSDP: parameters sharded too, gathered per layer as they are needed -------------
+class FullyShardedModel(nn.Module):
+    """`module` with every unit's parameters sharded over the ranks: a rank holds 1/n of the
+    parameters, gradients and optimizer state. Build the optimizer over
+    `sharded_parameters()`.
+
+    A unit is one layer by default: each submodule that holds trainable parameters itself; modules
+    that share a parameter (tied weights) form one unit, since both need it whole at once. Each
+    forward and backward of a unit runs between an all-gather of its parameters and their release:
+      forward   gather; the unit's forward; free                  (and start the next unit's gather)
+      backward  gather again; the unit's backward; reduce-scatter its gradients into the shard's
+                .grad; free                                        (and start the previous unit's)
+    Units are taken to run in the order the module lists them, forward (and reverse for backward),
+    as the MLP and CNN do: a prefetch of the wrong unit would cost bytes, never correctness.
+    `compute_dtype` (float16 or bfloat16): gathered, computed and reduce-scattered in it, floating
+    inputs cast to it and the output cast back to float32; the masters and the optimizer state
+    stay float32. Frozen parameters stay whole on every rank.
+    """
+
+    def __init__(self, module, units=None, compute_dtype=None, prefetch=True,
+                 collectives="library", layers=()):
+        super().__init__()
+        self.module = module
+        self.compute_dtype = compute_dtype
+        self.prefetch = prefetch
+        scatter, gather = COLLECTIVES[collectives]
+        self.reduce_scatter = with_layers(scatter, layers)
+        self.all_gather = with_layers(gather, layers)
+        self.units = units if units is not None else layer_units(module)
+        self.shards = []
+        self.masters = []
+        for index, modules in enumerate(self.units):
+            params = trainable(param for each in modules for param in each.parameters())
+            shard = FlatShard(params, f"unit {index}")
+            with torch.no_grad():
+                master = shard.own(shard.flatten(params, torch.float32)).clone()
+            self.shards.append(shard)
+            self.masters.append(nn.Parameter(master))
+            for each in modules:
+                each.register_forward_pre_hook(self._before_forward(index), with_kwargs=True)
+                each.register_forward_hook(self._after_forward(index))
+            for param in params:
+                param.register_post_accumulate_grad_hook(self._after_backward(index))
+        self.gathering = [None] * len(self.units)  # per unit: the future of a gather in flight
+        self.gathered = [0] * len(self.units)  # per unit: how many forward uses hold it whole
+        self.ready = [0] * len(self.units)  # per unit: gradients accumulated this backward
+        self.pending = []  # (unit, future, output) of reduce-scatters in flight
+        self.backward_started = [False] * len(self.units)
+        for index in range(len(self.units)):
+            self.free(index)
+
+    def sharded_parameters(self):
+        """The float32 master shards: what the optimizer steps (1/n of the parameters)."""
+        return list(self.masters)
+
+    def forward(self, *args, **kwargs):
+        self.backward_started = [False] * len(self.units)
+        output = self.module(*args, **kwargs)
+        if self.compute_dtype is not None:
+            output = cast_floats(output, torch.float32)
+        return output
+
+    # -- gathering and freeing a unit's parameters
+    def start_gather(self, index, dtype=None):
+        """Start the all-gather of unit `index` into a new flat buffer, unless one is in flight or
+        it is whole already."""
+        # BEGIN PROMPT
+        # Skip it if self.gathering[index] is set or the unit is whole (its first parameter has
+        # elements). Otherwise: a new padded flat buffer in `dtype` (default: compute_dtype, else
+        # float32), start self.all_gather of the master shard cast to it ("all-gather unit <i>"),
+        # and keep (future, buffer) in self.gathering[index].
+        # END PROMPT
+        # BEGIN SOLUTION Task 14: starting a unit's all-gather
+        shard = self.shards[index]
+        if self.gathering[index] is not None or shard.params[0].numel():
+            return
+        dtype = dtype or self.compute_dtype or torch.float32
+        flat = torch.empty(shard.padded_numel, dtype=dtype, device=self.masters[index].device)
+        mine = self.masters[index].detach().to(dtype)
+        self.gathering[index] = (self.all_gather(flat, mine, f"all-gather {shard.name}"), flat)
+        # END SOLUTION
+
+    def gather(self, index, dtype=None):
+        """Unit `index`'s parameters whole: wait for its gather (starting it if need be) and point
+        every parameter at its piece of the gathered buffer."""
+        # BEGIN PROMPT
+        # start_gather, wait for the future, then set each parameter's .data to its view of the
+        # buffer (FlatShard.views) and clear self.gathering[index].
+        # END PROMPT
+        # BEGIN SOLUTION Task 14: a unit made whole
+        self.start_gather(index, dtype)
+        if self.gathering[index] is None:
+            return
+        future, flat = self.gathering[index]
+        future.wait()
+        shard = self.shards[index]
+        for param, view in zip(shard.params, shard.views(flat)):
+            param.data = view
+        self.gathering[index] = None
+        # END SOLUTION
+
+    def free(self, index):
+        """Release unit `index`'s gathered parameters: each becomes an empty tensor (autograd
+        keeps the Parameter object, so a later gather refills what backward will read)."""
+        for param in self.shards[index].params:
+            param.data = torch.empty(0, dtype=param.dtype, device=param.device)
+
+    # -- the hooks
+    def _before_forward(self, index):
+        def hook(module, args, kwargs):
+            self.gather(index)
+            if self.prefetch and index + 1 < len(self.units):
+                self.start_gather(index + 1)
+            if self.compute_dtype is not None:
+                return cast_floats(args, self.compute_dtype), cast_floats(kwargs, self.compute_dtype)
+        return hook
+
+    def _after_forward(self, index):
+        def hook(module, args, output):
+            self.free(index)
+            if torch.is_grad_enabled():
+                for tensor in tensors_in(output):
+                    if tensor.requires_grad:
+                        tensor.register_hook(self._before_backward(index))
+        return hook
+
+    def _before_backward(self, index):
+        def hook(grad):
+            if not self.backward_started[index]:
+                self.backward_started[index] = True
+                self.gather(index)
+                if self.prefetch and index > 0:
+                    self.start_gather(index - 1)
+            return grad
+        return hook
+
+    def _after_backward(self, index):
+        def hook(param):
+            self.ready[index] += 1
+            shard = self.shards[index]
+            if self.ready[index] == len(shard.params):
+                self.ready[index] = 0
+                self.scatter_gradients(index)
+        return hook
+
+    def scatter_gradients(self, index):
+        """Unit `index`'s backward is done: average its gradients into a shard (a reduce-scatter
+        started without waiting), and free the unit's gradients and parameters."""
+        # BEGIN PROMPT
+        # Flatten the unit's gradients (FlatShard.flatten, in the compute dtype), divide by the world
+        # size, start self.reduce_scatter into a new shard-sized tensor ("reduce-scatter unit <i>")
+        # and keep (index, future, output) in self.pending; then drop the gradients and free the
+        # unit.
+        # END PROMPT
+        # BEGIN SOLUTION Task 14: a unit's gradients reduce-scattered
+        shard = self.shards[index]
+        grads = [param.grad for param in shard.params]
+        flat = shard.flatten(grads, self.compute_dtype or torch.float32).div_(shard.world)
+        output = flat.new_empty(shard.shard_numel)
+        self.pending.append((index, self.reduce_scatter(output, flat, f"reduce-scatter "
+                                                        f"{shard.name}"), output))
+        for param in shard.params:
+            param.grad = None
+        self.free(index)
+        # END SOLUTION
+
+    def finish_gradient_synchronization(self):
+        """After backward: wait for every reduce-scatter and add each averaged shard (in float32)
+        to its master's .grad. A unit some of whose parameters got no gradient is sent now, with
+        zeros for them; a unit whose backward never ran gets no gradient."""
+        for index in range(len(self.units)):
+            if self.ready[index]:
+                self.ready[index] = 0
+                self.scatter_gradients(index)
+        for index, future, output in self.pending:
+            future.wait()
+            master = self.masters[index]
+            grad = output.to(torch.float32)
+            if master.grad is None:
+                master.grad = grad
+            else:
+                master.grad += grad
+        self.pending = []
+
+    @contextmanager
+    def no_sync(self):
+        """Accumulation without sync is not offered: each backward's gradients are reduce-scattered
+        and add up in the shards' .grad, which is the same sum at n times the messages."""
+        yield
+
+    @contextmanager
+    def whole(self):
+        """Every parameter gathered whole in float32 inside the block: for a checkpoint of the full
+        model (a collective: every rank enters it)."""
+        for index in range(len(self.units)):
+            self.gather(index, torch.float32)
+        try:
+            yield self.module
+        finally:
+            for index in range(len(self.units)):
+                self.free(index)
+
+    def full_state_dict(self):
+        """The whole model's state_dict in float32, on every rank (a collective)."""
+        with self.whole() as module:
+            return {key: value.clone() for key, value in module.state_dict().items()}
+
+    def load_full_state_dict(self, state):
+        """Take each unit's shard of a full state_dict (full_state_dict's)."""
+        names = {param: name for name, param in self.module.named_parameters()}
+        with torch.no_grad():
+            for shard, master in zip(self.shards, self.masters):
+                values = [state[names[param]] for param in shard.params]
+                master.copy_(shard.own(shard.flatten(values, torch.float32)))
+            own_state = self.module.state_dict()
+            for name, value in state.items():  # buffers and frozen parameters, whole everywhere
+                if name in own_state and own_state[name].numel():
+                    own_state[name].copy_(value)
+
+    def optimizer_state_dict(self, optimizer):
+        """`optimizer`'s state (an optimizer over sharded_parameters()) gathered whole: loads at any world
+        size."""
+        return gather_state(self.shards, optimizer.state_dict(), self.all_gather)
+
+    def load_optimizer_state_dict(self, optimizer, full):
+        optimizer.load_state_dict(scatter_state(self.shards, full))
+
+
+def layer_units(module):
+    """FSDP's default wrapping, per layer: each submodule holding trainable parameters of its own,
+    in the order the module lists them; submodules that share a parameter merged into one unit."""
+    units = []
+    owner = {}  # parameter -> its unit's index
+    for each in module.modules():
+        params = [param for param in each.parameters(recurse=False) if param.requires_grad]
+        if not params:
+            continue
+        shared = sorted({owner[param] for param in params if param in owner})
+        if shared:
+            index = shared[0]
+            units[index].append(each)
+        else:
+            index = len(units)
+            units.append([each])
+        for param in params:
+            owner[param] = index
+    return units
+
+
+def cast_floats(value, dtype):
+    """`value` with every floating-point tensor in it (nested in tuples, lists and dicts) cast to
+    `dtype`."""
+    if torch.is_tensor(value):
+        return value.to(dtype) if value.is_floating_point() else value
+    if isinstance(value, (tuple, list)):
+        return type(value)(cast_floats(each, dtype) for each in value)
+    if isinstance(value, dict):
+        return {key: cast_floats(each, dtype) for key, each in value.items()}
+    return value
+
+
+def tensors_in(value):
+    """The tensors in `value`, nested in tuples, lists and dicts."""
+    if torch.is_tensor(value):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [tensor for each in value for tensor in tensors_in(each)]
+    if isinstance(value, dict):
+        return [tensor for each in value.values() for tensor in tensors_in(each)]
+    return []
+
+
+LEVELS = ("optimizer", "gradients", "parameters")  # ZeRO-1, ZeRO-2, ZeRO-3: --shard
