@@ -45,12 +45,15 @@ def ring_reduce_scatter(output, tensor):
     arriving from its left; each chunk travels the ring once, ending on its owner: (n-1)/n of the
     tensor sent per rank."""
     # BEGIN PROMPT
-    # Only point-to-point messages (dist.isend, dist.recv), no collective. At step s rank r sends
-    # chunk (r - s - 1) mod n and adds the incoming one into chunk (r - s - 2) mod n.
+    # Only point-to-point messages, no collective; chunk i is tensor.view(n, -1)[i]. At step s
+    # (0 to n-2) rank r sends chunk (r - s - 1) mod n to rank (r + 1) mod n with dist.isend (no
+    # waiting yet), receives from rank (r - 1) mod n into a scratch tensor of a chunk's size with
+    # dist.recv, waits for its send, and adds what came into chunk (r - s - 2) mod n. Chunk r then
+    # holds the whole sum: copy it into output, and return output.
     # END PROMPT
-    # BEGIN SOLUTION Task 12: the ring reduce-scatter
+    # BEGIN SOLUTION Task 10: the ring reduce-scatter
     world, rank = dist.get_world_size(), dist.get_rank()
-    chunks = tensor.view(-1).chunk(world)
+    chunks = tensor.view(world, -1)  # row r: chunk r
     incoming = torch.empty_like(chunks[0])
     right, left = (rank + 1) % world, (rank - 1) % world
     for step in range(world - 1):
@@ -70,12 +73,14 @@ def ring_all_gather(output, shard):
     as dist.all_gather_into_tensor does: in n-1 steps each rank passes on the chunk it received
     last. (n-1)/n of `output` sent per rank. `shard` may be `output`'s own chunk r."""
     # BEGIN PROMPT
-    # Only point-to-point messages. Copy your shard into your chunk; at step s rank r sends chunk
-    # (r - s) mod n to the right and receives chunk (r - s - 1) mod n from the left.
+    # Only point-to-point messages, no collective; chunk i is output.view(n, -1)[i]. Copy your
+    # shard into chunk r; at step s (0 to n-2) send chunk (r - s) mod n to rank (r + 1) mod n with
+    # dist.isend, receive chunk (r - s - 1) mod n from rank (r - 1) mod n with dist.recv, then
+    # wait for the send. Return output.
     # END PROMPT
-    # BEGIN SOLUTION Task 12: the ring all-gather
+    # BEGIN SOLUTION Task 10: the ring all-gather
     world, rank = dist.get_world_size(), dist.get_rank()
-    chunks = output.view(-1).chunk(world)
+    chunks = output.view(world, -1)
     if shard.data_ptr() != chunks[rank].data_ptr():
         chunks[rank].copy_(shard.view(-1))
     right, left = (rank + 1) % world, (rank - 1) % world
@@ -98,12 +103,12 @@ def completed(tensor):
 # that a layer (runtime/timing.py's timing) can wrap it; `name` says what moves.
 def reduce_scatter(output, tensor, name):
     """The library's reduce-scatter (gloo or NCCL), started without waiting."""
-    return future_of(dist.reduce_scatter_tensor(output, tensor, async_op=True), output)
+    return future_of(dist.reduce_scatter_single(output, tensor, async_op=True), output)
 
 
 def all_gather(output, shard, name):
     """The library's all-gather, started without waiting."""
-    return dist.all_gather_into_tensor(output, shard, async_op=True).get_future()
+    return dist.all_gather_single(output, shard, async_op=True).get_future()
 
 
 def future_of(work, result):
@@ -206,7 +211,7 @@ def gather_state(shards, state_dict, all_gather_shard):
         for key, value in values.items():
             if torch.is_tensor(value) and value.dim() == 1 and value.numel() == shard.shard_numel:
                 whole = value.new_empty(shard.padded_numel)
-                all_gather_shard(whole, value.contiguous(), f"state {shard.name}").wait()
+                all_gather_shard(whole, value.contiguous(), f"all-gather state {shard.name}").wait()
                 value = whole[:shard.numel].clone()
             full["state"][index][key] = value
     return full
@@ -227,7 +232,7 @@ def scatter_state(shards, full):
 
 
 # --- 3. ZeRO-1: each rank steps only its shard ---------------------------------------------------
-class ShardedOptimizer:
+class ShardedOptimizer(torch.optim.Optimizer):  # a learning-rate scheduler takes only those
     """`ShardedOptimizer(model.parameters(), torch.optim.AdamW, lr=1e-3)` where code says
     `ZeroRedundancyOptimizer(...)`: any torch.optim class, stepping only this rank's shard, so
     each rank holds 1/n of the optimizer state. Use it on a plain (unwrapped) model whose ranks
@@ -236,9 +241,10 @@ class ShardedOptimizer:
 
     The parameters become views of one flat buffer, their gradients views of another (as DDP's
     gradient_as_bucket_view): backward accumulates straight into the buffer that is
-    reduce-scattered. With `shard_gradients=True` (ZeRO-2) the gradients are not kept: each bucket
-    of up to `bucket_mb` MiB, parameters taken in reverse, is reduce-scattered as soon as backward
-    has accumulated it, and its gradients freed; the rank keeps only its shard's average.
+    reduce-scattered in place, so call zero_grad() after every step, as training loops do. With
+    `shard_gradients=True` (ZeRO-2) the gradients are not kept: each bucket of up to `bucket_mb`
+    MiB, parameters taken in reverse, is reduce-scattered as soon as backward has accumulated it,
+    and its gradients freed; the rank keeps only its shard's average.
     """
 
     def __init__(self, params, optimizer_class, *, shard_gradients=False,
@@ -293,16 +299,23 @@ class ShardedOptimizer:
 
     def start_reduce_scatter(self, index, grad_flat):
         """Average shard `index`'s flat gradient `grad_flat`: divide it (before the sum, as DDP),
-        and start its reduce-scatter into a new shard-sized tensor."""
+        and start its reduce-scatter. ZeRO-1 sums in place, into this rank's own shard of the
+        buffer (no second copy of the gradients); ZeRO-2 into a new shard-sized tensor, so that
+        the bucket's flat buffer is freed once sent."""
         # BEGIN PROMPT
-        # Divide grad_flat by the world size, then start self.reduce_scatter into a new tensor of
-        # the shard's size, named "reduce-scatter <shard name>"; keep (index, future, output) in
-        # self.pending.
+        # Divide grad_flat by the world size in place. The output: ZeRO-1 (not
+        # self.shard_gradients) this rank's own shard of grad_flat (FlatShard.own), ZeRO-2 a new
+        # tensor of the shard's shard_numel elements (self.shards[index]). Start
+        # self.reduce_scatter into it, named "reduce-scatter <shard name>"; append
+        # (index, future, output) to self.pending.
         # END PROMPT
-        # BEGIN SOLUTION Task 13: starting a gradient's reduce-scatter
+        # BEGIN SOLUTION Task 11: starting a gradient's reduce-scatter
         shard = self.shards[index]
         grad_flat.div_(shard.world)
-        output = grad_flat.new_empty(shard.shard_numel)
+        if self.shard_gradients:
+            output = grad_flat.new_empty(shard.shard_numel)
+        else:
+            output = shard.own(grad_flat)
         future = self.reduce_scatter(output, grad_flat, f"reduce-scatter {shard.name}")
         self.pending.append((index, future, output))
         # END SOLUTION
@@ -322,11 +335,15 @@ class ShardedOptimizer:
         """Every shard's averaged gradient into its master's `.grad`: after backward, before the
         optimizer step (the training loop calls it as the sync phase; `step()` calls it if not)."""
         # BEGIN PROMPT
-        # ZeRO-1: start the reduce-scatter of each flat gradient buffer. ZeRO-2: a bucket whose hook never fired (a gradient missing) is
-        # started here, its missing gradients zeros. Then wait for every pending reduce-scatter in
-        # order and add its output to the master's .grad (set it where it is None).
+        # ZeRO-1 (not self.shard_gradients): start_reduce_scatter of each flat gradient buffer,
+        # self.flat_grads[index]. ZeRO-2: each bucket's hook (_grad_ready) has started it, unless
+        # a gradient of the bucket never came (self.ready[index] is not 0) or none did (no entry
+        # of the bucket in self.pending): start those here from shard.flatten of their gradients
+        # (None counts as zeros), then set those gradients to None and self.ready[index] to 0.
+        # Then wait for every pending reduce-scatter in order, add its output to its master's
+        # .grad (set it where that is None), and empty self.pending.
         # END PROMPT
-        # BEGIN SOLUTION Task 13: averaging the gradients into the shards
+        # BEGIN SOLUTION Task 11: averaging the gradients into the shards
         if self.shard_gradients:
             started = {index for index, _, _ in self.pending}
             for index, shard in enumerate(self.shards):
@@ -358,10 +375,11 @@ class ShardedOptimizer:
         if not self.reduced:
             self.reduce_gradients()
         # BEGIN PROMPT
-        # Step the inner optimizer, then all-gather each master shard into its flat parameter
-        # buffer ("all-gather <shard name>"), waiting for each.
+        # Step the inner optimizer (self.optimizer), then all-gather each master shard (detached)
+        # into its flat parameter buffer, self.flat_params[index] ("all-gather <shard name>"),
+        # waiting for each.
         # END PROMPT
-        # BEGIN SOLUTION Task 13: stepping the shards
+        # BEGIN SOLUTION Task 11: stepping the shards
         self.optimizer.step()
         for shard, master, flat in zip(self.shards, self.masters, self.flat_params):
             self.all_gather(flat, master.detach(), f"all-gather {shard.name}").wait()
@@ -421,7 +439,8 @@ class FullyShardedModel(nn.Module):
     as the MLP and CNN do: a prefetch of the wrong unit would cost bytes, never correctness.
     `compute_dtype` (float16 or bfloat16): gathered, computed and reduce-scattered in it, floating
     inputs cast to it and the output cast back to float32; the masters and the optimizer state
-    stay float32. Frozen parameters stay whole on every rank.
+    stay float32. Frozen parameters stay whole, in float32, on every rank: a layer holding only
+    frozen ones computes in float32, its inputs cast up.
     """
 
     def __init__(self, module, units=None, compute_dtype=None, prefetch=True,
@@ -455,6 +474,19 @@ class FullyShardedModel(nn.Module):
         self.backward_started = [False] * len(self.units)
         for index in range(len(self.units)):
             self.free(index)
+        if compute_dtype is not None:  # a frozen layer computes in its parameters' float32
+            in_units = {id(each) for modules in self.units for each in modules}
+            for each in module.modules():
+                frozen = [param for param in each.parameters(recurse=False)
+                          if not param.requires_grad]
+                if frozen and id(each) not in in_units:
+                    each.register_forward_pre_hook(self._in_float32, with_kwargs=True)
+
+    @staticmethod
+    def _in_float32(module, args, kwargs):
+        """A frozen layer's hook: its floating inputs cast to float32, the dtype of its whole
+        parameters (the next unit's hook casts its output to the compute dtype again)."""
+        return cast_floats(args, torch.float32), cast_floats(kwargs, torch.float32)
 
     def sharded_parameters(self):
         """The float32 master shards: what the optimizer steps (1/n of the parameters)."""
@@ -472,12 +504,14 @@ class FullyShardedModel(nn.Module):
         """Start the all-gather of unit `index` into a new flat buffer, unless one is in flight or
         it is whole already."""
         # BEGIN PROMPT
-        # Skip it if self.gathering[index] is set or the unit is whole (its first parameter has
-        # elements). Otherwise: a new padded flat buffer in `dtype` (default: compute_dtype, else
-        # float32), start self.all_gather of the master shard cast to it ("all-gather unit <i>"),
-        # and keep (future, buffer) in self.gathering[index].
+        # Nothing to do if self.gathering[index] is set or the unit is whole (its first parameter
+        # has elements: free() leaves none). Otherwise: a new flat buffer of the shard's
+        # padded_numel elements in `dtype` (default: self.compute_dtype, else float32) on the
+        # master's device; start self.all_gather into it of the master shard, detached and cast
+        # to that dtype ("all-gather <shard name>"); keep (future, buffer) in
+        # self.gathering[index].
         # END PROMPT
-        # BEGIN SOLUTION Task 14: starting a unit's all-gather
+        # BEGIN SOLUTION Task 12: starting a unit's all-gather
         shard = self.shards[index]
         if self.gathering[index] is not None or shard.params[0].numel():
             return
@@ -491,10 +525,11 @@ class FullyShardedModel(nn.Module):
         """Unit `index`'s parameters whole: wait for its gather (starting it if need be) and point
         every parameter at its piece of the gathered buffer."""
         # BEGIN PROMPT
-        # start_gather, wait for the future, then set each parameter's .data to its view of the
-        # buffer (FlatShard.views) and clear self.gathering[index].
+        # start_gather; if no gather is then in flight, the unit was whole: return. Otherwise wait
+        # for the future, set each parameter's .data to its view of the buffer (FlatShard.views),
+        # and set self.gathering[index] back to None.
         # END PROMPT
-        # BEGIN SOLUTION Task 14: a unit made whole
+        # BEGIN SOLUTION Task 12: a unit made whole
         self.start_gather(index, dtype)
         if self.gathering[index] is None:
             return
@@ -519,7 +554,8 @@ class FullyShardedModel(nn.Module):
             if self.prefetch and index + 1 < len(self.units):
                 self.start_gather(index + 1)
             if self.compute_dtype is not None:
-                return cast_floats(args, self.compute_dtype), cast_floats(kwargs, self.compute_dtype)
+                dtype = self.compute_dtype
+                return cast_floats(args, dtype), cast_floats(kwargs, dtype)
         return hook
 
     def _after_forward(self, index):
@@ -554,12 +590,12 @@ class FullyShardedModel(nn.Module):
         """Unit `index`'s backward is done: average its gradients into a shard (a reduce-scatter
         started without waiting), and free the unit's gradients and parameters."""
         # BEGIN PROMPT
-        # Flatten the unit's gradients (FlatShard.flatten, in the compute dtype), divide by the world
-        # size, start self.reduce_scatter into a new shard-sized tensor ("reduce-scatter unit <i>")
-        # and keep (index, future, output) in self.pending; then drop the gradients and free the
-        # unit.
+        # Flatten the unit's gradients (FlatShard.flatten, in the compute dtype, float32 without
+        # one), divide by the world size, start self.reduce_scatter into a new tensor of the
+        # shard's shard_numel elements ("reduce-scatter <shard name>"), and append (index, future,
+        # output) to self.pending; then set each parameter's .grad to None and free the unit.
         # END PROMPT
-        # BEGIN SOLUTION Task 14: a unit's gradients reduce-scattered
+        # BEGIN SOLUTION Task 12: a unit's gradients reduce-scattered
         shard = self.shards[index]
         grads = [param.grad for param in shard.params]
         flat = shard.flatten(grads, self.compute_dtype or torch.float32).div_(shard.world)
@@ -625,8 +661,8 @@ class FullyShardedModel(nn.Module):
                     own_state[name].copy_(value)
 
     def optimizer_state_dict(self, optimizer):
-        """`optimizer`'s state (an optimizer over sharded_parameters()) gathered whole: loads at any world
-        size."""
+        """`optimizer`'s state (an optimizer over sharded_parameters()) gathered whole: loads at any
+        world size."""
         return gather_state(self.shards, optimizer.state_dict(), self.all_gather)
 
     def load_optimizer_state_dict(self, optimizer, full):

@@ -7,6 +7,9 @@ Four local processes, gradients averaged by hand-written all-reduce (the main jo
     python mlp_ddp.py --mode manual --world-size 4
     python mlp_ddp.py --mode manual --sync bucketed --bucket-mb 1 --world-size 4
     python mlp_ddp.py --mode ddp --model cnn --world-size 2
+Beyond copies of the model: the optimizer state, gradients and parameters sharded (ZeRO, by hand):
+    python mlp_ddp.py --mode sharded --shard optimizer --world-size 4       (ZeRO-1; gradients: 2)
+    python mlp_ddp.py --mode sharded --compute-dtype bf16 --world-size 4    (ZeRO-3 / FSDP)
 Under torchrun, on one node or on each of two nodes:
     torchrun --nproc-per-node=4 mlp_ddp.py --mode ddp
     torchrun --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d --rdzv-endpoint=HOST:29500 \
@@ -136,20 +139,23 @@ def train_rank(placement, args):
         device = device_for(backend, placement.local_rank)
         dataset = prepare_data(placement, args)
         model = build_model(args.model, args.hidden_sizes, args.dropout).to(device)
+        parameters = count_parameters(model)  # before a sharded wrapper cuts it up
         timer = StepTimer(device, args.warmup_steps, args.trace_steps if args.trace else 0)
         device_ids = [device.index] if device.type == "cuda" else None
         wrapped = wrap_model(model, sync_options, timer.comm, device_ids)
         steps = steps_per_epoch(len(dataset.train), args, placement.world_size)
-        optimizer, schedule = build_optimizer(model, args, steps)
+        optimizer, schedule = build_optimizer(wrapped, args, steps)
         started = time.perf_counter()
         trainer = Trainer(wrapped, optimizer, schedule, dataset, args, placement, timer)
         outcome = trainer.fit()
         hosts = sorted(set(gather(host_name())))
+        # every rank: a sharded model is gathered whole
+        final_state = checkpoint.model_state(wrapped) if args.save_model else None
         if placement.rank == 0:
-            environment = describe_environment(placement, backend, device, hosts, model)
+            environment = describe_environment(placement, backend, device, hosts, parameters)
             write_results(args, environment, outcome, time.perf_counter() - started)
             if args.save_model:
-                checkpoint.save_atomic(model.state_dict(), args.save_model)
+                checkpoint.save_atomic(final_state, args.save_model)
 
 
 def prepare_data(placement, args):
@@ -176,7 +182,7 @@ def prepare_data(placement, args):
     return dataset
 
 
-def describe_environment(placement, backend, device, hosts, model):
+def describe_environment(placement, backend, device, hosts, parameters):
     """The results' `environment`: software, placement, hardware and the model's size."""
     return {
         "torch": torch.__version__,
@@ -188,7 +194,7 @@ def describe_environment(placement, backend, device, hosts, model):
         "hosts": hosts,
         "cores": os.cpu_count(),
         "threads_per_rank": torch.get_num_threads(),
-        "parameters": count_parameters(model),
+        "parameters": parameters,
         "platform": platform.platform(),
     }
 
@@ -196,8 +202,8 @@ def describe_environment(placement, backend, device, hosts, model):
 def write_results(args, environment, outcome, total_time):
     """results/<run-name>.json: the options, the environment, the epochs, the test score and the
     timing (the schema is in the README)."""
-    sync = [args.sync] if args.mode == "manual" else []
-    run_name = args.run_name or "-".join([args.model, args.dataset, args.mode, *sync,
+    how = {"manual": [args.sync], "sharded": [args.shard]}.get(args.mode, [])
+    run_name = args.run_name or "-".join([args.model, args.dataset, args.mode, *how,
                                           f"w{environment['world_size']}",
                                           time.strftime("%Y%m%d-%H%M%S")])
     config = {key: value for key, value in vars(args).items() if not key.startswith("debug")}

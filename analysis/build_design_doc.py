@@ -17,8 +17,9 @@ results_folder.repeats, as the plots read them.
 What §1-§3 say is in design_sections.py; §4's measurements in design_performance.py (the sweep)
 and design_benchmarks.py (bucket sweep, step benchmark); the α-β fits and their predictions in
 design_fits.py; the projections of §5 in design_scaling.py (all over cost_model.py); §5.7's runs on
-the emulated network (results/emulated/, results/slurm/link-1gbit/) in design_emulated.py; the
-registry of numbers and their formatting in design_numbers.py.
+the emulated network (results/emulated/, results/slurm/link-1gbit/) in design_emulated.py; §7's
+sharding benchmark and the ZeRO formulas in design_sharding.py; the registry of numbers and their
+formatting in design_numbers.py.
 """
 import argparse
 import difflib
@@ -47,6 +48,7 @@ from analysis.design_sections import (
     reference_commands,
     trace_section,
 )
+from analysis.design_sharding import sharding_section
 from runtime.atomic import write_atomic
 from runtime.options import DEFAULT_BUCKET_MB
 from runtime.results import SCHEMA
@@ -69,6 +71,7 @@ ABOUT = ("every number in the design document: its value, the text shown, and wh
 RELATIVE_TOLERANCE = 1e-9
 OPTIONAL_INPUTS = {"step-bench.json": "python -m benchmarks.step_bench",
                    "bucket-*.json": "python -m analysis.sweep",
+                   "sharding.json": "python -m benchmarks.sharding_bench",
                    "trace-*.json": "python mlp_ddp.py ... --trace (see design_doc/README.md)",
                    os.path.join("plots", "*.png"): "python -m analysis.plots"}
 
@@ -145,6 +148,8 @@ def build(results_dir, out_dir):
              projection_section(numbers, results_dir, layouts, first_bucket_mb),
              main_job_section(numbers, results_dir),
              one_machine_section(numbers, results_dir),
+             # after §5's fits: the projection sends its bytes at their links' speeds
+             sharding_section(numbers, results_dir),
              reference_commands(numbers),
              figures(results_dir, out_dir))
     for part in parts:

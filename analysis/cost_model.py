@@ -21,7 +21,7 @@ gradient is. The best bucket size is searched with one flat all-reduce among the
 buckets are never computed here: torch rebuilds them by its own rules, so they are passed in as
 they were seen sent (results/ddp-buckets.json, or a run's timing.all_reduce_layouts).
 
-Three functions here are the assignment's derivations (Task 11, the document's numbers):
+Three functions here are the assignment's derivations (rubric item design.numbers):
 ring_coefficients, bucket_sizes and crossover_world_size. Their docstrings are their
 specification; tests/test_cost_model.py checks them with numbers worked by hand.
 
@@ -65,7 +65,7 @@ def ring_coefficients(world_size):
     and b as floats, or as float arrays of world_size's shape: numpy arithmetic on
     `np.asarray(world_size, dtype=float)` gives either.
     """
-    # BEGIN SOLUTION Task 11: the ring's message steps and bytes
+    # BEGIN SOLUTION Task 14: the ring's message steps and bytes
     ranks = np.asarray(world_size, dtype=float)
     return 2 * (ranks - 1), 2 * (ranks - 1) / ranks
     # END SOLUTION
@@ -223,7 +223,7 @@ def bucket_sizes(param_bytes, bucket_mb, first_bucket_mb=FIRST_BUCKET_MB):
     bucket's is bucket_mb. `first_bucket_mb` None (or 0) means no separate first cap: the first
     bucket's is bucket_mb too. The buckets' bytes add up to sum(param_bytes).
     """
-    # BEGIN SOLUTION Task 11: the bytes of each bucket
+    # BEGIN SOLUTION Task 14: the bytes of each bucket
     capacity = min(first_bucket_mb or bucket_mb, bucket_mb) * 2**20
     buckets = []
     size = 0  # bytes in the bucket being filled
@@ -379,7 +379,7 @@ def crossover_world_size(compute_s, total_bytes, alpha, beta, largest=2**20, alg
     evaluating every n at once (the coefficient functions take numpy arrays). A Python loop over
     the default million world sizes takes seconds, and the build calls this a dozen times.
     """
-    # BEGIN SOLUTION Task 11: where communication dominates
+    # BEGIN SOLUTION Task 14: where communication dominates
     world_sizes = np.arange(2, largest + 1, dtype=float)
     message_steps, sent_fraction = ALGORITHMS[algorithm](world_sizes)
     comm = message_steps * alpha + sent_fraction * total_bytes * beta

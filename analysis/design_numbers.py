@@ -93,6 +93,7 @@ UNITS = {  # unit -> how a value in that unit is shown
     "trace_us": lambda value: significant(value / 1e3) + " ms",
     "bytes": show_bytes,
     "bytes-list": lambda values: " + ".join(map(show_bytes, values)),
+    "GB": lambda value: significant(value / 1e9) + " GB",
     "MiB": lambda value: f"{value:g} MiB",
     "MiB-list": lambda values: ", ".join(f"{value:g}" for value in values) + " MiB",
     "GB/s": lambda value: significant(value) + " GB/s",

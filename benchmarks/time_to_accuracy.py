@@ -89,7 +89,7 @@ def ours_rank(placement, job):
         model = build_model(args.model, args.hidden_sizes, args.dropout)
         wrapped = wrap_model(model, SyncOptions.from_args(args))  # no recorder: nothing timed
         steps = steps_per_epoch(len(dataset.train), args, world)
-        optimizer, schedule = build_optimizer(model, args, steps)
+        optimizer, schedule = build_optimizer(wrapped, args, steps)
         precision = Precision(args.amp, device)
         # the trainer's float16-wire stop; its NaN watch is left out (a diverged run: not reached)
         guard = DivergenceGuard(device, args.compress, precision.scaler.is_enabled())

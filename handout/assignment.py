@@ -8,16 +8,20 @@ import textwrap
 PERSON = "read by a person against the rubric; no test earns it"
 
 
-def item_of(rubric, path):
-    """The rubric item ids the tests of the file at `path` count for: the first of rubric.TESTS'
-    rules that matches its node ids (a glob for their start, case-insensitive)."""
+def items_of(rubric, path):
+    """The rubric item ids the tests of the file at `path` count for: those of every rule of
+    rubric.TESTS written for its tests (a pattern that starts with the path), and of the first
+    rule that matches the whole module, if any (a glob for the start of a node id,
+    case-insensitive)."""
     node = f"{path}::".lower()
+    found = set()
     for pattern, items in rubric.TESTS:
-        if fnmatch.fnmatch(node, pattern.lower() + "*"):
-            if items is None:
-                return ()
-            return (items,) if isinstance(items, str) else tuple(items)
-    return ()
+        whole_module = fnmatch.fnmatch(node, pattern.lower() + "*")
+        if items is not None and (whole_module or pattern.lower().startswith(node)):
+            found.update((items,) if isinstance(items, str) else items)
+        if whole_module:
+            break  # every later rule is shadowed for this module's tests
+    return found
 
 
 def by_person(item):
@@ -120,7 +124,7 @@ def task_section(number, item, regions, hidden_items, numbers):
 def render(template, rubric, hidden, regions):
     """ASSIGNMENT.md from its template: @TASKS@ becomes the tasks, @MARKS@ a paragraph with the
     marks in all, @DEPENDENCIES@ the tasks whose tests run the code of others."""
-    hidden_items = {item for path in hidden for item in item_of(rubric, path)}
+    hidden_items = {item for path in hidden for item in items_of(rubric, path)}
     numbers = numbers_of(rubric)
     sections = [task_section(numbers[item.id], item, regions, hidden_items, numbers)
                 for item in rubric.ITEMS]

@@ -61,8 +61,10 @@ def check_untouched(report, budget_s):
 
 def check_solved(report):
     """Problems with the solved handout's grade: an assessed item short of its marks, with each
-    of its tests that did not pass."""
-    problems = []
+    of its tests that did not pass; and a grade cut short (the budget ran out), whose items left
+    not assessed prove nothing."""
+    problems = [f"handout with the solution: incomplete: {reason}"
+                for reason in report.get("incomplete_because", [])]
     for item in report["items"]:
         if item["status"] in ("not assessed", "graded by a person") or \
                 item["earned"] == item["marks"]:

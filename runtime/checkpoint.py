@@ -4,6 +4,12 @@ Rank 0 writes `ckpt-e<epoch>-s<step>.pt` atomically (runtime/atomic.py) and keep
 `keep`. The model is saved unwrapped, so there is no `module.` prefix: a checkpoint from
 --mode ddp loads in manual or single. Every rank's RNG state is saved, so a resumed run draws
 the same dropout masks as an uninterrupted one.
+
+--mode sharded (runtime/sharded.py) holds 1/n of the model or of the optimizer on each rank:
+every rank takes part in gathering them whole (collectives), so its checkpoint holds the whole
+model, which loads in any mode, and the whole optimizer state, which loads at any world size;
+each rank keeps its shard of it. That state is per flat shard, not per parameter: it resumes
+with the same --shard (`optimizer_layout`), and a mismatch is one clear line.
 """
 import glob
 import os
@@ -14,6 +20,9 @@ from dataclasses import dataclass, field
 import torch
 
 from runtime.atomic import write_atomic
+from runtime.launch import LaunchError
+
+PER_PARAMETER = "tensors per parameter (--mode single, ddp or manual)"  # a torch optimizer's
 
 NAME = re.compile(r"ckpt-e(\d+)-s(\d+)\.pt$")
 
@@ -76,13 +85,37 @@ def load_latest(folder, device):
     return None, None
 
 
+def model_state(model):
+    """The whole model's state_dict, unwrapped, from `model` (a --mode wrapper). A collective
+    for a sharded model: every rank calls it."""
+    if hasattr(model, "full_state_dict"):
+        return model.full_state_dict()
+    return model.module.state_dict()
+
+
+def optimizer_state(model, optimizer):
+    """The whole optimizer's state_dict; a collective for a sharded model (every rank calls it)."""
+    if hasattr(model, "optimizer_state_dict"):
+        return model.optimizer_state_dict(optimizer)
+    return optimizer.state_dict()
+
+
+def optimizer_layout(model):
+    """How the optimizer's state is laid out; a checkpoint resumes only into the same."""
+    if hasattr(model, "optimizer_layout"):
+        return model.optimizer_layout()
+    return PER_PARAMETER
+
+
 def training_state(trainer, rng_per_rank, world_size):
     """Everything a resumed run needs: the unwrapped model, optimizer, scheduler, loss scaler, the
-    progress and every rank's RNG state."""
+    progress and every rank's RNG state. Every rank calls it (a sharded model and optimizer are
+    gathered); rank 0 saves it."""
     progress = trainer.progress
     return {
-        "model": trainer.model.module.state_dict(),
-        "optimizer": trainer.optimizer.state_dict(),
+        "model": model_state(trainer.model),
+        "optimizer": optimizer_state(trainer.model, trainer.optimizer),
+        "optimizer_layout": optimizer_layout(trainer.model),
         "scheduler": trainer.schedule.state_dict(),
         "scaler": trainer.scaler.state_dict(),
         "epoch": progress.epoch,
@@ -94,12 +127,24 @@ def training_state(trainer, rng_per_rank, world_size):
     }
 
 
-def restore_training(trainer, state, rank, world_size):
-    """Load `state` (training_state's) into the trainer's model, optimizer, scheduler and scaler,
-    and this rank's RNG where the world size is the same; returns the Progress it had saved."""
+def restore_training(trainer, state, rank, world_size, path=""):
+    """Load `state` (training_state's, read from `path`) into the trainer's model, optimizer,
+    scheduler and scaler, and this rank's RNG where the world size is the same; returns the
+    Progress it had saved. A sharded model and optimizer keep this rank's shard of it."""
+    model = trainer.model
+    saved_layout = state.get("optimizer_layout", PER_PARAMETER)  # older checkpoints: per parameter
+    if saved_layout != optimizer_layout(model):
+        raise LaunchError(f"--resume: {path or 'the checkpoint'} holds optimizer state in "
+                          f"{saved_layout}; this run keeps it in {optimizer_layout(model)}: "
+                          "resume with the options it was saved with, or use another "
+                          "--checkpoint-dir")
     model_state = {key.removeprefix("module."): value for key, value in state["model"].items()}
-    trainer.model.module.load_state_dict(model_state)
-    trainer.optimizer.load_state_dict(state["optimizer"])
+    if hasattr(model, "load_full_state_dict"):
+        model.load_full_state_dict(model_state)
+        model.load_optimizer_state_dict(trainer.optimizer, state["optimizer"])
+    else:
+        model.module.load_state_dict(model_state)
+        trainer.optimizer.load_state_dict(state["optimizer"])
     trainer.schedule.load_state_dict(state["scheduler"])
     if state.get("scaler"):
         trainer.scaler.load_state_dict(state["scaler"])

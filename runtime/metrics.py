@@ -32,14 +32,18 @@ class TrainingSums:
 @torch.no_grad()
 def evaluate(model, split, rank, world_size, device, batch_size=1000):
     """Loss and accuracy over the whole split: each rank scores a disjoint slice, the sums are
-    reduced."""
+    reduced. Every rank runs as many batches as the largest slice needs, the last ones perhaps
+    empty: a forward may be a collective (--shard parameters gathers each layer in it)."""
     model.eval()
     part = eval_range(len(split), rank, world_size)
     images = split.images[part]
     labels = split.labels[part]
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     correct = torch.zeros((), dtype=torch.int64, device=device)
-    for start in range(0, len(labels), batch_size):
+    slices = [range(len(split))[eval_range(len(split), other, world_size)]
+              for other in range(world_size)]
+    largest = max(len(each) for each in slices)
+    for start in range(0, largest, batch_size):
         batch_images = images[start:start + batch_size].to(device, non_blocking=True)
         batch_labels = labels[start:start + batch_size].to(device, non_blocking=True)
         logits = model(batch_images)

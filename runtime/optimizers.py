@@ -52,17 +52,23 @@ def one_cycle(total_steps, warmup_fraction=0.25, start=1 / 25, end=1 / 25e4):
 
 
 def build_optimizer(model, args, steps_per_epoch):
-    """The --optimizer over the model's parameters, and its --lr-schedule as a Schedule.
+    """The --optimizer over the model's parameters, and its --lr-schedule as a Schedule. `model`
+    is the wrapped model (or the plain one, for every mode but sharded): a sharded one builds the
+    optimizer over what this rank owns (`make_optimizer`).
 
     onecycle: warm-up to --lr over the first quarter of the run, then cosine decay (one_cycle),
     moved after every optimizer step. step: StepLR, the rate x --lr-gamma every --lr-step epochs
     (0: constant), moved after every epoch."""
     # fused: one kernel for all parameters; the per-tensor loop took a third of an MLP step on CPU.
     if args.optimizer == "adam":
-        optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, fused=True)
+        optimizer_class, options = torch.optim.Adam, dict(lr=args.lr, fused=True)
     else:
-        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
-                                    fused=True)
+        optimizer_class = torch.optim.SGD
+        options = dict(lr=args.lr, momentum=args.momentum, fused=True)
+    if hasattr(model, "make_optimizer"):
+        optimizer = model.make_optimizer(optimizer_class, **options)
+    else:
+        optimizer = optimizer_class(model.parameters(), **options)
     if args.lr_schedule == "onecycle":
         # Reaches a given accuracy in fewer samples than StepLR here (time_to_accuracy.py).
         factor = one_cycle(args.epochs * steps_per_epoch)

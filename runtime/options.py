@@ -10,7 +10,10 @@ from runtime import emulated_network
 from runtime.data import DATASETS
 from runtime.optimizers import SCHEDULES
 
+MODES = ("single", "ddp", "manual", "ddp-no-sync", "sharded")  # runtime/wrappers.py
 STRATEGY_NAMES = ("per-param", "flat", "bucketed", "ring", "shm")  # manual_allreduce.STRATEGIES
+SHARD_LEVELS = ("optimizer", "gradients", "parameters")  # ZeRO-1, 2, 3: manual_sharding.LEVELS
+COMPUTE_DTYPES = ("fp32", "fp16", "bf16")  # --compute-dtype: runtime/sharded.COMPUTE_DTYPES
 DEFAULT_BUCKET_MB = 25.0  # as DDP's bucket_cap_mb, and manual_allreduce's default
 
 
@@ -58,16 +61,29 @@ def build_parser(description):
     parser = OneLineParser(description=description,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     add = parser.add_argument
-    add("--mode", choices=("single", "ddp", "manual", "ddp-no-sync"), default="manual",
+    add("--mode", choices=MODES, default="manual",
         help="how gradients are synchronised (ddp-no-sync: not at all, the compute baseline "
-             "for benchmarks)")
+             "for benchmarks; sharded: ZeRO, see --shard)")
     add("--sync", choices=STRATEGY_NAMES, default="bucketed",
         help="hand-written strategy for --mode manual")
+    add("--shard", choices=SHARD_LEVELS, default=None,
+        help="what --mode sharded splits over the ranks: optimizer (ZeRO-1: its state), "
+             "gradients (ZeRO-2: and the gradients), parameters (ZeRO-3 / FSDP: and the "
+             "parameters, each layer gathered when used; the default)")
+    add("--compute-dtype", choices=COMPUTE_DTYPES, default=None,
+        help="--shard parameters: gather, compute and reduce-scatter in this dtype, the "
+             "optimizer's shards staying float32 (default fp32)")
+    add("--no-prefetch", dest="prefetch", action="store_false", default=None,
+        help="--shard parameters: gather each layer only when it is needed, not the next one "
+             "early")
+    add("--collectives", choices=("library", "ring"), default=None,
+        help="--mode sharded: the reduce-scatter and all-gather of gloo/NCCL (library, the "
+             "default) or the hand-written ring of manual_sharding.py")
     add("--comm-hook", choices=("none", "shm"), default="none",
         help="how --mode ddp sums its buckets: none = DDP's own all-reduce (gloo/NCCL), shm = "
              "the hand-written shared-memory all-reduce, ranks of a host through memory")
     add("--bucket-mb", type=bounded(float, 0, low_open=True), default=DEFAULT_BUCKET_MB,
-        help="bucket size (bucketed, and DDP's)")
+        help="bucket size (bucketed, DDP's, and --shard gradients')")
     add("--compress", choices=("none", "fp16", "bf16"), default="none",
         help="gradient dtype on the wire")
     add("--amp", choices=("none", "bf16", "fp16"), default="none",
@@ -124,7 +140,7 @@ def build_parser(description):
     emulated_network.add_options(parser)  # --emulate-link RATE, --ranks-per-node K
     add("--results-dir", default="results")
     add("--run-name", default=None,
-        help="results file name (default: model-dataset-mode[-sync]-wN-time)")
+        help="results file name (default: model-dataset-mode[-sync or -shard]-wN-time)")
     add("--save-model", default=None, metavar="PATH",
         help="rank 0 saves the final state_dict here")
     add("--checkpoint-dir", default=None, help="rank 0 saves a checkpoint here after every epoch")
@@ -163,6 +179,7 @@ def parse_args(argv=None, description=None):
     emulated_network.check_options(parser, args)
     if args.comm_hook != "none" and args.mode != "ddp":
         parser.error("--comm-hook applies to --mode ddp (for --mode manual: --sync shm)")
+    check_sharding(parser, args)
     if args.resume and not args.checkpoint_dir:
         parser.error("--resume needs --checkpoint-dir")
     if args.tensorboard:
@@ -175,6 +192,38 @@ def parse_args(argv=None, description=None):
         if folder and not writable(folder):
             parser.error(f"--{option.replace('_', '-')} {folder} is not a writable folder")
     return args
+
+
+def check_sharding(parser, args):
+    """The sharding options: only with --mode sharded, the parameters level's only with it, and
+    what sharding cannot be combined with. Sets the defaults of those that apply (the others stay
+    None, so that a run's config says which applied)."""
+    given = [option for option, value in (("--shard", args.shard),
+                                          ("--compute-dtype", args.compute_dtype),
+                                          ("--no-prefetch", args.prefetch),
+                                          ("--collectives", args.collectives))
+             if value is not None]
+    if args.mode != "sharded":
+        if given:
+            parser.error(f"{given[0]} applies to --mode sharded")
+        return
+    if args.compress:
+        parser.error("--compress is for all-reduces, not --mode sharded (16-bit collectives: "
+                     "--shard parameters --compute-dtype bf16)")
+    if args.amp == "fp16":
+        parser.error("--amp fp16 is refused with --mode sharded: the loss scaler's inf check "
+                     "would see only this rank's shard of the gradients, so ranks could disagree "
+                     "on skipping a step (use --amp bf16, or --compute-dtype bf16)")
+    args.shard = args.shard or "parameters"
+    args.collectives = args.collectives or "library"
+    if args.shard != "parameters":
+        for option in ("--compute-dtype", "--no-prefetch"):
+            if option in given:
+                parser.error(f"{option} applies to --shard parameters (ZeRO-3), not --shard "
+                             f"{args.shard}")
+        return
+    args.compute_dtype = args.compute_dtype or "fp32"
+    args.prefetch = args.prefetch is not False
 
 
 def writable(folder):

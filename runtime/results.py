@@ -4,10 +4,12 @@ reads a folder of them for the plots and the design document."""
 import json
 
 from runtime.atomic import write_atomic
+from runtime.memory import CATEGORIES
 from runtime.timing import FIELDS
 
 # 2: comm busy as a union, hidden and exposed split at compute's end; 3: compute ends at the last
-# gradient's accumulation for DDP too (no estimate), and timing.all_reduce_layouts
+# gradient's accumulation for DDP too (no estimate), and timing.all_reduce_layouts. `memory` came
+# later, optional (the committed files have none), checked where present.
 SCHEMA = "ddp-mnist-results/3"
 
 PHASE_STATS = ("mean", "median", "p95")
@@ -15,6 +17,7 @@ TIMED_FIELDS = FIELDS  # timing.py: the phases, compute, comm busy/hidden/expose
 EPOCH_FIELDS = ("epoch", "steps", "train_loss", "train_accuracy", "val_loss", "val_accuracy",
                 "epoch_time_s", "data_s", "compute_s", "comm_busy_s", "comm_hidden_s",
                 "comm_exposed_s", "samples_seen", "elapsed_s", "samples_per_s", "lr")
+MEMORY_FIELDS = CATEGORIES + ("model_states", "peak_rss")  # bytes, runtime/memory.py
 ENVIRONMENT_FIELDS = ("torch", "python", "backend", "device", "launcher", "world_size", "hosts",
                       "cores", "threads_per_rank", "parameters")
 
@@ -73,6 +76,28 @@ def validate(document):
             if need(stats, TIMED_FIELDS, where):
                 for field in TIMED_FIELDS:
                     need(stats[field], PHASE_STATS, f"{where}.{field}")
+    if "memory" in document:
+        problems += memory_problems(document["memory"], document["environment"].get("world_size"))
+    return problems
+
+
+def memory_problems(memory, world_size):
+    """What is wrong with a `memory` object: {"per_rank": [bytes of each of MEMORY_FIELDS]}, one
+    entry per rank."""
+    if not isinstance(memory, dict) or not isinstance(memory.get("per_rank"), list):
+        return ["memory.per_rank is not a list"]
+    problems = []
+    if len(memory["per_rank"]) != world_size:
+        problems.append("memory.per_rank does not have one entry per rank")
+    for rank, held in enumerate(memory["per_rank"]):
+        where = f"memory.per_rank[{rank}]"
+        if not isinstance(held, dict):
+            problems.append(f"{where} is not an object")
+            continue
+        for field in MEMORY_FIELDS:
+            value = held.get(field)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                problems.append(f"{where}.{field} is not a number of bytes")
     return problems
 
 

@@ -8,7 +8,9 @@ Each has the wrappers' `forward`, `no_sync()` and `finish_gradient_synchronizati
   make_optimizer(optimizer_class, **kwargs)  the optimizer over what this rank owns
   full_state_dict()                          the whole model, gathered (a collective)
   optimizer_state_dict() / load_...          the optimizer's state gathered whole and cut again
-so that a checkpoint holds the whole model and optimizer, and loads at any world size. No_sync()
+  optimizer_layout()                         how that state is laid out: the level and its shards
+so that a checkpoint holds the whole model and optimizer, and loads at any world size (with the
+same --shard: the optimizer's state is per flat shard, not per parameter). No_sync()
 changes nothing here: ZeRO-1 averages only in `finish_gradient_synchronization()` anyway, and
 ZeRO-2 and ZeRO-3 average each backward into the shards' gradients, which add up.
 """
@@ -17,8 +19,8 @@ from contextlib import nullcontext
 import torch
 from torch import nn
 
-from manual_sharding import FullyShardedModel, ShardedOptimizer
 from manual_allreduce import broadcast_parameters
+from manual_sharding import FullyShardedModel, ShardedOptimizer
 
 COMPUTE_DTYPES = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}  # --compute-dtype
 
@@ -61,6 +63,10 @@ class ShardedOptimizerModel(nn.Module):
     def load_optimizer_state_dict(self, optimizer, state):
         optimizer.load_state_dict(state)
 
+    def optimizer_layout(self):
+        level = "gradients" if self.options["shard_gradients"] else "optimizer"
+        return layout(level, self.optimizer.shards)
+
 
 class FullyShardedTraining(FullyShardedModel):
     """ZeRO-3: manual_sharding.FullyShardedModel, with the optimizer built over its shards."""
@@ -72,6 +78,15 @@ class FullyShardedTraining(FullyShardedModel):
 
     def make_optimizer(self, optimizer_class, **kwargs):
         return optimizer_class(self.sharded_parameters(), **kwargs)
+
+    def optimizer_layout(self):
+        return layout("parameters", self.shards)
+
+
+def layout(level, shards):
+    """A checkpoint's optimizer state fits a run with the same level and the same flat shards
+    (ZeRO-2's buckets follow --bucket-mb), at any world size."""
+    return f"flat shards of {[shard.numel for shard in shards]} elements (--shard {level})"
 
 
 def wrap_sharded(module, level, bucket_mb, compute_dtype="fp32", prefetch=True,

@@ -30,6 +30,9 @@ import time
 import torch
 
 PHASES = ("data", "forward", "backward", "sync", "optimizer")
+# A trace span's name starts with its collective: manual_sharding names its own ("all-gather unit
+# 0"); an all-reduce is named by what it sends ("bucket 0") and gets the prefix in the trace.
+COLLECTIVES = ("all-reduce", "reduce-scatter", "all-gather")
 COMM_FIELDS = ("comm_busy", "comm_hidden", "comm_exposed")
 FIELDS = PHASES + ("compute",) + COMM_FIELDS + ("own_work", "step")
 
@@ -247,12 +250,18 @@ class StepTimer:
             if self.measured <= self.trace_window:
                 self.trace += [(step, phase, before, after)
                                for (_, before), (phase, after) in zip(marks, marks[1:])]
-                self.trace += [(step, "all-reduce " + name, start, end)
+                self.trace += [(step, collective_name(name), start, end)
                                for name, start, end in spans]
                 self.trace += [(step, "gradient " + name, stamp, stamp)
                                for name, stamp in gradients]
         self.pending = []
         return records
+
+
+def collective_name(name):
+    """A collective's span name in the trace: as given when it names its collective already
+    (sharding's "reduce-scatter unit 0"), else an all-reduce's ("all-reduce bucket 0")."""
+    return name if name.startswith(COLLECTIVES) else "all-reduce " + name
 
 
 def summarize(values):
@@ -305,7 +314,7 @@ def chrome_trace(traces_per_rank):
             events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": track,
                            "args": {"name": label}})
         for step, name, start, end in spans:
-            track = 1 if name.startswith("all-reduce") else 0
+            track = 1 if name.startswith(COLLECTIVES) else 0
             event = {"ph": "X", "name": name, "pid": rank, "tid": track,
                      "ts": (start - origin) * 1e6, "dur": (end - start) * 1e6,
                      "args": {"step": step}}

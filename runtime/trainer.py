@@ -14,6 +14,7 @@ from runtime.across_ranks import gather, sum_over_ranks
 from runtime.data import shard_indices
 from runtime.faults import FaultInjection
 from runtime.guards import DivergenceGuard
+from runtime.memory import MemoryWatch
 from runtime.metrics import TrainingSums, evaluate
 from runtime.reporting import ProgressLine, Report
 from runtime.results import write_json_atomic
@@ -48,10 +49,12 @@ class Trainer:
         self.faults = FaultInjection(args.debug_exit_rank, args.debug_exit_step,
                                      args.debug_slow_rank, placement.rank)
         self.report = Report(args.epochs, args.tensorboard, placement.rank)
+        self.memory = MemoryWatch(model, optimizer)  # what the rank holds, before each step
 
     def fit(self):
         """Train the remaining epochs and score the test split; returns the results' training part:
-        {"epochs": records, "test": {"loss", "accuracy"}, "timing": summary}."""
+        {"epochs": records, "test": {"loss", "accuracy"}, "timing": summary,
+        "memory": {"per_rank": each rank's MemoryWatch record}}."""
         self.resume()
         if dist.is_initialized():
             dist.barrier()  # the trace's common origin
@@ -67,10 +70,12 @@ class Trainer:
             traces = gather((trace_origin, self.timer.trace))
             if self.placement.rank == 0:
                 write_json_atomic(self.args.trace, chrome_trace(traces))
+        memory = {"per_rank": gather(self.memory.record())}
         self.report.close()
         return {"epochs": self.progress.history,
                 "test": {"loss": test_loss, "accuracy": test_accuracy},
-                "timing": timing}
+                "timing": timing,
+                "memory": memory}
 
     def run_epoch(self, epoch):
         """One pass over this rank's shard of the training split; returns the epoch's record."""
@@ -90,6 +95,9 @@ class Trainer:
         for step in range(first_step, len(shard)):
             self.faults.exit_if_due(self.progress.global_step)
             micro_batches = shard[step].view(args.accum_steps, args.batch_size)
+            # collectives timed between steps (a sharded model's evaluation and checkpoints
+            # gather it) are no step's
+            self.timer.comm.take()
             self.timer.start_step()
             loss = self.train_step(micro_batches, self.progress.global_step, sums)
             self.timer.end_step()
@@ -161,14 +169,14 @@ class Trainer:
         return record
 
     def save_checkpoint(self):
-        """With --checkpoint-dir: every rank takes part (its RNG state is gathered); rank 0
-        writes."""
+        """With --checkpoint-dir: every rank takes part (its RNG state is gathered, and a sharded
+        model and optimizer); rank 0 writes."""
         if not self.args.checkpoint_dir:
             return
         self.guard.check_losses()  # never save a diverged model over the last good one
         rng_per_rank = gather(checkpoint.rng_state())
+        state = checkpoint.training_state(self, rng_per_rank, self.placement.world_size)
         if self.placement.rank == 0:
-            state = checkpoint.training_state(self, rng_per_rank, self.placement.world_size)
             checkpoint.save(self.args.checkpoint_dir, state, self.args.keep_checkpoints)
 
     def resume(self):
@@ -181,6 +189,6 @@ class Trainer:
             self.report.log(f"no checkpoint in {folder}: starting from scratch")
             return
         rank, world_size = self.placement.rank, self.placement.world_size
-        self.progress = checkpoint.restore_training(self, state, rank, world_size)
+        self.progress = checkpoint.restore_training(self, state, rank, world_size, path)
         self.report.log(f"resumed from {path}: epoch {self.progress.epoch + 1}, "
                         f"step {self.progress.step_in_epoch}")

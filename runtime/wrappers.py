@@ -11,7 +11,9 @@ Each wraps the model in a module with `forward`, `no_sync()` and
                communication, the compute baseline that tells contention for the cores from
                communication
   manual       `runtime.manual_ddp.ManualDDP`, the hand-written strategies of manual_allreduce.py
-Every all-reduce goes through the timing layer (timing.timed). --compress is the lesson's
+  sharded      runtime/sharded.py: manual_sharding.py's ZeRO-1, 2 or 3 (--shard), which also builds
+               the optimizer (`make_optimizer`) and gathers the model for checkpoints
+Every collective goes through the timing layer (timing.timed). --compress is the lesson's
 compression layer for mode manual and torch's fp16_compress_wrapper design for mode ddp: a
 reference mode runs no code of the lesson's but the shared-memory transport it is asked for.
 """
@@ -38,10 +40,19 @@ class SyncOptions:
     bucket_mb: float = DEFAULT_BUCKET_MB
     compress: str | None = None  # the wire dtype: None, "fp16" or "bf16"
     comm_hook: str = "none"  # how mode ddp sums its buckets: "none" (gloo/NCCL) or "shm"
+    shard: str = "parameters"  # mode sharded: "optimizer", "gradients" or "parameters" (ZeRO-1/2/3)
+    compute_dtype: str = "fp32"  # --shard parameters: "fp32", "fp16" or "bf16"
+    prefetch: bool = True  # --shard parameters: the next layer's gather started early
+    collectives: str = "library"  # mode sharded: "library" (gloo/NCCL) or "ring" (the lesson's)
 
     @classmethod
     def from_args(cls, args):
-        return cls(args.mode, args.sync, args.bucket_mb, args.compress, args.comm_hook)
+        """The options of `args`; those that do not apply to its mode (None) take the defaults."""
+        sharding = {name: getattr(args, name)
+                    for name in ("shard", "compute_dtype", "prefetch", "collectives")
+                    if getattr(args, name) is not None}
+        return cls(args.mode, args.sync, args.bucket_mb, args.compress, args.comm_hook,
+                   **sharding)
 
     @property
     def through_shared_memory(self):
@@ -167,9 +178,14 @@ def wrap_model(model, options, recorder=None, device_ids=None):
         if recorder:
             all_reduce = timed(all_reduce, recorder)
         return HookedDDP(model, all_reduce, options.bucket_mb, options.compress, device_ids)
+    timing = [partial(timed, recorder=recorder)] if recorder else []
+    if options.mode == "sharded":
+        from runtime.sharded import wrap_sharded  # the lesson only here, as for mode manual
+
+        return wrap_sharded(model, options.shard, options.bucket_mb, options.compute_dtype,
+                            options.prefetch, options.collectives, timing)
     from runtime.manual_ddp import ManualDDP  # the lesson only here: see the module's docstring
 
-    timing = [partial(timed, recorder=recorder)] if recorder else []
     return ManualDDP(model, options.sync, options.bucket_mb,
                      timing + compression_layers(options.compress))
 

@@ -22,7 +22,7 @@ from runtime.timing import FIELDS
 from tests.harness import SANDBOX, run_alone
 
 SECTIONS = ("README.md", "1-architecture.md", "2-data-flow.md", "3-communication.md",
-            "4-performance.md", "5-scalability.md", "6-appendix.md")
+            "4-performance.md", "5-scalability.md", "6-appendix.md", "7-sharding.md")
 # the synthetic all-reduce benchmark: alpha grows with n
 ALPHAS = {2: 40e-6, 3: 55e-6, 4: 80e-6}
 BETA = 0.6e-9

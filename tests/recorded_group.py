@@ -77,11 +77,21 @@ class RecordedGloo(dist.ProcessGroup):
         report("allgather", [input])
         return self._gloo._allgather_base(output, input, *options)
 
+    def all_gather_single(self, output, input, *options):
+        """What dist.all_gather_into_tensor calls from torch 2.13 on."""
+        report("allgather", [input])
+        return self._gloo._allgather_base(output, input, *options)
+
     def reduce_scatter(self, outputs, inputs, *options):
         report("reduce_scatter", [tensor for group in inputs for tensor in group])
         return self._gloo.reduce_scatter(outputs, inputs, *options)
 
     def _reduce_scatter_base(self, output, input, *options):
+        report("reduce_scatter", [input])
+        return self._gloo._reduce_scatter_base(output, input, *options)
+
+    def reduce_scatter_single(self, output, input, *options):
+        """What dist.reduce_scatter_tensor calls from torch 2.13 on."""
         report("reduce_scatter", [input])
         return self._gloo._reduce_scatter_base(output, input, *options)
 
@@ -94,6 +104,11 @@ class RecordedGloo(dist.ProcessGroup):
         return self._gloo.scatter(outputs, inputs, *options)
 
     def alltoall_base(self, output, input, *options):
+        report("alltoall", [input])
+        return self._gloo.alltoall_base(output, input, *options)
+
+    def all_to_all_single(self, output, input, *options):
+        """What dist.all_to_all_single calls from torch 2.13 on."""
         report("alltoall", [input])
         return self._gloo.alltoall_base(output, input, *options)
 

@@ -1,9 +1,10 @@
 """The cost model's derivations give numbers a reader can work out by hand: the ring's message steps
 and bytes per rank, the bytes of each bucket at a cap, and the world size from which a step's
-all-reduce outlasts its compute (Task 11). The rest of the model, built on them, recovers what it is
-given: the α-β fit and its bootstrap interval, the overlap with backward as a traced backward makes
-each bucket ready, the best bucket size with one flat all-reduce among the candidates,
-halving-doubling, DDP's buckets taken as sent; and the published figures carry their sources.
+all-reduce outlasts its compute (rubric item design.numbers). The rest of the model, built on
+them, recovers what it is given: the α-β fit and its bootstrap interval, the overlap with backward
+as a traced backward makes each bucket ready, the best bucket size with one flat all-reduce among
+the candidates, halving-doubling, DDP's buckets taken as sent; and the published figures carry
+their sources.
 
 analysis/cost_model.py holds the derivations, so it runs only in a child process with the code
 under test (tests/harness.py run_alone): `cost_model_gives` sends it the calls and gets plain

@@ -265,6 +265,23 @@ def test_assignment_md_lists_every_rubric_item_as_a_numbered_task(out):
     assert "@TASKS@" not in assignment and "@MARKS@" not in assignment
 
 
+def test_each_task_hidden_tests_also_grade_says_so_and_no_other(out):
+    # hidden.py's rules name the items the hidden tests count for: the student learns which tasks
+    # they grade, never which tests
+    from tests.grading.profile import HIDDEN
+
+    graded = set()
+    for _, items in HIDDEN.RULES:
+        graded.update((items,) if isinstance(items, str) else items or ())
+    assert {"core.sharding_collectives", "core.zero", "core.fsdp"} <= graded
+    with open(os.path.join(out, "student", "ASSIGNMENT.md")) as file:
+        sections = file.read().split("\n### Task ")[1:]
+    for number, item in enumerate(ITEMS, start=1):
+        section = next(text for text in sections if text.startswith(f"{number}: "))
+        says = "Hidden tests, which only the autograder has, also grade this task." in section
+        assert says == (item.id in graded), f"Task {number} ({item.id})"
+
+
 MARKDOWN_LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")  # [text](target) and ![alt](image)
 COMMANDS = (re.compile(r"\bpython3? -m ([\w.]+)"), re.compile(r"\bpython3? ([\w/]+\.py)\b"),
             re.compile(r"(?<![\w.])\./([\w/.-]+\.sh)\b"))
@@ -355,3 +372,15 @@ def test_an_item_alone_must_earn_itself_and_what_it_builds_on_and_nothing_else()
     assert short[1] == "  tests/t.py::test_x: failed: E  what went wrong"
     assert check_one_item(report({item.id, *item.builds_on, other.id}), item) == [
         f"{item.id} alone: {other.id} earned {other.marks:g} too"]
+
+
+def test_a_solved_grade_cut_short_by_the_budget_fails_the_self_check():
+    # items the budget left "not assessed" prove nothing: the self-check must not pass on them
+    from handout.self_check import check_solved
+
+    items = [{"id": item.id, "marks": item.marks, "status": "not assessed", "earned": None}
+             for item in ITEMS]
+    reason = "the budget ran out: 9 tests not run"
+    cut = {"items": items, "tests": [], "incomplete_because": [reason]}
+    assert check_solved(cut) == [f"handout with the solution: incomplete: {reason}"]
+    assert check_solved({**cut, "incomplete_because": []}) == []

@@ -3,20 +3,23 @@ items they count for. The autograder's and the instructor's alone: make_handout.
 and the modules, out of the student's copy, so that the student's profile.py and rubric.py name
 none of them."""
 
-MODULES = ("tests/test_integrity.py", "tests/test_ddp_parity.py")
+MODULES = ("tests/test_integrity.py", "tests/test_ddp_parity.py",
+           "tests/test_sharding_integrity.py")
 
 INTEGRITY = "tests/test_integrity.py::"
+SHARDING = "tests/test_sharding_integrity.py::"
 PARITY = "tests/test_ddp_parity.py::"
 OWN = "*[[]own"  # ids of ManualDDP with the tests' own strategy: "[own-batchnorm-2]", "[own]"
 REFERENCE = "*[[]ddp]"  # torch's DDP alone: the tests' own reference
 
-# Grading-profile patterns (profile.PROFILE): every integrity check (about 20 s); the DDP-parity
-# hard cases at 2 and 3 ranks (each strategy of the lesson, and ManualDDP with the tests' own:
-# about 45 s); ManualDDP's errors once with buckets and once with the tests' own strategy. Left
-# out: the 4-rank cases and the fp16 overflow (the whole job's, which other tests check), and the
-# options' names (given code).
+# Grading-profile patterns (profile.PROFILE): every integrity check (about 20 s, and 10 s for the
+# sharding lesson's); the DDP-parity hard cases at 2 and 3 ranks (each strategy of the lesson, and
+# ManualDDP with the tests' own: about 45 s); ManualDDP's errors once with buckets and once with
+# the tests' own strategy. Left out: the 4-rank cases and the fp16 overflow (the whole job's,
+# which other tests check), and the options' names (given code).
 PROFILE = (
     INTEGRITY,
+    SHARDING,  # three launches of 3 ranks, one per item: about 10 s
     PARITY + "test_every_strategy_equals_ddp_after_every_step*-[23]]",
     PARITY + "test_a_parameter_unused_on_every_rank_",
     PARITY + "test_an_unused_parameter_without_find_unused_parameters_is_an_error_naming_it?"
@@ -42,6 +45,11 @@ RULES = (
     (INTEGRITY + "test_bucketed_", "core.bucketed"),
     (INTEGRITY + "test_the_ring_", "core.ring"),  # manual_collectives.ring_all_reduce alone
     (INTEGRITY + "test_compression_", "core.compression"),  # the layer alone
+    # the sharding lesson's pieces, each item in a launch of its own, with the library's
+    # collectives: ZeRO's and FSDP's checks need none of the student's ring
+    (SHARDING + "test_each_half_of_the_ring_", "core.sharding_collectives"),
+    (SHARDING + "test_zero_", "core.zero"),
+    (SHARDING + "test_fsdp_", "core.fsdp"),
     # ManualDDP's own work, with the tests' own strategy; torch's DDP alone is the reference
     (PARITY + OWN, "core.manual_ddp"),
     (PARITY + REFERENCE, None),

@@ -7,13 +7,13 @@ file names none of them.
 
 PROFILE: the rubric's tests that grade a submission within BUDGET_S on 2 cores; the whole suite
 takes about 7 minutes. Most of the strategies' tests are the parity matrices, whose cases share one
-launch of gloo processes per strategy and world size: the profile keeps every case of the
-launches it runs (MLP, CNN, the frozen and shared traps) at 4 ranks, and the hidden hard cases at
-2 and 3, not every matrix at every size. Every item keeps tests that need nothing but the
-repository and that item's code; the design document's tests are all in. Left out: checks
-repeated at another size, the Slurm cluster (root, a minute), and the slowest runs where a faster
-test checks the same thing (each named below, with why). A pattern is a case-insensitive glob for
-the start of a node id, as in rubric.py; LEFT_OUT wins over PROFILE.
+launch of gloo processes per strategy and world size: the profile keeps every case of the launches
+it runs (MLP, CNN, the frozen and shared traps) at 4 ranks, and the hidden hard cases at 2 and 3,
+not every matrix at every size; the sharding lesson's at 3 ranks (one launch). Every item keeps
+tests that need nothing but the repository and that item's code; the design document's tests are all
+in. Left out: checks repeated at another size, the Slurm cluster (root, a minute), and the slowest
+runs where a faster test checks the same thing (each named below, with why). A pattern is a
+case-insensitive glob for the start of a node id, as in rubric.py; LEFT_OUT wins over PROFILE.
 """
 import fnmatch
 import importlib.util
@@ -40,7 +40,8 @@ INSTRUCTOR_ONLY = ("tests/test_grade.py", "tests/test_grader_security.py",
 # The assignment's task modules: the files holding solution regions (tests/test_handout.py checks
 # this against the markers). The judge's folder never holds them (tests/grading/judge.py).
 TASK_FILES = ("analysis/cost_model.py", "manual_allreduce.py", "manual_collectives.py",
-              "runtime/data.py", "runtime/manual_ddp.py", "runtime/models.py", "runtime/timing.py")
+              "manual_sharding.py", "runtime/data.py", "runtime/manual_ddp.py", "runtime/models.py",
+              "runtime/timing.py")
 
 BUDGET_S = 300  # the whole run: a Gradescope machine gives 10 minutes by default
 # One test, set-up and teardown included: twice the slowest seen on a busy machine, and below the
@@ -48,6 +49,7 @@ BUDGET_S = 300  # the whole run: a Gradescope machine gives 10 minutes by defaul
 DEFAULT_TIMEOUT_S = 60
 
 AT_4 = "*-4]"  # the matrix's ids end in the world size: "[cnn-manual-ring-4]"
+SHARDING = "tests/test_sharding.py::"
 
 PROFILE = (
     # core.mlp
@@ -79,6 +81,11 @@ PROFILE = (
     "tests/test_manual_ddp.py::",
     # core.timing: the definitions
     "tests/test_timing.py::",
+    # core.sharding_collectives, core.zero and core.fsdp: every check of tests/test_sharding.py at
+    # 3 ranks, one launch (the halves, each level with SGD and AdamW, 16-bit compute, the state
+    # gathered whole and resumed); 2 and 4 ranks repeat them
+    SHARDING + "*-3]",
+    SHARDING + "*[[]3]",
     # core.end_to_end: the main job to 96% (real MNIST), manual mode on two processes, every
     # strategy's timing invariants at 2 and 4 ranks and compressed at 4, the benchmarks, the
     # sweep's plan and failures. Left out: DDP's measured run, the straggler, the compute
@@ -96,6 +103,10 @@ PROFILE = (
     "tests/test_sweep.py::test_dry_run_",
     "tests/test_sweep.py::test_bucket_runs_",
     "tests/test_sweep.py::test_a_failed_run_",
+    # --mode sharded: ZeRO-3 against --mode manual (two runs, 15 s). Left out: the other levels,
+    # 16-bit compute, the resumed runs and what each rank holds (a minute and a half of runs;
+    # tests/test_sharding.py checks each level at 3 ranks), and the sharding benchmark (10 s).
+    "tests/test_cli_sharding.py::test_each_level_trains_*[[]parameters]",
     # design.numbers: the committed results files, every test of the design document, the cost
     # model and the plots
     "tests/test_timing_runs.py::test_every_committed_results_file_",
@@ -111,6 +122,8 @@ LEFT_OUT = (
     "tests/test_timing.py::test_the_trace_has_one_track_per_rank",  # graded, but 10 s of runs
     "tests/test_models.py::test_the_cnn_",  # given code
     "tests/test_gradient_sync.py::*-ddp-",  # torch's DDP against one process: the tests' reference
+    SHARDING + "*[[]ZeroRedundancyOptimizer-",  # torch's ZeRO and FSDP, likewise
+    SHARDING + "*[[]fully_shard-",
     "tests/test_design_doc.py::test_a_missing_results_file_",
 ) + (HIDDEN.LEFT_OUT if HIDDEN else ())
 

@@ -1,0 +1,341 @@
+"""§7, sharding: benchmarks/sharding_bench.py's results (results/sharding.json) set side by side
+(memory per rank and step time of DDP and the three ZeRO levels), against the ZeRO paper's
+formulas (analysis/zero_formulas.py: model states at 1 to 4 ranks, bytes per step), prefetching
+with and without, the verdicts against DDP, and the formulas carried to a model that does not fit
+one rank, at link speeds measured by §5 (this machine's fit, the emulated 1 Gbit/s link) and one
+assumed.
+
+Every number is registered as 'sharding.<model>.w<n>.<configuration>.<what>' (measured: the
+spread over the repeats), 'zero.<model>.w<n>.<level>.<what>' (the formulas) or
+'project.zero.<what>' (the projection). Without results/sharding.json each table says what to run
+and every number the prose quotes is "not measured".
+"""
+import os
+
+from analysis import zero_formulas
+from analysis.design_numbers import NOT_MEASURED, load, repo_relative, table
+from analysis.results_folder import spread
+
+SCHEMA = "sharding-bench/1"
+MODELS = ("mlp", "cnn")
+FORMULA_WORLDS = (1, 2, 3, 4)
+SIDE_BY_SIDE_WORLDS = (2, 4)
+COMPARED_WORLDS = (2, 3, 4)  # where something is communicated
+NAMES = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3",
+         "zero3-no-prefetch": "ZeRO-3, no prefetch"}
+STATES_TEXT = {"ddp": "4Ψ + 4Ψ + 8Ψ", "zero1": "4Ψ + 4Ψ + 8Ψ/n", "zero2": "4Ψ + 12Ψ/n",
+               "zero3": "16Ψ/n"}
+# number name -> (the measurement's field, unit)
+FIELDS = {"step": ("median_step_s", "ms"), "busy": ("median_comm_busy_s", "ms"),
+          "hidden": ("median_comm_hidden_s", "ms"), "exposed": ("median_comm_exposed_s", "ms"),
+          "states": ("held_bytes.model_states", "bytes"), "peak_rss": ("peak_rss_bytes", "bytes"),
+          "sent": ("bytes_sent_per_step", "bytes"), "step_ratio": ("step_ratio_to_ddp", "ratio"),
+          "states_ratio": ("model_states_ratio_to_ddp", "ratio")}
+# the projection's links: a short name -> (what a reader sees, with the number it names, and the
+# number of its β)
+LINKS = {"loopback": ("this machine's loopback (§5.1)", None, "fit.projection.beta_s_per_byte"),
+         "1g": ("the emulated {} link (§5.7)", "emulated.rate",
+                "emulated.fit.gloo.w2.beta_s_per_byte"),
+         "100g": ("a {} link (assumed)", "assume.link.100g", "assume.beta.100g")}
+COMMAND = "python -m benchmarks.sharding_bench"
+TABLES = ("table.sharding.side.mlp", "table.sharding.side.cnn", "table.sharding.memory.mlp",
+          "table.sharding.memory.cnn", "table.sharding.bytes", "table.sharding.prefetch",
+          "table.sharding.verdicts")
+
+
+def key(model, world, configuration):
+    return f"sharding.{model}.w{world}.{configuration}"
+
+
+def sharding_section(numbers, results_dir):
+    """The tables of §7 and every number its prose quotes."""
+    path = os.path.join(results_dir, "sharding.json")
+    document = load(path) if os.path.exists(path) else {}
+    problem = None
+    if document.get("schema") != SCHEMA:
+        problem = (f"*No {repo_relative(path)}: run {COMMAND}.*" if not document else
+                   f"*{repo_relative(path)} is of schema {document.get('schema')!r}, not {SCHEMA}:"
+                   f" run {COMMAND} again.*")
+        document = {"measurements": []}
+    rows = document["measurements"]
+    where = {}  # (model, world, configuration) -> indices of its rows, one per repeat
+    for index, row in enumerate(rows):
+        where.setdefault((row["model"], row["world_size"], row["configuration"]), []).append(index)
+    for model in MODELS:
+        for world in FORMULA_WORLDS:
+            register_formulas(numbers, model, world)
+            for configuration in NAMES:
+                register_measured(numbers, path, rows, where.get((model, world, configuration),
+                                                                 []), model, world, configuration)
+            register_comparisons(numbers, path, rows, where, model, world)
+    numbers.stated("zero.traffic_ratio", zero_formulas.traffic_factor("zero3")
+                   / zero_formulas.traffic_factor("ddp"), "ratio", "code",
+                   "analysis/zero_formulas.py: ZeRO-3's 3P(n-1)/n over DDP's 2P(n-1)/n")
+    register_layouts(numbers, path, rows, where)
+    context = {"text.sharding.configuration": describe_run(numbers, path, document)}
+    context.update(projection(numbers))
+    if problem:
+        return {**context, **dict.fromkeys(TABLES, problem)}
+    context.update({f"table.sharding.side.{model}": side_by_side(numbers, model)
+                    for model in MODELS})
+    context.update({f"table.sharding.memory.{model}": memory_table(numbers, model)
+                    for model in MODELS})
+    context["table.sharding.bytes"] = bytes_table(numbers)
+    context["table.sharding.prefetch"] = prefetch_table(numbers)
+    context["table.sharding.verdicts"] = verdict_table(numbers)
+    return context
+
+
+def describe_run(numbers, path, document):
+    """Registers the run's settings ('sharding.steps', '.warmup', '.repeats', '.batch', '.bucket_mb'
+    and the threads per rank at 1 and 4 ranks); returns the command it was made with."""
+    source = path if document.get("config") else None
+    for name, field, unit in (("steps", "config.steps", "count"),
+                              ("warmup", "config.warmup", "count"),
+                              ("repeats", "config.repeats", "count"),
+                              ("batch", "config.batch_size", "count"),
+                              ("bucket_mb", "config.bucket_mb", "MiB"),
+                              ("threads.w1", "environment.threads_per_rank.1", "count"),
+                              ("threads.w4", "environment.threads_per_rank.4", "count"),
+                              ("load_average", "environment.load_average_1min_at_start",
+                               "number")):
+        numbers.measured(f"sharding.{name}", source, field, unit)
+    return f"`{document['command']}`" if document.get("command") else NOT_MEASURED
+
+
+def register_layouts(numbers, path, rows, where):
+    """'sharding.<model>.ddp.collectives' (DDP's all-reduces per step) and
+    'sharding.<model>.<zero2|zero3>.shards' (ZeRO-2's buckets, ZeRO-3's units), at two ranks in
+    the first repeat."""
+    for model in MODELS:
+        for configuration, field, what in (("ddp", "collectives", "collectives"),
+                                           ("zero2", "shards", "shards"),
+                                           ("zero3", "shards", "shards")):
+            indices = where.get((model, 2, configuration), [])
+            inputs = [f"{path}#measurements[{indices[0]}].{field}"] if indices else []
+            numbers.derived(f"sharding.{model}.{configuration}.{what}", len, inputs, "count",
+                            f"the length of the list (one step's {field}: at two ranks)")
+
+
+def register_spread(numbers, name, path, indices, field, unit):
+    """`name.median`, `.min`, `.max`, `.n`: the spread over the rows `indices` (one per repeat) of
+    `field`; absent without rows, or where the field is None (no DDP to compare with)."""
+    inputs = [f"{path}#measurements[{index}].{field}" for index in indices]
+    units = {"median": unit, "min": unit, "max": unit, "n": "count"}
+    numbers.derived_fields(name, lambda *values: spread(values), inputs, units,
+                           f"results_folder.spread over the repeats of {field}")
+
+
+def register_formulas(numbers, model, world):
+    """'zero.<model>.w<n>.<level>.states' and '.sent': the paper's bytes per rank."""
+    for level in zero_formulas.LEVELS:
+        name = f"zero.{model}.w{world}.{level}"
+        numbers.derived(f"{name}.states",
+                        lambda parameters, level=level: zero_formulas.model_states(
+                            level, parameters, world)["model_states"],
+                        [f"model.{model}.parameters"], "bytes",
+                        f"zero_formulas.model_states: {STATES_TEXT[level]} bytes, Ψ the "
+                        f"parameters, n = {world}")
+        factor = zero_formulas.traffic_factor(level)
+        numbers.derived(f"{name}.sent",
+                        lambda nbytes, level=level: zero_formulas.traffic(level, nbytes, world),
+                        [f"model.{model}.bytes"], "bytes",
+                        f"zero_formulas.traffic: {factor}P(n-1)/n, P the parameter bytes, "
+                        f"n = {world}")
+
+
+def register_measured(numbers, path, rows, indices, model, world, configuration):
+    """Every FIELDS spread of one configuration, and its memory and bytes against the formulas:
+    '.padded' (the parameters its shards hold, padding included), '.states_padded' (the formula
+    at that count), '.padding' (what the padding adds to the formula) and '.other' (what the
+    measurement holds beyond both); '.sent_excess' (measured bytes - the formula's)."""
+    name = key(model, world, configuration)
+    for short, (field, unit) in FIELDS.items():
+        register_spread(numbers, f"{name}.{short}", path, indices, field, unit)
+    level = zero_formulas.LEVEL_OF[configuration]
+    formula = f"zero.{model}.w{world}.{level}"
+    shards = rows[indices[0]]["shards"] if indices else []
+    inputs = [f"{path}#measurements[{indices[0]}].shards[{index}].padded_numel"
+              for index in range(len(shards))]
+    if indices and not shards:  # DDP: nothing is padded
+        inputs = [f"{path}#measurements[{indices[0]}].parameters"]
+    numbers.derived(f"{name}.padded", lambda *counts: sum(counts), inputs, "count",
+                    "the padded elements of the flat shards, summed (DDP: the parameters)")
+    numbers.derived(f"{name}.states_padded",
+                    lambda parameters: zero_formulas.model_states(level, parameters,
+                                                                  world)["model_states"],
+                    [f"{name}.padded"], "bytes",
+                    f"zero_formulas.model_states of {level} at the padded count")
+    difference = "the first minus the second"
+    numbers.derived(f"{name}.padding", lambda padded, exact: padded - exact,
+                    [f"{name}.states_padded", f"{formula}.states"], "bytes", difference)
+    numbers.derived(f"{name}.other", lambda measured, padded: measured - padded,
+                    [f"{name}.states.median", f"{name}.states_padded"], "bytes", difference)
+    numbers.derived(f"{name}.states_vs_formula", lambda measured, exact: measured / exact,
+                    [f"{name}.states.median", f"{formula}.states"], "ratio", "the ratio")
+    numbers.derived(f"{name}.sent_excess", lambda measured, exact: measured - exact,
+                    [f"{name}.sent.median", f"{formula}.sent"], "bytes", difference)
+
+
+def register_comparisons(numbers, path, rows, where, model, world):
+    """Each ZeRO level's step against DDP's ('.vs_ddp', a verdict), ZeRO-3's with prefetch against
+    without ('sharding.<model>.w<n>.prefetch': the verdict, '.prefetch_ratio': the step ratio
+    within each repeat), and ZeRO-3's bytes over DDP's ('.sent_ratio')."""
+    prefix = f"sharding.{model}.w{world}"
+    for configuration in list(NAMES)[1:]:
+        numbers.verdict(f"{key(model, world, configuration)}.vs_ddp",
+                        f"{key(model, world, configuration)}.step",
+                        f"{key(model, world, 'ddp')}.step")
+    numbers.verdict(f"{prefix}.prefetch", f"{key(model, world, 'zero3')}.step",
+                    f"{key(model, world, 'zero3-no-prefetch')}.step")
+    with_prefetch = {rows[index]["repeat"]: index
+                     for index in where.get((model, world, "zero3"), [])}
+    without = {rows[index]["repeat"]: index
+               for index in where.get((model, world, "zero3-no-prefetch"), [])}
+    inputs = [f"{path}#measurements[{indices[repeat]}].median_step_s"
+              for repeat in sorted(set(with_prefetch) & set(without))
+              for indices in (with_prefetch, without)]
+    units = {"median": "ratio", "min": "ratio", "max": "ratio", "n": "count"}
+    numbers.derived_fields(f"{prefix}.prefetch_ratio",
+                           lambda *steps: spread([mine / theirs for mine, theirs
+                                                  in zip(steps[0::2], steps[1::2])]),
+                           inputs, units, "results_folder.spread over the repeats of ZeRO-3's "
+                           "step over ZeRO-3's without prefetch, in the same repeat")
+    numbers.derived(f"{prefix}.sent_ratio", lambda mine, theirs: mine / theirs,
+                    [f"{key(model, world, 'zero3')}.sent.median",
+                     f"{key(model, world, 'ddp')}.sent.median"] if world > 1 else [],
+                    "ratio", "ZeRO-3's bytes per step over DDP's")
+
+
+def side_by_side(numbers, model):
+    """Memory per rank and time per step of every configuration at 2 and 4 ranks."""
+    rows = []
+    for world in SIDE_BY_SIDE_WORLDS:
+        for configuration, shown in NAMES.items():
+            name = key(model, world, configuration)
+            rows.append([world, shown, numbers.text(f"{name}.states.median"),
+                         numbers.text(f"{name}.states_ratio.median"),
+                         numbers.spread_text(f"{name}.peak_rss"),
+                         numbers.text(f"{name}.sent.median"), numbers.spread_text(f"{name}.step"),
+                         numbers.spread_text(f"{name}.step_ratio"),
+                         numbers.text(f"{name}.busy.median"), numbers.text(f"{name}.hidden.median"),
+                         numbers.text(f"{name}.exposed.median")])
+    return table(["ranks", "configuration", "model states", "× DDP", "peak RSS", "sent per step",
+                  "step", "× DDP", "busy", "hidden", "exposed"], rows)
+
+
+def memory_table(numbers, model):
+    """Model states per rank against the formula at 1 to 4 ranks, the difference accounted
+    for."""
+    rows = []
+    for level in zero_formulas.LEVELS:
+        for world in FORMULA_WORLDS:
+            name = key(model, world, level)
+            rows.append([NAMES[level], world,
+                         numbers.text(f"zero.{model}.w{world}.{level}.states"),
+                         numbers.text(f"{name}.states.median"),
+                         numbers.text(f"{name}.states_vs_formula"),
+                         numbers.text(f"{name}.padding"), numbers.text(f"{name}.other")])
+    return table(["level", "ranks", "formula", "measured", "÷ formula", "padding", "other"], rows)
+
+
+def bytes_table(numbers):
+    """Bytes a rank sends per step against 2P(n−1)/n and 3P(n−1)/n."""
+    rows = []
+    for model in MODELS:
+        for world in FORMULA_WORLDS:
+            formula = f"zero.{model}.w{world}"
+            rows.append([model.upper(), world, numbers.text(f"{formula}.ddp.sent")]
+                        + [numbers.text(f"{key(model, world, level)}.sent.median")
+                           for level in ("ddp", "zero1", "zero2")]
+                        + [numbers.text(f"{formula}.zero3.sent"),
+                           numbers.text(f"{key(model, world, 'zero3')}.sent.median"),
+                           numbers.text(f"sharding.{model}.w{world}.sent_ratio")
+                           if world > 1 else "—"])
+    return table(["model", "ranks", "2P(n−1)/n", "DDP", "ZeRO-1", "ZeRO-2", "3P(n−1)/n", "ZeRO-3",
+                  "ZeRO-3 ÷ DDP"], rows)
+
+
+def prefetch_table(numbers):
+    """ZeRO-3 with and without prefetch: steps, their ratio within repeats, the verdict, and the
+    communication each calls hidden and exposed."""
+    rows = []
+    for model in MODELS:
+        for world in COMPARED_WORLDS:
+            mine, theirs = key(model, world, "zero3"), key(model, world, "zero3-no-prefetch")
+            rows.append([model.upper(), world, numbers.spread_text(f"{mine}.step"),
+                         numbers.spread_text(f"{theirs}.step"),
+                         numbers.spread_text(f"sharding.{model}.w{world}.prefetch_ratio"),
+                         numbers.text(f"sharding.{model}.w{world}.prefetch"),
+                         numbers.text(f"{mine}.hidden.median"),
+                         numbers.text(f"{theirs}.hidden.median"),
+                         numbers.text(f"{mine}.exposed.median"),
+                         numbers.text(f"{theirs}.exposed.median")])
+    return table(["model", "ranks", "step, prefetch", "step, none", "ratio", "verdict",
+                  "hidden, prefetch", "hidden, none", "exposed, prefetch", "exposed, none"], rows)
+
+
+def verdict_table(numbers):
+    """Each ZeRO level's step over DDP's (within repeats) and its verdict."""
+    rows = []
+    for model in MODELS:
+        for world in COMPARED_WORLDS:
+            cells = []
+            for configuration in ("zero1", "zero2", "zero3"):
+                name = key(model, world, configuration)
+                verdict = numbers.text(f"{name}.vs_ddp")
+                cells.append(f"{numbers.spread_text(f'{name}.step_ratio')}: {verdict}"
+                             if verdict != NOT_MEASURED else NOT_MEASURED)
+            rows.append([model.upper(), world, *cells])
+    return table(["model", "ranks", "ZeRO-1 ÷ DDP", "ZeRO-2 ÷ DDP", "ZeRO-3 ÷ DDP"], rows)
+
+
+def projection(numbers):
+    """The formulas for the paper's example model: memory per rank at its world size, the fewest
+    ranks at which each level fits the memory assumed, the bytes sent there and how long the
+    links take to send them."""
+    source = "analysis/zero_formulas.py"
+    numbers.stated("project.zero.parameters", int(zero_formulas.PROJECTED_PARAMETERS), "count",
+                   "assumption", f"{source}: the ZeRO paper's Figure 1 example")
+    numbers.stated("project.zero.memory", zero_formulas.PROJECTED_MEMORY_PER_RANK, "GB",
+                   "assumption", f"{source}: a 32 GB V100, the paper's GPU")
+    numbers.stated("project.zero.world", zero_formulas.PROJECTED_WORLD_SIZE, "count",
+                   "assumption", f"{source}: the paper's Figure 1 example")
+    for link, (_shown, _name, beta) in LINKS.items():
+        numbers.derived(f"project.zero.link.{link}", lambda seconds: 1 / seconds / 1e9, [beta],
+                        "GB/s", "1 / β")
+    rows = []
+    for level in zero_formulas.LEVELS:
+        name = f"project.zero.{level}"
+        numbers.derived(f"{name}.states",
+                        lambda parameters, world, level=level: zero_formulas.model_states(
+                            level, parameters, world)["model_states"],
+                        ["project.zero.parameters", "project.zero.world"], "GB",
+                        f"zero_formulas.model_states: {STATES_TEXT[level]}")
+        fewest = numbers.derived(
+            f"{name}.fewest_ranks",
+            lambda parameters, memory, level=level: zero_formulas.smallest_world(
+                level, parameters, memory) or 0,
+            ["project.zero.parameters", "project.zero.memory"], "ranks",
+            "zero_formulas.smallest_world (0: no world size)")
+        cells = ["—"] * (1 + len(LINKS))
+        if fewest:
+            numbers.derived(f"{name}.sent",
+                            lambda parameters, world, level=level: zero_formulas.traffic(
+                                level, 4 * parameters, world),
+                            ["project.zero.parameters", f"{name}.fewest_ranks"], "GB",
+                            f"zero_formulas.traffic: {zero_formulas.traffic_factor(level)}"
+                            "P(n-1)/n, P = 4Ψ")
+            for link, (_shown, _name, beta) in LINKS.items():
+                numbers.derived(f"{name}.time.{link}", lambda sent, seconds: sent * seconds,
+                                [f"{name}.sent", beta], "s",
+                                "bytes sent x β: the bandwidth term alone")
+            cells = [numbers.text(f"{name}.sent")] + [numbers.text(f"{name}.time.{link}")
+                                                      for link in LINKS]
+        rows.append([NAMES[level], numbers.text(f"{name}.states"),
+                     numbers.text(f"{name}.fewest_ranks"), *cells])
+    header = ["level", "model states per rank at the paper's n", "fewest ranks that fit",
+              "sent per rank and step there"] + [
+                  "time to send it over " + shown.format(numbers.text(name) if name else "")
+                  for shown, name, _ in LINKS.values()]
+    return {"table.sharding.projection": table(header, rows)}

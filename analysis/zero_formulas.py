@@ -1,0 +1,103 @@
+"""The ZeRO paper's memory and traffic per rank (Rajbhandari et al. 2020, "ZeRO: Memory
+Optimizations Toward Training Trillion Parameter Models", §3 and §7), for float32 training with
+Adam or AdamW, and what they project for a model that does not fit one rank.
+
+With Ψ parameters, a rank of plain data parallelism (DDP) holds 16Ψ bytes of model states:
+parameters 4Ψ, gradients 4Ψ, optimizer state 8Ψ (Adam's two moments; its step counter is a
+scalar). Each ZeRO stage cuts one more of them into n shards:
+
+    ddp     4Ψ + 4Ψ + 8Ψ              (nothing sharded)
+    zero1   4Ψ + 4Ψ + 8Ψ/n            (the optimizer state)
+    zero2   4Ψ + (4Ψ + 8Ψ)/n          (and the gradients)
+    zero3   (4Ψ + 4Ψ + 8Ψ)/n          (and the parameters)
+
+(The paper's own numbers are for mixed precision, 2Ψ + 2Ψ + 12Ψ; the total is the same 16Ψ.)
+
+Bytes a rank sends per step, P = 4Ψ the parameter bytes, every collective a ring: an all-reduce
+of B bytes sends 2B(n-1)/n (a reduce-scatter and an all-gather, B(n-1)/n each). DDP all-reduces
+the gradients, 2P(n-1)/n; ZeRO-1 and ZeRO-2 reduce-scatter the gradients and all-gather the
+updated parameters, the same 2P(n-1)/n; ZeRO-3 all-gathers every parameter twice (forward, then
+again for backward) and reduce-scatters the gradients, 3P(n-1)/n: 1.5x the bytes for 1/n of
+the memory.
+
+Pure functions of numbers (no torch): benchmarks/sharding_bench.py and the design document's §7
+(analysis/design_sharding.py) both call them.
+"""
+import math
+
+CONFIGURATIONS = ("ddp", "zero1", "zero2", "zero3", "zero3-no-prefetch")  # the benchmark's
+# the formulas' level of each configuration: prefetching changes when bytes move, not how many
+LEVEL_OF = {"ddp": "ddp", "zero1": "zero1", "zero2": "zero2", "zero3": "zero3",
+            "zero3-no-prefetch": "zero3"}
+LEVELS = ("ddp", "zero1", "zero2", "zero3")
+CATEGORIES = ("parameters", "gradients", "optimizer_state")  # as runtime/memory.py's
+BYTES_PER_PARAMETER = {"parameters": 4, "gradients": 4, "optimizer_state": 8}  # float32 Adam
+SHARDED = {"ddp": (), "zero1": ("optimizer_state",),
+           "zero2": ("gradients", "optimizer_state"), "zero3": CATEGORIES}
+# the collectives of one step, in multiples of the parameter bytes: (kind, how many)
+COLLECTIVES = {"ddp": (("all-reduce", 1),),
+               "zero1": (("reduce-scatter", 1), ("all-gather", 1)),
+               "zero2": (("reduce-scatter", 1), ("all-gather", 1)),
+               "zero3": (("reduce-scatter", 1), ("all-gather", 2))}
+RING_FACTOR = {"all-reduce": 2, "reduce-scatter": 1, "all-gather": 1}  # x B(n-1)/n
+
+# --- The projection's assumptions (each quoted by the design document as one) ---
+PROJECTED_PARAMETERS = 7.5e9  # the paper's example model (its Figure 1: 7.5B parameters)
+PROJECTED_MEMORY_PER_RANK = 32e9  # bytes of model states a rank may hold: a 32 GB V100, the
+# paper's GPU, with activations and buffers left out (they need room too: the n found is a floor)
+PROJECTED_WORLD_SIZE = 64  # the paper's Figure 1 example's data-parallel degree
+
+
+def collective_kind(name):
+    """The kind of a collective from the name the timing layer recorded: 'reduce-scatter unit 0',
+    'all-gather bucket 0'; anything else is a DDP bucket's all-reduce ('bucket 0')."""
+    for kind in ("reduce-scatter", "all-gather"):
+        if name.startswith(kind):
+            return kind
+    return "all-reduce"
+
+
+def bytes_sent(kind, nbytes, world):
+    """Bytes one rank sends in a ring `kind` of `nbytes` (an all-reduce's buffer, a
+    reduce-scatter's input, an all-gather's output) over `world` ranks."""
+    return RING_FACTOR[kind] * nbytes * (world - 1) / world
+
+
+def model_states(level, parameters, world):
+    """{category: bytes} a rank holds at `level` (LEVEL_OF's), and 'model_states', their sum."""
+    held = {category: BYTES_PER_PARAMETER[category] * parameters
+            / (world if category in SHARDED[level] else 1) for category in CATEGORIES}
+    held["model_states"] = sum(held.values())
+    return held
+
+
+def traffic(level, parameter_bytes, world):
+    """Bytes one rank sends per step at `level`: 2P(n-1)/n, or 3P(n-1)/n for ZeRO-3."""
+    return sum(count * bytes_sent(kind, parameter_bytes, world)
+               for kind, count in COLLECTIVES[level])
+
+
+def traffic_factor(level):
+    """k of traffic = k P(n-1)/n: 2 for DDP, ZeRO-1 and ZeRO-2, 3 for ZeRO-3."""
+    return sum(count * RING_FACTOR[kind] for kind, count in COLLECTIVES[level])
+
+
+def smallest_world(level, parameters, memory_per_rank, largest=2**20):
+    """The fewest ranks at which a rank's model states at `level` fit in `memory_per_rank` bytes;
+    None if no world size up to `largest` does (DDP's never shrink; ZeRO-1's and ZeRO-2's
+    unsharded parts set a floor)."""
+    unsharded = sum(BYTES_PER_PARAMETER[category] * parameters for category in CATEGORIES
+                    if category not in SHARDED[level])
+    sharded = sum(BYTES_PER_PARAMETER[category] * parameters for category in SHARDED[level])
+    room = memory_per_rank - unsharded
+    if room < 0 or (room == 0 and sharded):
+        return None
+    world = max(1, math.ceil(sharded / room)) if sharded else 1
+    return world if world <= largest else None
+
+
+def communication_time(level, parameter_bytes, world, beta):
+    """Seconds the bandwidth term of a step's traffic takes at `beta` seconds per byte sent: a
+    floor under the step whatever overlaps (the latency term, a few message steps per layer, is
+    left out: the projected messages are gigabytes)."""
+    return traffic(level, parameter_bytes, world) * beta

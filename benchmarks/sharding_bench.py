@@ -1,0 +1,441 @@
+"""Sharding benchmark: what a rank holds and how long a step takes, torch's DDP against ZeRO-1, -2
+and -3 written by hand (manual_sharding.py, through runtime/sharded.py), side by side.
+
+Configurations, each training with AdamW (lr 1e-3, fused):
+  ddp                torch's DistributedDataParallel (runtime.wrappers, mode ddp): all on every rank
+  zero1              --shard optimizer: each rank steps, and keeps the state of, 1/n of the model
+  zero2              --shard gradients: ... and keeps 1/n of the gradients
+  zero3              --shard parameters: ... and 1/n of the parameters, each layer gathered when it
+                     is used, the next layer's gather started early (prefetch)
+  zero3-no-prefetch  the same, each gather started only when its layer needs it
+Per rank: the bytes of parameters, gradients and optimizer state it holds (runtime/memory.py's
+MemoryWatch, just before the optimizer step), its peak resident memory, the bytes it sends per step
+(from each collective's bytes as the timing layer records them: a ring all-reduce of B bytes sends
+2B(n-1)/n, a reduce-scatter of input B or an all-gather of output B sends B(n-1)/n), and the median
+over its steps of timing.py's fields: step, compute, communication busy, hidden and exposed.
+A gather inside forward is "hidden" by those definitions (compute has not ended): the step time,
+not the hidden share, says what prefetching buys.
+
+Each configuration runs in processes of its own, so that their peak RSS is its own: the models one
+after the other, the high-water mark reset before each (/proc/self/clear_refs). A repeat launches
+every world size (in order, then in reverse order in the next repeat) and at each every
+configuration, in an order rotated from repeat to repeat; the summary gives the median and min-max
+over the repeats, and each repeat's ratio to that repeat's DDP. Data: random tensors of MNIST's
+shape, as benchmarks/step_bench.py's.
+
+    python -m benchmarks.sharding_bench      # mlp,cnn x world 1-4, 5 configurations, 3 repeats
+    python -m benchmarks.sharding_bench --models mlp --world-sizes 1,2 --steps 2 --warmup 1 \
+        --repeats 1 --output /tmp/sharding.json
+
+Writes results/sharding.json; analysis/zero_formulas.py holds the paper's formulas the table sets
+the measurements against (design_doc/7-sharding.md).
+"""
+import argparse
+import json
+import os
+import shlex
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from datetime import timedelta
+from functools import partial
+from statistics import median
+
+import torch
+import torch.distributed as dist
+
+from analysis import zero_formulas
+from benchmarks.common import int_list
+from benchmarks.step_bench import (
+    BATCH_POOL,
+    machine,
+    name_list,
+    range_text,
+    spread,
+    world_size_orders,
+)
+from runtime.launch import LaunchError, free_port, launch_local, threads_per_rank
+from runtime.memory import CATEGORIES, MemoryWatch
+from runtime.models import build_model, count_parameters
+from runtime.optimizers import Schedule
+from runtime.options import DEFAULT_BUCKET_MB, OneLineParser
+from runtime.results import write_json_atomic
+from runtime.sharded import wrap_sharded
+from runtime.step import Precision, TrainingStep
+from runtime.timing import FIELDS, CommRecorder, StepTimer, summarize_ranks, timed, watch_gradients
+from runtime.wrappers import SyncOptions, wrap_model
+
+SCHEMA = "sharding-bench/1"
+CONFIGURATIONS = zero_formulas.CONFIGURATIONS
+# configuration -> (runtime/sharded.py's level, prefetch); ddp is torch's
+SHARDING = {"zero1": ("optimizer", True), "zero2": ("gradients", True),
+            "zero3": ("parameters", True), "zero3-no-prefetch": ("parameters", False)}
+TIMED = ("step", "compute", "comm_busy", "comm_hidden", "comm_exposed")  # summarised over repeats
+CLEAR_REFS = "/proc/self/clear_refs"
+# torch 2.13 warns on every call of the names manual_sharding.py uses (reduce_scatter_tensor,
+# all_gather_into_tensor): once per collective, hundreds of lines per run
+DEPRECATED_NAMES = (r"`torch\.distributed\.(reduce_scatter_tensor|all_gather_into_tensor)` "
+                    "is deprecated")
+
+
+def parse_args(argv=None):
+    """The options, checked: a bad one is one line and exit code 2."""
+    parser = OneLineParser(description=__doc__.split("\n\n")[0], epilog=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    add = parser.add_argument
+    add("--models", type=name_list(("mlp", "cnn")), default=["mlp", "cnn"], help="e.g. mlp,cnn")
+    add("--world-sizes", type=int_list, default=[1, 2, 3, 4], help="e.g. 1,2,4")
+    add("--configurations", type=name_list(CONFIGURATIONS), default=list(CONFIGURATIONS),
+        help="e.g. ddp,zero3")
+    add("--steps", type=int, default=20, help="measured steps per model and configuration")
+    add("--warmup", type=int, default=3,
+        help="steps left out first (>= 1: DDP rebuilds its buckets after the first)")
+    add("--repeats", type=int, default=3, help="launches of every configuration, interleaved")
+    add("--batch-size", type=int, default=64, help="per rank")
+    add("--bucket-mb", type=float, default=DEFAULT_BUCKET_MB,
+        help="DDP's bucket cap and ZeRO-2's buckets (MiB)")
+    add("--threads", type=int, default=0, help="torch threads per rank (0: cores / ranks)")
+    add("--seed", type=int, default=0)
+    add("--timeout", type=float, default=300.0, help="seconds a collective may wait for a peer")
+    add("--output", default="results/sharding.json")
+    args = parser.parse_args(argv)
+    problems = [f"{name} must be >= {low}, got {value}" for name, value, low in (
+        ("--steps", args.steps, 1), ("--warmup", args.warmup, 1), ("--repeats", args.repeats, 1),
+        ("--batch-size", args.batch_size, 1), ("--threads", args.threads, 0),
+        ("every world size", min(args.world_sizes), 1)) if value < low]
+    if args.bucket_mb <= 0:
+        problems.append(f"--bucket-mb must be > 0, got {args.bucket_mb:g}")
+    for option, names in (("--models", args.models), ("--world-sizes", args.world_sizes),
+                          ("--configurations", args.configurations)):
+        if len(set(names)) < len(names):
+            problems.append(f"{option} names one twice")
+    if problems:
+        parser.error("; ".join(problems))
+    return args
+
+
+class CollectiveLog(CommRecorder):
+    """timing.CommRecorder that also keeps each collective's name beside its bytes, so that its
+    kind (all-reduce, reduce-scatter, all-gather) says how much of them a rank sends."""
+
+    def __init__(self, clock):
+        super().__init__(clock)
+        self.named = []
+        self._named_lock = threading.Lock()
+
+    def started(self, name, nbytes=0):
+        with self._named_lock:
+            self.named.append((name, nbytes))
+        return super().started(name, nbytes)
+
+    def take_named(self):
+        """(name, bytes) of each collective since the last call."""
+        with self._named_lock:
+            named, self.named = self.named, []
+        return named
+
+
+class Run:
+    """One model in one configuration: wrapped, its AdamW optimizer, its timer and memory watch."""
+
+    def __init__(self, configuration, model_name, args):
+        torch.manual_seed(args.seed)  # every rank starts from the same weights
+        self.model = build_model(model_name)
+        self.parameters = count_parameters(self.model)
+        self.timer = StepTimer(warmup_steps=args.warmup)
+        self.timer.comm = recorder = CollectiveLog(self.timer.clock)
+        adamw = dict(lr=1e-3, fused=True)
+        if configuration == "ddp":
+            options = SyncOptions("ddp", bucket_mb=args.bucket_mb)
+            wrapped = wrap_model(self.model, options, recorder)
+            optimizer = torch.optim.AdamW(self.model.parameters(), **adamw)
+        else:
+            level, prefetch = SHARDING[configuration]
+            watch_gradients(self.model, recorder)  # before the wrapper's own hooks, as wrap_model
+            wrapped = wrap_sharded(self.model, level, args.bucket_mb, prefetch=prefetch,
+                                   layers=[partial(timed, recorder=recorder)])
+            optimizer = wrapped.make_optimizer(torch.optim.AdamW, **adamw)
+        self.wrapped = wrapped
+        self.watch = MemoryWatch(wrapped, optimizer)
+        self.train_step = TrainingStep(wrapped, optimizer, Schedule(), load=lambda batch: batch,
+                                       precision=Precision(None, torch.device("cpu")),
+                                       timer=self.timer)
+        self.collectives = []  # per measured step: [(name, bytes)] in launch order
+
+    def step(self, images, labels, measured):
+        """One training step, timed as the trainer times it."""
+        self.timer.start_step()
+        self.train_step([(images, labels)])
+        self.timer.end_step()
+        named = self.timer.comm.take_named()
+        if measured:
+            self.collectives.append(named)
+
+    def shards(self):
+        """{name, numel, padded_numel} of each flat shard (none for DDP): the padding."""
+        owner = getattr(self.wrapped, "optimizer", None) or self.wrapped  # ZeRO-1/2 or ZeRO-3
+        return [{"name": shard.name, "numel": shard.numel, "padded_numel": shard.padded_numel}
+                for shard in getattr(owner, "shards", [])]
+
+
+def reset_peak_rss():
+    """Reset the process's high-water mark to its resident memory now; False where Linux's
+    clear_refs is not available (the peak is then since the process began)."""
+    try:
+        with open(CLEAR_REFS, "w") as file:
+            file.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def resident_bytes():
+    """The process's resident memory now."""
+    with open("/proc/self/statm") as file:
+        return int(file.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def rank_result(run, world, reset, rss_at_start):
+    """What this rank measured: held bytes, peak RSS, bytes sent per step and the medians over
+    its measured steps; its records too, for the pooled statistics."""
+    layout = run.collectives[-1]
+    sent = sum(zero_formulas.bytes_sent(zero_formulas.collective_kind(name), nbytes, world)
+               for name, nbytes in layout)
+    held = run.watch.record()
+    records = run.timer.take_epoch()
+    return {"held_bytes": {key: held[key] for key in CATEGORIES + ("model_states",)},
+            "peak_rss_bytes": held["peak_rss"], "rss_at_start_bytes": rss_at_start,
+            "peak_rss_reset": reset, "bytes_sent_per_step": sent,
+            "same_collectives_every_step": all(step == layout for step in run.collectives),
+            "collectives": [{"name": name, "kind": zero_formulas.collective_kind(name),
+                             "bytes": nbytes} for name, nbytes in layout],
+            "median_s": {field: median(record[field] for record in records) for field in FIELDS},
+            "records": records}
+
+
+def bench_model(model_name, args, rank, world):
+    """One model in args.configuration on this rank; rank 0 returns the row, the others None."""
+    generator = torch.Generator().manual_seed(args.seed + rank)  # each rank its own slice
+    images = torch.randn(BATCH_POOL, args.batch_size, 1, 28, 28, generator=generator)
+    labels = torch.randint(0, 10, (BATCH_POOL, args.batch_size), generator=generator)
+    reset = reset_peak_rss()
+    rss_at_start = resident_bytes()
+    run = Run(args.configuration, model_name, args)
+    for step in range(args.warmup + args.steps):
+        dist.barrier()  # every step starts with the ranks aligned
+        run.step(images[step % BATCH_POOL], labels[step % BATCH_POOL], step >= args.warmup)
+    mine = rank_result(run, world, reset, rss_at_start)
+    per_rank = [None] * world
+    dist.all_gather_object(per_rank, mine)
+    if rank != 0:
+        return None
+    return measurement(args.configuration, model_name, run, world, per_rank)
+
+
+def measurement(name, model_name, run, world, per_rank):
+    """The row of one model in one configuration: per rank, and the largest rank's or the
+    pooled medians."""
+    pooled = summarize_ranks([rank.pop("records") for rank in per_rank])["across_ranks"]
+    return {"world_size": world, "model": model_name, "configuration": name,
+            "level": zero_formulas.LEVEL_OF[name], "parameters": run.parameters,
+            "parameter_bytes": 4 * run.parameters, "steps_per_rank": len(run.collectives),
+            # the largest rank's (ZeRO's shards are equal: so are the ranks)
+            "held_bytes": {key: max(rank["held_bytes"][key] for rank in per_rank)
+                           for key in per_rank[0]["held_bytes"]},
+            "peak_rss_bytes": max(rank["peak_rss_bytes"] for rank in per_rank),
+            "peak_rss_growth_bytes": max(rank["peak_rss_bytes"] - rank["rss_at_start_bytes"]
+                                         for rank in per_rank),
+            "bytes_sent_per_step": max(rank["bytes_sent_per_step"] for rank in per_rank),
+            "collectives": per_rank[0]["collectives"],
+            "same_collectives_every_step": all(rank["same_collectives_every_step"]
+                                               and rank["collectives"] == per_rank[0]["collectives"]
+                                               for rank in per_rank),
+            "shards": run.shards(),
+            # the median over every rank's measured steps
+            **{f"median_{field}_s": pooled[field]["median"] for field in FIELDS},
+            "per_rank": per_rank}
+
+
+def bench_rank(placement, args):
+    """One rank of one (world size, configuration) launch; rank 0 writes the rows."""
+    world = placement.world_size
+    warnings.filterwarnings("ignore", DEPRECATED_NAMES, FutureWarning)
+    torch.set_num_threads(threads_per_rank(args.threads, world))
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{placement.master_port}",
+                            rank=placement.rank, world_size=world,
+                            timeout=timedelta(seconds=args.timeout))
+    try:
+        rows = [bench_model(model_name, args, placement.rank, world)
+                for model_name in args.models]
+        if placement.rank == 0:
+            write_json_atomic(args.part_path,
+                              {"rows": rows, "threads_per_rank": torch.get_num_threads()})
+    finally:
+        dist.destroy_process_group()
+
+
+def launch(world, configuration, args, folder):
+    """One (world size, configuration): its rows and threads per rank, or None if a rank
+    failed."""
+    part_path = os.path.join(folder, f"{configuration}-w{world}.json")
+    job = argparse.Namespace(**vars(args), configuration=configuration, part_path=part_path)
+    try:
+        # forked: this process has run no tensor operation, and a fork starts in a second
+        failure = launch_local(bench_rank, world, job, free_port(), fork=True)
+    except LaunchError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if failure:
+        print(f"error: {configuration} at world size {world}: rank {failure[0]} failed (exit code "
+              f"{failure[1]})", file=sys.stderr)
+        return None
+    with open(part_path) as file:
+        return json.load(file)
+
+
+def configuration_orders(configurations, repeats):
+    """Each repeat's order of the configurations: rotated by one from repeat to repeat."""
+    return [configurations[repeat % len(configurations):]
+            + configurations[:repeat % len(configurations)] for repeat in range(repeats)]
+
+
+def run_repeats(args):
+    """Every (world size, configuration) launched args.repeats times, interleaved. Returns the
+    rows, each with its repeat and its step over the same repeat's DDP step, and the threads per
+    rank by world size; None if a rank failed."""
+    # DDP's constructor imports torch._dynamo, two seconds of CPU: once here, and every forked rank
+    # has it
+    import torch._dynamo  # noqa: F401
+
+    rows = []
+    threads = {}
+    orders = zip(world_size_orders(args.world_sizes, args.repeats),
+                 configuration_orders(args.configurations, args.repeats))
+    with tempfile.TemporaryDirectory() as folder:
+        for repeat, (worlds, configurations) in enumerate(orders, start=1):
+            print(f"repeat {repeat} of {args.repeats}:", flush=True)
+            for world in worlds:
+                for configuration in configurations:
+                    part = launch(world, configuration, args, folder)
+                    if part is None:
+                        return None
+                    threads[str(world)] = part["threads_per_rank"]
+                    rows += [{"repeat": repeat, **row} for row in part["rows"]]
+                    steps = ", ".join(f"{row['model']} {row['median_step_s'] * 1e3:.1f} ms"
+                                      for row in part["rows"])
+                    print(f"  world {world} {configuration}: {steps}", flush=True)
+    add_ratios_to_ddp(rows)
+    rows.sort(key=lambda row: (row["world_size"], row["model"], row["repeat"]))
+    return rows, threads
+
+
+def add_ratios_to_ddp(rows):
+    """Each row's step and model states over those of DDP's row of the same repeat, world size
+    and model (None without DDP)."""
+    ddp = {(row["repeat"], row["world_size"], row["model"]): row for row in rows
+           if row["configuration"] == "ddp"}
+    for row in rows:
+        theirs = ddp.get((row["repeat"], row["world_size"], row["model"]))
+        row["step_ratio_to_ddp"] = theirs and row["median_step_s"] / theirs["median_step_s"]
+        row["model_states_ratio_to_ddp"] = theirs and (row["held_bytes"]["model_states"]
+                                                       / theirs["held_bytes"]["model_states"])
+
+
+def spread_or_none(values):
+    """spread() of the values, or None if any is None (no DDP to compare with)."""
+    return None if None in values else spread(values)
+
+
+def summarize(rows):
+    """Per (world size, model, configuration), over the repeats: the spread of every median, of
+    the memory and of the ratios to DDP, beside the formulas."""
+    groups = {}
+    for row in rows:
+        groups.setdefault((row["world_size"], row["model"], row["configuration"]), []).append(row)
+    summary = []
+    for (world, model, name), repeats in groups.items():
+        first = repeats[0]
+        level = first["level"]
+        summary.append({
+            "world_size": world, "model": model, "configuration": name, "level": level,
+            "repeats": len(repeats), "parameters": first["parameters"],
+            **{f"median_{field}_s": spread([row[f"median_{field}_s"] for row in repeats])
+               for field in TIMED},
+            "held_bytes": {key: spread([row["held_bytes"][key] for row in repeats])
+                           for key in first["held_bytes"]},
+            "peak_rss_bytes": spread([row["peak_rss_bytes"] for row in repeats]),
+            "peak_rss_growth_bytes": spread([row["peak_rss_growth_bytes"] for row in repeats]),
+            "bytes_sent_per_step": spread([row["bytes_sent_per_step"] for row in repeats]),
+            "step_ratio_to_ddp": spread_or_none([row["step_ratio_to_ddp"] for row in repeats]),
+            "model_states_ratio_to_ddp": spread_or_none([row["model_states_ratio_to_ddp"]
+                                                         for row in repeats]),
+            "formula": {"held_bytes": zero_formulas.model_states(level, first["parameters"],
+                                                                 world),
+                        "bytes_sent_per_step": zero_formulas.traffic(
+                            level, first["parameter_bytes"], world)}})
+    summary.sort(key=lambda entry: (entry["model"], entry["world_size"],
+                                    CONFIGURATIONS.index(entry["configuration"])))
+    return summary
+
+
+def megabytes(value):
+    return f"{value / 1e6:.2f}"
+
+
+def print_table(summary):
+    """Side by side: model states (measured, formula, x DDP), peak RSS, bytes sent per step
+    (measured, formula), step and its communication, medians with the step's spread."""
+    print(f"\n{'model':>5} {'n':>2} {'configuration':>17} {'states MB':>9} {'formula':>8} "
+          f"{'x ddp':>6} {'RSS MB':>7} {'sent MB':>8} {'formula':>8} {'step ms (min-max)':>20} "
+          f"{'x ddp':>5} {'busy':>7} {'hidden':>7} {'exposed':>7}")
+    for entry in summary:
+        formula = entry["formula"]
+        states_ratio = entry["model_states_ratio_to_ddp"]
+        step_ratio = entry["step_ratio_to_ddp"]
+        print(f"{entry['model']:>5} {entry['world_size']:>2} {entry['configuration']:>17} "
+              f"{megabytes(entry['held_bytes']['model_states']['median']):>9} "
+              f"{megabytes(formula['held_bytes']['model_states']):>8} "
+              f"{'' if states_ratio is None else format(states_ratio['median'], '.2f'):>6} "
+              f"{entry['peak_rss_bytes']['median'] / 1e6:>7.0f} "
+              f"{megabytes(entry['bytes_sent_per_step']['median']):>8} "
+              f"{megabytes(formula['bytes_sent_per_step']):>8} "
+              f"{range_text(entry['median_step_s'], 1e3):>20} "
+              f"{'' if step_ratio is None else format(step_ratio['median'], '.2f'):>5} "
+              + " ".join(f"{entry[f'median_{field}_s']['median'] * 1e3:>7.2f}"
+                         for field in ("comm_busy", "comm_hidden", "comm_exposed")))
+    repeats = max(entry["repeats"] for entry in summary)
+    print(f"(per rank; MB = 1e6 bytes; states: parameters + gradients + optimizer state held "
+          f"before the step;\n sent: bytes a rank sends per step; ms: the median over steps, "
+          f"median (min-max) over {repeats} repeats;\n x ddp: within each repeat; formulas: "
+          "analysis/zero_formulas.py, without the shards' padding)")
+
+
+def main(argv=None):
+    """Run every configuration, repeated, write the results file, print the table; 1 if a rank
+    failed."""
+    args = parse_args(argv)
+    command = "python -m benchmarks.sharding_bench " + shlex.join(
+        sys.argv[1:] if argv is None else argv)
+    environment = machine()
+    environment["peak_rss"] = ("the high-water mark of the process, reset before each model "
+                               "(/proc/self/clear_refs): the interpreter and torch included")
+    measured = run_repeats(args)
+    if measured is None:
+        return 1
+    rows, threads = measured
+    environment["threads_per_rank"] = threads
+    summary = summarize(rows)
+    write_json_atomic(args.output, {"schema": SCHEMA,
+                                    "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                                    "command": command.strip(), "environment": environment,
+                                    "config": vars(args), "measurements": rows,
+                                    "summary": summary})
+    print_table(summary)
+    print(f"\nresults: {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

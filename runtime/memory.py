@@ -1,0 +1,67 @@
+"""What a rank holds: the bytes of its parameters, gradients and optimizer state, counted from the
+storage of the tensors themselves, and the process's peak resident memory as a cross-check.
+
+Counted where all three exist at once: just before the optimizer step (a pre-step hook), after
+the gradients are averaged. A storage is counted once however many tensors view it (ZeRO-1's
+parameters and its shards are views of one flat buffer). Communication buffers (DDP's buckets, a
+collective's scratch) and activations are not model state: only the peak RSS sees them.
+"""
+import resource
+
+import torch
+
+CATEGORIES = ("parameters", "gradients", "optimizer_state")
+
+
+def storage_bytes(tensors):
+    """The bytes of the distinct storages behind `tensors` (a storage shared by views counts once;
+    an empty one, as a freed ZeRO-3 parameter's, counts nothing)."""
+    seen = {}
+    for tensor in tensors:
+        storage = tensor.untyped_storage()
+        if storage.nbytes():
+            seen[storage.data_ptr()] = storage.nbytes()
+    return sum(seen.values())
+
+
+def optimizer_parameters(optimizer):
+    return [param for group in optimizer.param_groups for param in group["params"]]
+
+
+def held_bytes(model, optimizer):
+    """{category: bytes} of CATEGORIES this rank holds now, for `model` (any wrapper) and
+    `optimizer` (a torch optimizer or manual_sharding.ShardedOptimizer)."""
+    params = list(model.parameters()) + optimizer_parameters(optimizer)
+    grads = [param.grad for param in params if param.grad is not None]
+    state = [value for values in optimizer.state.values() for value in values.values()
+             if torch.is_tensor(value) and value.dim() > 0]  # not the step counters
+    return {"parameters": storage_bytes(params), "gradients": storage_bytes(grads),
+            "optimizer_state": storage_bytes(state)}
+
+
+def peak_resident_bytes():
+    """The most resident memory this process has held so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class MemoryWatch:
+    """Counts held_bytes before every optimizer step; `record()` gives the largest seen per
+    category (the optimizer state grows to its full size at the first step, so the count before
+    the second step is the steady state) and the peak RSS."""
+
+    def __init__(self, model, optimizer):
+        self.model = model
+        self.optimizer = optimizer
+        self.largest = dict.fromkeys(CATEGORIES, 0)
+        inner = getattr(optimizer, "optimizer", optimizer)  # ShardedOptimizer's torch optimizer
+        inner.register_step_pre_hook(self.count)
+
+    def count(self, *_):
+        for category, nbytes in held_bytes(self.model, self.optimizer).items():
+            self.largest[category] = max(self.largest[category], nbytes)
+
+    def record(self):
+        held = dict(self.largest)
+        held["model_states"] = sum(held[category] for category in CATEGORIES)
+        held["peak_rss"] = peak_resident_bytes()
+        return held

@@ -1,0 +1,142 @@
+"""The sharding benchmark runs end to end with tiny settings, and its figures keep the invariants
+they are defined by: timing.py's (exposed <= busy <= step), the ring's bytes (each collective's
+recorded size times 2(n-1)/n or (n-1)/n, adding up to k P(n-1)/n at the padded size: k = 2 for
+DDP, ZeRO-1 and ZeRO-2, 3 for ZeRO-3), and the memory of each ZeRO level (its shards 1/n of DDP's
+plus the padding).
+
+As tests/test_benchmarks.py: the benchmark runs as a user would, in a subprocess with real gloo
+processes; no timing is asserted, their arithmetic is. One launch, world sizes 1 and 2, the MLP.
+"""
+import json
+
+import pytest
+
+from benchmarks import sharding_bench
+from tests.grading.sandbox import run_python
+
+CONFIGURATIONS = ("ddp", "zero1", "zero2", "zero3", "zero3-no-prefetch")
+WORLDS = (1, 2)
+TIMING = ("step", "comm_busy", "comm_hidden", "comm_exposed")
+
+
+@pytest.fixture(scope="module")
+def document(tmp_path_factory):
+    """results of a tiny run: the MLP at 1 and 2 ranks, every configuration, one measured step."""
+    output = tmp_path_factory.mktemp("sharding") / "sharding.json"
+    done = run_python(["-m", "benchmarks.sharding_bench", "--models", "mlp", "--world-sizes",
+                       "1,2", "--steps", "1", "--warmup", "1", "--repeats", "1", "--batch-size",
+                       "16", "--output", str(output)], timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "x ddp" in done.stdout  # the side-by-side table
+    return json.loads(output.read_text())
+
+
+def rows_of(document):
+    return {(row["world_size"], row["configuration"]): row for row in document["measurements"]}
+
+
+def padded_bytes(row):
+    """4 x the padded elements of the row's flat shards (the unpadded parameters for DDP)."""
+    if not row["shards"]:
+        return row["parameter_bytes"]
+    return 4 * sum(shard["padded_numel"] for shard in row["shards"])
+
+
+def test_every_configuration_runs_once_at_every_world_size_and_the_run_is_recorded(document):
+    assert document["schema"] == "sharding-bench/1"
+    assert document["command"].startswith("python -m benchmarks.sharding_bench --models mlp")
+    assert {"torch", "cores", "threads_per_rank", "backend"} <= set(document["environment"])
+    assert document["config"]["world_sizes"] == list(WORLDS)
+    rows = rows_of(document)
+    assert set(rows) == {(world, name) for world in WORLDS for name in CONFIGURATIONS}
+    for (world, _), row in rows.items():
+        assert row["model"] == "mlp" and row["repeat"] == 1 and row["steps_per_rank"] == 1
+        assert len(row["per_rank"]) == world
+
+
+def test_communication_never_exceeds_the_step_and_exposed_never_exceeds_busy(document):
+    for row in document["measurements"]:
+        # the medians over steps keep the per-step order: exposed, hidden <= busy <= step
+        medians = [{field: row[f"median_{field}_s"] for field in TIMING}]
+        medians += [rank["median_s"] for rank in row["per_rank"]]
+        for median in medians:
+            assert 0 <= median["comm_exposed"] <= median["comm_busy"] <= median["step"]
+            assert 0 <= median["comm_hidden"] <= median["comm_busy"]
+
+
+def test_bytes_per_step_are_the_rings_bytes_of_the_recorded_collectives(document):
+    for (world, name), row in rows_of(document).items():
+        sizes = {"all-reduce": 0, "reduce-scatter": 0, "all-gather": 0}
+        for collective in row["collectives"]:
+            sizes[collective["kind"]] += collective["bytes"]
+        # a ring all-reduce of B bytes sends 2B(n-1)/n per rank, the two halves B(n-1)/n each
+        sent = (2 * sizes["all-reduce"] + sizes["reduce-scatter"] + sizes["all-gather"]) \
+            * (world - 1) / world
+        assert row["bytes_sent_per_step"] == pytest.approx(sent, rel=1e-12, abs=0)
+        assert row["same_collectives_every_step"]
+        padded = padded_bytes(row)
+        if name == "ddp":  # the gradients all-reduced once: 2P(n-1)/n
+            assert sizes == {"all-reduce": row["parameter_bytes"], "reduce-scatter": 0,
+                             "all-gather": 0}
+        elif name in ("zero1", "zero2"):  # reduce-scatter the gradients, gather the parameters
+            assert sizes == {"all-reduce": 0, "reduce-scatter": padded, "all-gather": padded}
+        else:  # ZeRO-3 gathers every parameter twice, for forward and for backward: 3P(n-1)/n
+            assert sizes == {"all-reduce": 0, "reduce-scatter": padded, "all-gather": 2 * padded}
+        factor = 3 if name.startswith("zero3") else 2
+        assert row["bytes_sent_per_step"] == pytest.approx(factor * padded * (world - 1) / world)
+        # one rank sends nothing
+        assert world > 1 or row["bytes_sent_per_step"] == 0
+
+
+def test_each_level_holds_its_shards_one_nth_of_ddps_plus_the_padding(document):
+    rows = rows_of(document)
+    for world in WORLDS:
+        ddp = rows[world, "ddp"]
+        parameters = ddp["parameters"]
+        # DDP: float32 parameters and gradients, AdamW's two moments, on every rank
+        assert ddp["held_bytes"] == {"parameters": 4 * parameters, "gradients": 4 * parameters,
+                                     "optimizer_state": 8 * parameters,
+                                     "model_states": 16 * parameters}
+        for name in CONFIGURATIONS[1:]:
+            row = rows[world, name]
+            held = row["held_bytes"]
+            shard = padded_bytes(row) / world  # one rank's 4-byte elements of the flat shards
+            padding = padded_bytes(row) - 4 * parameters
+            assert 0 <= padding <= 4 * (world - 1) * len(row["shards"])
+            assert held["optimizer_state"] == 2 * shard  # every level shards the state
+            if name.startswith("zero3"):
+                assert held["parameters"] == shard
+                assert held["parameters"] == pytest.approx(ddp["held_bytes"]["parameters"] / world,
+                                                           abs=padding / world)
+            if name != "zero1":
+                assert held["gradients"] == shard
+            assert held["model_states"] == sum(held[category] for category in
+                                               ("parameters", "gradients", "optimizer_state"))
+
+
+def test_the_summary_sets_each_configuration_beside_the_papers_formulas(document):
+    for entry in document["summary"]:
+        world, parameters = entry["world_size"], entry["parameters"]
+        sharded = {"ddp": 16, "zero1": 8 + 8 / world, "zero2": 4 + 12 / world}.get(
+            entry["configuration"], 16 / world)
+        formula = entry["formula"]
+        assert formula["held_bytes"]["model_states"] == pytest.approx(sharded * parameters)
+        factor = 3 if entry["configuration"].startswith("zero3") else 2
+        assert formula["bytes_sent_per_step"] == pytest.approx(
+            factor * 4 * parameters * (world - 1) / world)
+        # one repeat: the spread is that repeat's value
+        assert entry["repeats"] == 1
+        assert entry["median_step_s"]["min"] == entry["median_step_s"]["max"]
+
+
+def test_bad_options_are_one_line_and_exit_code_2(capsys):
+    for argv in (["--steps", "0"], ["--configurations", "zero4"], ["--world-sizes", "0,2"]):
+        with pytest.raises(SystemExit) as leaving:
+            sharding_bench.parse_args(argv)
+        assert leaving.value.code == 2
+        assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_each_repeat_rotates_the_configurations_by_one():
+    assert sharding_bench.configuration_orders(["a", "b", "c"], 4) == [
+        ["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
