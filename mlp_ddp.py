@@ -80,9 +80,13 @@ def main(argv=None):
         if args.master_port and not port_is_free(args.master_port):
             raise LaunchError(f"--master-port {args.master_port} is already in use; choose "
                               "another or omit it")
-        # This process has only imported torch: on Linux the ranks can be forked from it.
-        failure = launch_local(run_rank, world_size, args, args.master_port,
-                               fork=sys.platform == "linux")
+        # This process has only imported torch: on Linux the ranks can be forked from it, with
+        # what each would import when it builds its optimizer (a second of CPU per rank).
+        fork = sys.platform == "linux"
+        if fork:
+            import torch._dynamo  # noqa: F401
+
+        failure = launch_local(run_rank, world_size, args, args.master_port, fork=fork)
     except (data.DataError, LaunchError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
