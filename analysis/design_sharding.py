@@ -68,6 +68,10 @@ def sharding_section(numbers, results_dir):
                 register_measured(numbers, path, rows, where.get((model, world, configuration),
                                                                  []), model, world, configuration)
             register_comparisons(numbers, path, rows, where, model, world)
+    numbers.derived("sharding.other_largest", lambda *others: max(others),
+                    [f"{key(model, world, configuration)}.other" for model in MODELS
+                     for world in FORMULA_WORLDS for configuration in NAMES], "bytes",
+                    "the largest 'other' of the memory tables")
     numbers.stated("zero.traffic_ratio", zero_formulas.traffic_factor("zero3")
                    / zero_formulas.traffic_factor("ddp"), "ratio", "code",
                    "analysis/zero_formulas.py: ZeRO-3's 3P(n-1)/n over DDP's 2P(n-1)/n")
