@@ -21,8 +21,8 @@ rank own one chunk of the model between them:
                    and its gradients reduce-scattered as soon as they exist; the next layer's
                    gather starts early (prefetch); optionally computed in float16 or bfloat16 from
                    float32 master shards
-Bytes sent per rank and step, Ψ the parameter bytes and n the ranks: DDP's all-reduce 2Ψ(n-1)/n;
-ZeRO-1 and ZeRO-2 the same (a reduce-scatter and an all-gather, Ψ(n-1)/n each); ZeRO-3 3Ψ(n-1)/n
+Bytes sent per rank and step, P the parameter bytes and n the ranks: DDP's all-reduce 2P(n-1)/n;
+ZeRO-1 and ZeRO-2 the same (a reduce-scatter and an all-gather, P(n-1)/n each); ZeRO-3 3P(n-1)/n
 (a second all-gather, for backward). runtime/sharded.py puts these behind the training loop's
 interface. It imports only torch and the standard library.
 """
@@ -231,7 +231,7 @@ def scatter_state(shards, full):
     return local
 
 
-# --- 3. ZeRO-1: each rank steps only its shard ---------------------------------------------------
+# --- 3 and 4. ZeRO-1: each rank steps only its shard; ZeRO-2: and keeps only its gradients ------
 class ShardedOptimizer(torch.optim.Optimizer):  # a learning-rate scheduler takes only those
     """`ShardedOptimizer(model.parameters(), torch.optim.AdamW, lr=1e-3)` where code says
     `ZeroRedundancyOptimizer(...)`: any torch.optim class, stepping only this rank's shard, so
@@ -468,7 +468,6 @@ class FullyShardedModel(nn.Module):
             for param in params:
                 param.register_post_accumulate_grad_hook(self._after_backward(index))
         self.gathering = [None] * len(self.units)  # per unit: the future of a gather in flight
-        self.gathered = [0] * len(self.units)  # per unit: how many forward uses hold it whole
         self.ready = [0] * len(self.units)  # per unit: gradients accumulated this backward
         self.pending = []  # (unit, future, output) of reduce-scatters in flight
         self.backward_started = [False] * len(self.units)

@@ -6,12 +6,15 @@
         shaped_links.py    the network: ranks or nodes in namespaces behind links shaped by tc
     data.py         MNIST / FashionMNIST in memory, offline copies, each rank's shard
     models.py       the MLP and the CNN
-    wrappers.py     the --mode wrappers: single, ddp, ddp-no-sync, manual (manual_allreduce.py)
+    wrappers.py     the --mode wrappers: single, ddp, ddp-no-sync, manual (manual_allreduce.py),
+                    sharded (sharded.py)
     manual_ddp.py   ManualDDP: manual_allreduce.py's strategies behind DDP's interface
+    sharded.py      --mode sharded: manual_sharding.py's ZeRO-1/2/3 behind the same interface
     trainer.py      the one training loop for every mode: Trainer.fit, run_epoch
       step.py         one optimizer step, the trainer's and the benchmarks'
       metrics.py      training loss and accuracy sums, evaluation over a split
       timing.py       where each step's time went: phases, communication busy/hidden/exposed
+      memory.py       the bytes of parameters, gradients and optimizer state a rank holds
       guards.py       a NaN loss or a float16 overflow on the wire stops every rank
       checkpoint.py   checkpoints and what a resumed run needs
       reporting.py    rank 0's progress and epoch lines, TensorBoard

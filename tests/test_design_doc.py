@@ -196,17 +196,24 @@ def assert_traceable(numbers_json, base):
     """Every number's provenance leads back to its value: a field, inputs that exist, a fit the
     test reproduces, a file, or a stated source or formula."""
     numbers = numbers_json["numbers"]
+    files = {}  # each read once: thousands of inputs name the same few files
+
+    def read(path):
+        if path not in files:
+            files[path] = read_json(base, path)
+        return files[path]
+
     kinds = {entry["kind"] for entry in numbers.values()}
     assert {"measured", "derived", "fit", "model", "assumption", "publication"} <= kinds
     fits = {}
     for name, entry in numbers.items():
         if entry["kind"] == "measured":
-            assert resolve(entry["field"], read_json(base, entry["file"])) == entry["value"], name
+            assert resolve(entry["field"], read(entry["file"])) == entry["value"], name
         elif entry["kind"] == "derived":
             for source in entry["inputs"]:
                 if "#" in source:
                     path, field = source.split("#")
-                    resolve(field, read_json(base, path))
+                    resolve(field, read(path))
                 else:
                     known = source in numbers or source in numbers_json["not_measured"]
                     assert known, f"{name}: unknown input {source}"
