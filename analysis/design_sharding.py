@@ -40,7 +40,7 @@ LINKS = {"loopback": ("this machine's loopback (§5.1)", None, "fit.projection.b
 COMMAND = "python -m benchmarks.sharding_bench"
 TABLES = ("table.sharding.side.mlp", "table.sharding.side.cnn", "table.sharding.memory.mlp",
           "table.sharding.memory.cnn", "table.sharding.bytes", "table.sharding.prefetch",
-          "table.sharding.verdicts")
+          "table.sharding.verdicts", "table.sharding.main")
 
 
 def key(model, world, configuration):
@@ -87,7 +87,27 @@ def sharding_section(numbers, results_dir):
     context["table.sharding.bytes"] = bytes_table(numbers)
     context["table.sharding.prefetch"] = prefetch_table(numbers)
     context["table.sharding.verdicts"] = verdict_table(numbers)
+    context["table.sharding.main"] = main_job_table(numbers, results_dir)
     return context
+
+
+def main_job_table(numbers, results_dir):
+    """The README's main job (the MLP, four ranks, its default options) under each level, beside
+    the same job with bucketed sync (make_reference_results.sh): the test accuracy and run time."""
+    runs = {"bucketed sync (DDP's design)": os.path.join(results_dir, "main",
+                                                         "mlp-manual-bucketed-w4.json")}
+    runs.update({NAMES[configuration]: os.path.join(results_dir, "main-sharded",
+                                                    f"mlp-sharded-{level}-w4.json")
+                 for configuration, level in (("zero1", "optimizer"), ("zero2", "gradients"),
+                                              ("zero3", "parameters"))})
+    rows = []
+    for index, (label, path) in enumerate(runs.items()):
+        path = path if os.path.exists(path) else None
+        name = f"sharding.main.{index}"
+        numbers.measured(f"{name}.accuracy", path, "test.accuracy", "percent")
+        numbers.measured(f"{name}.time", path, "total_time_s", "s")
+        rows.append([label, numbers.text(f"{name}.accuracy"), numbers.text(f"{name}.time")])
+    return table(["gradients averaged by", "test accuracy", "run time"], rows)
 
 
 def describe_run(numbers, path, document):

@@ -28,6 +28,10 @@ for seed in 1 2 3 4; do  # the main job's accuracy over seeds (§4.6)
     "$PYTHON" mlp_ddp.py --mode manual --world-size 4 --seed "$seed" \
         --results-dir results/main-seeds --run-name "mlp-manual-bucketed-w4-seed$seed"
 done
+for level in optimizer gradients parameters; do  # the main job under each sharding level (§7.2)
+    "$PYTHON" mlp_ddp.py --mode sharded --shard "$level" --world-size 4 \
+        --results-dir results/main-sharded --run-name "mlp-sharded-$level-w4"
+done
 "$PYTHON" mlp_ddp.py --mode manual --sync bucketed --world-size 2 --epochs 1 --max-steps 40 \
     --trace-steps 10 \
     --results-dir results/main --run-name trace-bucketed-w2 --trace results/trace-bucketed-w2.json
