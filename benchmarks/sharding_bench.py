@@ -38,7 +38,6 @@ import sys
 import tempfile
 import threading
 import time
-import warnings
 from datetime import timedelta
 from functools import partial
 from statistics import median
@@ -74,10 +73,6 @@ SHARDING = {"zero1": ("optimizer", True), "zero2": ("gradients", True),
             "zero3": ("parameters", True), "zero3-no-prefetch": ("parameters", False)}
 TIMED = ("step", "compute", "comm_busy", "comm_hidden", "comm_exposed")  # summarised over repeats
 CLEAR_REFS = "/proc/self/clear_refs"
-# torch 2.13 warns on every call of the names manual_sharding.py uses (reduce_scatter_tensor,
-# all_gather_into_tensor): once per collective, hundreds of lines per run
-DEPRECATED_NAMES = (r"`torch\.distributed\.(reduce_scatter_tensor|all_gather_into_tensor)` "
-                    "is deprecated")
 
 
 def parse_args(argv=None):
@@ -261,7 +256,6 @@ def measurement(name, model_name, run, world, per_rank):
 def bench_rank(placement, args):
     """One rank of one (world size, configuration) launch; rank 0 writes the rows."""
     world = placement.world_size
-    warnings.filterwarnings("ignore", DEPRECATED_NAMES, FutureWarning)
     torch.set_num_threads(threads_per_rank(args.threads, world))
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{placement.master_port}",
                             rank=placement.rank, world_size=world,
