@@ -321,15 +321,20 @@ class ShardedOptimizer(torch.optim.Optimizer):  # a learning-rate scheduler take
         # END SOLUTION
 
     def _grad_ready(self, param):
-        """ZeRO-2's hook: once a bucket's every gradient is accumulated, send it and free them."""
+        """ZeRO-2's hook: once a bucket's every gradient is accumulated, send it."""
         index = self.shard_of[param]
         self.ready[index] += 1
+        if self.ready[index] == len(self.shards[index].params):
+            self.send_bucket(index)
+
+    def send_bucket(self, index):
+        """ZeRO-2: start bucket `index`'s reduce-scatter from its gradients (a missing one counts
+        as zeros), then free them: the point of ZeRO-2, the full gradient is not kept."""
         shard = self.shards[index]
-        if self.ready[index] == len(shard.params):
-            self.ready[index] = 0
-            self.start_reduce_scatter(index, shard.flatten([p.grad for p in shard.params]))
-            for each in shard.params:
-                each.grad = None  # the point of ZeRO-2: the full gradient is not kept
+        self.ready[index] = 0
+        self.start_reduce_scatter(index, shard.flatten([param.grad for param in shard.params]))
+        for param in shard.params:
+            param.grad = None
 
     def reduce_gradients(self):
         """Every shard's averaged gradient into its master's `.grad`: after backward, before the
@@ -338,20 +343,16 @@ class ShardedOptimizer(torch.optim.Optimizer):  # a learning-rate scheduler take
         # ZeRO-1 (not self.shard_gradients): start_reduce_scatter of each flat gradient buffer,
         # self.flat_grads[index]. ZeRO-2: each bucket's hook (_grad_ready) has started it, unless
         # a gradient of the bucket never came (self.ready[index] is not 0) or none did (no entry
-        # of the bucket in self.pending): start those here from shard.flatten of their gradients
-        # (None counts as zeros), then set those gradients to None and self.ready[index] to 0.
+        # of the bucket in self.pending): start those here with self.send_bucket(index).
         # Then wait for every pending reduce-scatter in order, add its output to its master's
         # .grad (set it where that is None), and empty self.pending.
         # END PROMPT
         # BEGIN SOLUTION Task 11: averaging the gradients into the shards
         if self.shard_gradients:
             started = {index for index, _, _ in self.pending}
-            for index, shard in enumerate(self.shards):
+            for index in range(len(self.shards)):
                 if self.ready[index] or index not in started:  # a gradient never came
-                    self.ready[index] = 0
-                    self.start_reduce_scatter(index, shard.flatten([p.grad for p in shard.params]))
-                    for param in shard.params:
-                        param.grad = None
+                    self.send_bucket(index)
         else:  # the buffer is consumed: a ring leaves partial sums in it, zero_grad clears them
             for index, grads in enumerate(self.flat_grads):
                 self.start_reduce_scatter(index, grads)
