@@ -249,6 +249,10 @@ class ShardedOptimizer(torch.optim.Optimizer):  # a learning-rate scheduler take
 
     def __init__(self, params, optimizer_class, *, shard_gradients=False,
                  bucket_mb=DEFAULT_BUCKET_MB, collectives="library", layers=(), **defaults):
+        params = list(params)
+        if any(isinstance(param, dict) for param in params):
+            raise TypeError("ShardedOptimizer takes parameters, not parameter groups: one flat "
+                            "buffer is stepped with one set of options")
         params = trainable(params)
         if not params:
             raise ValueError("ShardedOptimizer got no parameter that requires a gradient")

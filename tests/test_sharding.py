@@ -741,3 +741,29 @@ def test_a_run_resumed_from_the_gathered_state_steps_as_one_process(configuratio
         want = reference(world_size, configuration[1])["history"][-1]
         resumed = succeeded(outcome["resumed"], f"rank {rank}'s resumed run")
         assert_parameters_close(resumed, want, f"rank {rank}, the resumed last step")
+
+
+def refusal(params):
+    """What ShardedOptimizer says to `params` ("groups": parameter groups; "frozen": nothing
+    trainable): the error's type and message, or "accepted". Raised before any collective, so no
+    process group is needed."""
+    from manual_sharding import ShardedOptimizer
+
+    layer = nn.Linear(2, 2)
+    given = {"groups": [{"params": list(layer.parameters())}],
+             "frozen": [nn.Parameter(torch.zeros(2), requires_grad=False)]}[params]
+    try:
+        ShardedOptimizer(given, torch.optim.SGD, lr=0.1)
+    except (TypeError, ValueError) as error:
+        return f"{type(error).__name__}: {error}"
+    return "accepted"
+
+
+@pytest.mark.parametrize("params", ["groups", "frozen"])
+def test_sharded_optimizer_refuses_parameter_groups_and_nothing_to_train(params):
+    """One flat buffer is stepped with one set of options: parameter groups are refused by name,
+    not half-built; so is a list with nothing to train."""
+    said = run_alone(refusal, params)
+    expected = {"groups": "TypeError: ShardedOptimizer takes parameters, not parameter groups",
+                "frozen": "ValueError: ShardedOptimizer got no parameter that requires a gradient"}
+    assert said.startswith(expected[params]), said

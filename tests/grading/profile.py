@@ -86,6 +86,7 @@ PROFILE = (
     # gathered whole and resumed); 2 and 4 ranks repeat them
     SHARDING + "*-3]",
     SHARDING + "*[[]3]",
+    SHARDING + "test_sharded_optimizer_refuses_",
     # core.end_to_end: the main job to 96% (real MNIST), manual mode on two processes, every
     # strategy's timing invariants at 2 and 4 ranks and compressed at 4, the benchmarks, the
     # sweep's plan and failures. Left out: DDP's measured run, the straggler, the compute

@@ -191,6 +191,7 @@ TESTS = [
     # torch's ZeroRedundancyOptimizer and fully_shard against one process: the tests' reference.
     (SHARDING + "test_reduce_scatter_then_all_gather_is_the_ring_all_reduce", "core.end_to_end"),
     (SHARDING + "test_ring_", "core.sharding_collectives"),
+    (SHARDING + "test_sharded_optimizer_refuses_", "core.zero"),
     (SHARDING + "test_each_ring_half_", "core.sharding_collectives"),
     (SHARDING + "*-ring-", "core.end_to_end"),
     (SHARDING + "*[[]ZeroRedundancyOptimizer-", None),
