@@ -45,20 +45,27 @@ def peak_resident_bytes():
 
 
 class MemoryWatch:
-    """Counts held_bytes before every optimizer step; `record()` gives the largest seen per
-    category (the optimizer state grows to its full size at the first step, so the count before
-    the second step is the steady state) and the peak RSS."""
+    """Counts held_bytes before the first COUNTED_STEPS optimizer steps, then no more (a step's
+    model states do not change after the first: the optimizer state has its full size from then
+    on, and the timed steps pay nothing); `record()` gives the largest seen per category and the
+    peak RSS."""
+
+    COUNTED_STEPS = 2
 
     def __init__(self, model, optimizer):
         self.model = model
         self.optimizer = optimizer
         self.largest = dict.fromkeys(CATEGORIES, 0)
+        self.counted = 0
         inner = getattr(optimizer, "optimizer", optimizer)  # ShardedOptimizer's torch optimizer
-        inner.register_step_pre_hook(self.count)
+        self.hook = inner.register_step_pre_hook(self.count)
 
     def count(self, *_):
         for category, nbytes in held_bytes(self.model, self.optimizer).items():
             self.largest[category] = max(self.largest[category], nbytes)
+        self.counted += 1
+        if self.counted == self.COUNTED_STEPS:
+            self.hook.remove()
 
     def record(self):
         held = dict(self.largest)
