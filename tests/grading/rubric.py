@@ -114,8 +114,8 @@ ITEMS = [
          builds_on=("core.mlp", "core.minibatch", "core.per_parameter", "core.flat",
                     "core.bucketed", "core.ring", "core.compression", "core.manual_ddp",
                     "core.timing", "core.sharding_collectives", "core.zero", "core.fsdp")),
-    # The design document: 9 marks. Checked by program: its numbers and derivations (4);
-    # read by a person: each section's argument (5).
+    # The design document: 10 marks. Checked by program: its numbers and derivations (4);
+    # read by a person: each section's argument (6).
     Item("design.numbers", "The document's numbers and derivations", 4,
          "The cost model's derivations give the right numbers: the ring's message steps and "
          "bytes per rank at n ranks, the bytes of each bucket at a cap, and the world size from "
@@ -142,6 +142,11 @@ ITEMS = [
     Item("design.scalability", "Design document: scalability discussion", 1, "",
          "Read design_doc/5-scalability.md: are the projections argued from the fitted model, "
          "with their assumptions stated?", graded_by="person"),
+    Item("design.sharding", "Design document: sharding", 1, "",
+         "Read design_doc/7-sharding.md: memory per rank and time per step side by side for DDP "
+         "and the three ZeRO levels; the trade, ZeRO-3's 1.5x the bytes for 1/n of the memory; "
+         "what prefetching hides, and how that is measured honestly; where each level wins; the "
+         "projection to a model that does not fit one rank.", graded_by="person"),
 ]
 
 SYNC = "tests/test_gradient_sync.py::"
