@@ -21,18 +21,27 @@ def run_world_sizes(bench_rank, args):
         for world in args.world_sizes:
             print(f"world size {world}:", flush=True)
             args.part_path = os.path.join(folder, f"world-{world}.json")
-            try:
-                failure = launch_local(bench_rank, world, args, free_port())
-            except LaunchError as error:  # e.g. an emulated network that cannot be made
-                print(f"error: {error}", file=sys.stderr)
-                raise SystemExit(2) from None
-            if failure:
-                print(f"error: rank {failure[0]} failed (exit code {failure[1]})", file=sys.stderr)
+            parts[world] = launch_part(bench_rank, world, args)
+            if parts[world] is None:
                 return None
-            with open(args.part_path) as file:
-                parts[world] = json.load(file)
     del args.part_path
     return parts
+
+
+def launch_part(bench_rank, world, args, what="", fork=False):
+    """Run `bench_rank(placement, args)` on `world` local ranks (forked with `fork`); rank 0
+    writes its part to `args.part_path`. Returns the part, or None (after one error line, which
+    `what` begins) if a rank failed."""
+    try:
+        failure = launch_local(bench_rank, world, args, free_port(), fork=fork)
+    except LaunchError as error:  # e.g. an emulated network that cannot be made
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if failure:
+        print(f"error: {what}rank {failure[0]} failed (exit code {failure[1]})", file=sys.stderr)
+        return None
+    with open(args.part_path) as file:
+        return json.load(file)
 
 
 def time_blocking_all_reduce(tensor, all_reduce=dist.all_reduce):

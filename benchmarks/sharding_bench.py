@@ -31,7 +31,6 @@ Writes results/sharding.json; analysis/zero_formulas.py holds the paper's formul
 the measurements against (design_doc/7-sharding.md).
 """
 import argparse
-import json
 import os
 import shlex
 import sys
@@ -46,7 +45,7 @@ import torch
 import torch.distributed as dist
 
 from analysis import zero_formulas
-from benchmarks.common import int_list
+from benchmarks.common import int_list, launch_part
 from benchmarks.step_bench import (
     BATCH_POOL,
     machine,
@@ -55,7 +54,7 @@ from benchmarks.step_bench import (
     spread,
     world_size_orders,
 )
-from runtime.launch import LaunchError, free_port, launch_local, threads_per_rank
+from runtime.launch import threads_per_rank
 from runtime.memory import CATEGORIES, MemoryWatch
 from runtime.models import build_model, count_parameters
 from runtime.optimizers import Schedule
@@ -275,18 +274,9 @@ def launch(world, configuration, args, folder):
     failed."""
     part_path = os.path.join(folder, f"{configuration}-w{world}.json")
     job = argparse.Namespace(**vars(args), configuration=configuration, part_path=part_path)
-    try:
-        # forked: this process has run no tensor operation, and a fork starts in a second
-        failure = launch_local(bench_rank, world, job, free_port(), fork=True)
-    except LaunchError as error:
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
-    if failure:
-        print(f"error: {configuration} at world size {world}: rank {failure[0]} failed (exit code "
-              f"{failure[1]})", file=sys.stderr)
-        return None
-    with open(part_path) as file:
-        return json.load(file)
+    # forked: this process has run no tensor operation, and a fork starts in a second
+    return launch_part(bench_rank, world, job, f"{configuration} at world size {world}: ",
+                       fork=True)
 
 
 def configuration_orders(configurations, repeats):
