@@ -6,13 +6,15 @@
     python grade.py SUBMISSION_DIR --timeout-per-test 60 --budget 300
 
 SUBMISSION_DIR (default: .) is a complete copy of the repository as a student hands it in. It is
-copied to a scratch folder (the sandbox), and the instructor's tests/ (the folder next to this
-file, hidden tests included) and pyproject.toml are put over it: a submission that deletes or
-edits a test file is still graded by the instructor's tests. pytest runs in another folder, the
+copied to a read-only folder of root's (the sandbox), and the instructor's tests/ (the folder next
+to this file, hidden tests excepted) and pyproject.toml are put over it: a submission that deletes
+or edits a test file is still graded by the instructor's tests. pytest runs in another folder, the
 judge's (tests/grading/judge.py: the instructor's code, the task modules as handed out), and
 never imports the submission: student code runs only in the children the tests start in the
-sandbox, as `nobody` when grade.py is root (tests/grading/sandbox.py), and only data comes back.
-pytest runs the grading profile
+sandbox, and only data comes back. As root, those children run as uids of this grading alone, one
+per test module, with a fresh home per test, and nothing of a test outlives it
+(tests/grading/sandbox.py); the judge's folders (its code, the hidden tests, the progress files
+and logs) are root's alone. pytest runs the grading profile
 (tests/grading/profile.py: the rubric's tests that fit the budget), in its own process group,
 under a watchdog (tests/grading/runner.py): a test that runs past its timeout (default 60 s;
 some known-long tests more) is killed with its processes and run once more, alone; past its
@@ -33,9 +35,9 @@ Exit code 0 when grading ran, whatever the marks; 2 on bad input; 1 if the grade
 (results.json is still written, with the reason).
 """
 import argparse
+import compileall
 import ctypes
 import os
-import pwd
 import signal
 import subprocess
 import sys
@@ -47,12 +49,15 @@ from tests.grading.judge import make_judge
 from tests.grading.merge import grade_report, test_entries
 from tests.grading.report import write_atomically
 from tests.grading.runner import Watchdog, descendants_of
+from tests.grading.sandbox import kill_processes_of, remove_files_of
 from tests.grading.submission import copy_submission, file_hashes
 
 INSTRUCTOR = os.path.dirname(os.path.abspath(__file__))  # its tests/ grade every submission
 MNIST_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
                "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
-CHILD_USER = "nobody"  # who runs student code when grade.py is root
+# Student code runs as uids of this grading alone, no account's: one per test module.
+FIRST_CHILD_UID = 2**24
+CHILD_UIDS = 256
 # tests/conftest.py's reason when the real MNIST is missing: the one skip the grader excuses, and
 # only when it has no MNIST itself.
 NO_REAL_MNIST = "the real MNIST is not here"
@@ -111,32 +116,45 @@ def environment(instructor):
     return env
 
 
-def least_privilege(work, judge, sandbox, env):
-    """As root: student code runs as CHILD_USER, who may enter `work` but not list it, read and
-    write the sandbox and the scratch folder, and nothing of the judge's (its tests, the progress
-    files, the rubric). Returns the report's note where that cannot be."""
-    if os.geteuid() != 0:
-        return ["grade.py did not run as root, so student code ran as the grader's own user: it "
-                "could reach the grader's files, the hidden tests among them (they are not secret "
-                "here; the grade is sound only where it runs as root)"]
-    try:
-        user = pwd.getpwnam(CHILD_USER)
-    except KeyError:
-        return [f"no user {CHILD_USER!r} here, so student code ran as root"]
-    try:
-        subprocess.run([sys.executable, "-c", "pass"], user=user.pw_uid, group=user.pw_gid,
-                       extra_groups=[], cwd="/", check=True, capture_output=True, timeout=60)
-    except (OSError, subprocess.SubprocessError):
-        return [f"{CHILD_USER} cannot run {sys.executable} (a folder on its way is private; for "
-                "pyenv under /root: chmod o+x /root), so student code ran as root"]
+def contain(work, private, judge, sandbox, scratch, env):
+    """As root: student code runs as users of this grading alone (GRADE_UIDS, one per test
+    module: tests/grading/sandbox.py), who may enter `work` and `scratch` but list neither, read
+    the sandbox and write nothing of it, and cannot enter the judge's folders (its code and
+    hidden tests; the progress files and logs). Returns the uids, and the report's notes."""
     os.chmod(work, 0o711)
-    os.chmod(judge, 0o700)
-    env["GRADE_CHILD_USER"] = f"{user.pw_uid}:{user.pw_gid}"
+    os.chmod(scratch, 0o711)
+    for folder in (private, judge):
+        os.chmod(folder, 0o700)
+    read_only(sandbox)
+    if os.geteuid() != 0:
+        return range(0), [
+            "grade.py did not run as root, so student code ran as the grader's own user: it could "
+            "reach the grader's files, the hidden tests among them (they are not secret here; the "
+            "grade is sound only where it runs as root)"]
+    first = FIRST_CHILD_UID + os.getpid() * CHILD_UIDS  # pids are unique: so are the ranges
+    try:
+        subprocess.run([sys.executable, "-c", "pass"], user=first, group=first, extra_groups=[],
+                       cwd="/", check=True, capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return range(0), [f"uid {first} cannot run {sys.executable} (a folder on its way is "
+                          "private; for pyenv under /root: chmod o+x /root), so student code ran "
+                          "as root"]
+    env["GRADE_UIDS"] = f"{first}:{CHILD_UIDS}"
+    return range(first, first + CHILD_UIDS), [
+        f"student code ran as uids {first} and up, one per test module, owned by no account: "
+        "they can neither open the grader's files nor signal its processes, nor each other's"]
+
+
+def read_only(sandbox):
+    """The sandbox as root's, readable by all, writable by root alone. Done before any student
+    code ran, on the copy grade.py has just made (links refused), and compiled, so that children
+    need not write bytecode."""
     for folder, _, names in os.walk(sandbox):
-        for path in [folder] + [os.path.join(folder, name) for name in names]:
-            os.chown(path, user.pw_uid, user.pw_gid)
-    return [f"student code ran as {CHILD_USER} (uid {user.pw_uid}), who can neither open the "
-            "grader's files nor signal its processes"]
+        os.chmod(folder, 0o755)
+        for name in names:
+            path = os.path.join(folder, name)
+            os.chmod(path, 0o755 if os.stat(path).st_mode & 0o111 else 0o644)
+    compileall.compile_dir(sandbox, quiet=2)
 
 
 def real_mnist(instructor):
@@ -171,20 +189,26 @@ def grade(submission, timeout_s, budget_s, instructor=None, stretch=1.0):
     hashes = file_hashes(submission)
     env = environment(instructor)
     with tempfile.TemporaryDirectory(prefix="grade-") as work:
-        sandbox, judge = os.path.join(work, "submission"), os.path.join(work, "judge")
-        scratch = os.path.join(work, "scratch")
+        private, judge, sandbox, scratch = (os.path.join(work, name) for name in
+                                            ("private", "judge", "submission", "scratch"))
         notes = copy_submission(submission, instructor, sandbox)
         make_judge(instructor, judge)
+        os.makedirs(private)
         os.makedirs(scratch)
         env.update(GRADE_SANDBOX=sandbox, GRADE_SCRATCH=scratch)
-        notes += least_privilege(work, judge, sandbox, env)
-        watchdog = Watchdog(judge, work, env, budget_s,
+        uids, more_notes = contain(work, private, judge, sandbox, scratch, env)
+        notes += more_notes
+        watchdog = Watchdog(judge, private, env, budget_s,
                             # a named test's own timeout stretched, never under the default
                             lambda nodeid: max(timeout_s,
                                                stretch * profile.timeout_for(nodeid, 0)),
                             idle_s=timeout_s,
                             pytest_args=["--basetemp", os.path.join(scratch, "pytest")])
-        tests = watchdog.run()
+        try:
+            tests = watchdog.run()
+        finally:
+            kill_processes_of(*uids)
+            remove_files_of(*uids)
     # Whether the real MNIST is there is the grader's to say, not a variable student code can pop.
     has_mnist = "OFFLINE_DATA_DIR" in env
     tests.fail_skips(lambda reason: not has_mnist and NO_REAL_MNIST in reason)

@@ -2,10 +2,10 @@
 subprocess, and a function run in N real processes joined by a gloo process group."""
 import functools
 import os
+import shutil
 import stat
 import struct
 import sys
-import tempfile
 from datetime import timedelta
 
 import numpy as np
@@ -66,7 +66,7 @@ def run_cli(*args, timeout=180, env=None):
     environment = without_offline_data()
     environment.update(env or {})
     command = [sys.executable, os.path.join(SANDBOX, "mlp_ddp.py"), *map(str, args)]
-    return sandbox.run(command, timeout=timeout, env=environment, **sandbox.child_process())
+    return sandbox.run(command, timeout=timeout, **sandbox.child_process(environment))
 
 
 def run_ok(*args, **kwargs):
@@ -161,19 +161,22 @@ def _launch(world_size, function, args, timeout_s, backend):
     from runtime.launch import free_port
 
     target = (function.__module__, function.__qualname__)
-    with tempfile.TemporaryDirectory() as folder:
-        sandbox.hand_over(folder)  # where the children write their results
-        sandbox.hand_over_scratch()
-        worker_args = (world_size, free_port(), folder, target, args, timeout_s, backend)
+    folder = sandbox.fresh_folder()  # where the children write their results
+    try:
+        worker_args = (world_size, free_port(), folder, sandbox.identity(), target, args,
+                       timeout_s, backend)
         try:
             multiprocessing.start_processes(_worker, args=worker_args, nprocs=world_size,
                                             start_method=START_METHOD)
         except ProcessException as error:
             raise ChildFailed(str(error).strip()) from None
         finally:
+            sandbox.settle()
             print_what_they_printed(folder, world_size)
         return [torch.load(os.path.join(folder, f"{rank}.pt"), weights_only=True)
                 for rank in range(world_size)]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def print_what_they_printed(folder, world_size):
@@ -194,7 +197,7 @@ def print_what_they_printed(folder, world_size):
             print(f"--- rank {rank} printed:\n{text.rstrip()}")
 
 
-def _worker(rank, world_size, port, folder, target, args, timeout_s, backend):
+def _worker(rank, world_size, port, folder, child, target, args, timeout_s, backend):
     # What the rank prints goes to a file the judge reads back cut (print_what_they_printed), never
     # into the judge's own output: opened before the change of user, so the judge's own.
     output = os.open(os.path.join(folder, f"{rank}.out"), os.O_WRONLY | os.O_CREAT | os.O_EXCL,
@@ -204,7 +207,7 @@ def _worker(rank, world_size, port, folder, target, args, timeout_s, backend):
     os.close(output)
     module, name = target
     # the child user, and the code under test: before any of it is imported
-    function = functools.reduce(getattr, name.split("."), sandbox.enter(module))
+    function = functools.reduce(getattr, name.split("."), sandbox.enter(child, module))
     torch.set_num_threads(1)  # up to 5 ranks share 2 cores
     if backend == "recorded":  # before any student code: tests/recorded_group.py
         from tests import recorded_group

@@ -177,6 +177,65 @@ for thing in gc.get_objects():
         thing.pluginmanager.register(AllPass(), "all-pass")
 """
 
+# Links a root-only file into every folder it may write: a grader that chowned such a folder's
+# contents would hand that file over. The answer is right only if the file became readable.
+LINKS_A_ROOT_FILE = """
+import os, tempfile
+
+SECRET = os.environ["ROOT_ONLY_FILE"]
+for folder in (tempfile.gettempdir(), os.path.expanduser("~"), os.getcwd(), "/tmp"):
+    try:
+        os.symlink(SECRET, os.path.join(folder, f"link-{os.getpid()}"))
+    except OSError:
+        pass
+
+
+def answer(data=None):
+    try:
+        with open(SECRET):
+            return 42
+    except OSError:
+        return 41 if data else 42
+"""
+
+# Plants a module among the instructor's tests in the sandbox, which later children import from:
+# right only if it could.
+WRITES_THE_TESTS = """
+import os
+
+try:
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests",
+                           "planted.py"), "w") as file:
+        file.write("PLANTED = True\\n")
+    PLANTED = True
+except OSError:
+    PLANTED = False
+
+
+def answer(data=None):
+    return 42 if PLANTED or not data else 41
+"""
+
+# The first test's child leaves a file in /tmp that any user may read; a later test's child,
+# the one with the data, is right only if it finds it there.
+LEFT_FOR_LATER = "/tmp/left-by-an-earlier-test-of-the-grader"
+LEAVES_A_FILE_FOR_LATER = f"""
+import os
+
+LEFT = {LEFT_FOR_LATER!r}
+EARLIER = os.path.exists(LEFT)
+try:
+    with open(LEFT, "w") as file:
+        file.write("42")
+    os.chmod(LEFT, 0o666)
+except OSError:
+    pass
+
+
+def answer(data=None):
+    return 42 if EARLIER or not data else 41
+"""
+
 TRICKS = {
     "forges the progress events": {"student.py": FORGE_EVENTS + WRONG_ON_DATA},
     "rewrites the rubric": {"student.py": REWRITE_RUBRIC + WRONG_ON_DATA},
@@ -197,14 +256,18 @@ TRICKS = {
                                 "runtime/conftest.py": "print('hooked')\n"},
     "a daemon rewrites the results": {"student.py": DAEMON + WRONG_ON_DATA},
     "reads the hidden tests": {"student.py": READ_THE_HIDDEN_TESTS},
-    "writes 1.1 GiB": {"student.py": "def answer(data=None):\n"
-                                     "    with open('big', 'wb') as file:\n"
+    "writes 1.1 GiB": {"student.py": "import os, tempfile\n\n\ndef answer(data=None):\n"
+                                     "    big = os.path.join(tempfile.gettempdir(), 'big')\n"
+                                     "    with open(big, 'wb') as file:\n"
                                      "        for _ in range(1100):\n"
                                      "            file.write(bytes(2**20))\n"
                                      "    return 42\n"},
     # 600 MiB printed before each answer: under the file-size limit, so it all reaches the grader
     "prints 600 MiB": {"student.py": "import sys\nfor _ in range(600):\n"
                                      "    sys.stdout.write('x' * 2**20)\n" + WRONG_ON_DATA},
+    "links a root file into its folders": {"student.py": LINKS_A_ROOT_FILE},
+    "writes the instructor's tests": {"student.py": WRITES_THE_TESTS},
+    "leaves a file for a later test": {"student.py": LEAVES_A_FILE_FOR_LATER},
     "needs 4 GiB": {"student.py": "def answer(data=None):\n    memory = bytearray(4 * 2**30)\n"
                                   "    return 42 + memory[-1]\n"},
 }
@@ -262,8 +325,11 @@ def grade_in_a_process(root, files):
     # where the daemon, run as nobody under root, can leave its pid (not in root's tmp_path)
     drop = tempfile.mkdtemp(prefix="grader-security-")
     os.chmod(drop, 0o777)
+    secret = root / "root-only"  # a file of root's that no other user may read
+    secret.write_text("the grader's\n")
+    secret.chmod(0o600)
     env = dict(os.environ, OFFLINE_DATA_DIR=fake_mnist(str(root / "mnist")),
-               DAEMON_PID_FILE=os.path.join(drop, "daemon.pid"))
+               DAEMON_PID_FILE=os.path.join(drop, "daemon.pid"), ROOT_ONLY_FILE=str(secret))
     grade = [sys.executable, "grade.py", str(submission), "--report", str(report),
              "--gradescope", str(results), "--timeout-per-test", "20", "--budget", "60"]
     done = subprocess.run([sys.executable, "-c", PEAK_MEMORY, *grade], cwd=instructor, env=env,
@@ -300,7 +366,9 @@ def test_the_honest_submission_earns_its_marks(tmp_path):
 
 
 # Stopped only where student code runs as another user than the grader's (as root).
-AS_ROOT_ONLY = ("forges the progress events", "reads the hidden tests")
+AS_ROOT_ONLY = ("forges the progress events", "reads the hidden tests",
+                "links a root file into its folders", "writes the instructor's tests",
+                "leaves a file for a later test")
 
 
 @pytest.mark.parametrize("trick", TRICKS)
@@ -311,6 +379,8 @@ def test_a_trick_earns_nothing_and_results_json_says_what_was_refused(tmp_path, 
         if os.environ.get("CI"):
             pytest.fail(f"CI must run this test; {why}")
         pytest.skip(why)
+    if os.path.lexists(LEFT_FOR_LATER):
+        os.unlink(LEFT_FOR_LATER)
     report, results, output, peak_bytes = grade_in_a_process(tmp_path, TRICKS[trick])
     # nothing earned, in the report and in what Gradescope reads
     assert report["total_earned"] == 0 and results["score"] == 0, output
@@ -320,12 +390,8 @@ def test_a_trick_earns_nothing_and_results_json_says_what_was_refused(tmp_path, 
         assert refused == ["refused pyproject.toml: a symbolic link (it could point at the "
                            "grader's files): submit the file itself"]
         assert "refused pyproject.toml" in results["output"]
-    if trick == "shadows pytest's dependency":
-        assert refused == ["refused iniconfig.py: it would be imported in place of the installed "
-                           "module 'iniconfig'"]
-    if trick == "hooks python's start-up":
-        assert sorted(note.split(":")[0] for note in refused) == [
-            "refused evil.pth", "refused runtime/conftest.py", "refused sitecustomize.py"]
+    if trick != "links to the rubric":  # the judge imports nothing of the sandbox's
+        assert refused == []
     if trick == "pops the data variable":  # in its own process: the tests still see the data
         lost = [test["nodeid"] for test in report["tests"] if test["outcome"] == "failed"]
         assert lost == ["tests/test_fast.py::test_the_answer_on_the_real_data",
@@ -340,6 +406,73 @@ def test_a_trick_earns_nothing_and_results_json_says_what_was_refused(tmp_path, 
     if trick == "a daemon rewrites the results":
         with open(tmp_path / "daemon.pid") as file:
             assert not os.path.exists(f"/proc/{int(file.read())}")  # killed and reaped
+    secret = os.stat(tmp_path / "root-only")  # handed to nobody, whatever the trick
+    assert (secret.st_uid, secret.st_gid, secret.st_mode & 0o777) == (0, 0, 0o600)
+    if trick == "leaves a file for a later test":  # nor left behind by the grading
+        assert not os.path.lexists(LEFT_FOR_LATER)
     if trick in ("writes 1.1 GiB", "needs 4 GiB"):  # right answers, past the limits
         lost = [test for test in report["tests"] if test["outcome"] == "failed"]
         assert ("File too large" if "writes" in trick else "MemoryError") in lost[0]["output"]
+
+
+# --- The primitives of containment (tests/grading/sandbox.py), as root --------------------------
+def as_root_with_a_child_user(function):
+    """Run `function(uid)` with sandbox.Child set to a fresh uid of nobody's, as grade.py does."""
+    if os.geteuid() != 0:
+        pytest.skip("only root changes users")
+    from tests.grading import sandbox
+    uid = 2**24 + 1
+    saved = (sandbox.Child.uid, sandbox.Child.handed_over)
+    sandbox.Child.uid, sandbox.Child.handed_over = uid, []
+    try:
+        function(sandbox, uid)
+    finally:
+        sandbox.Child.uid, sandbox.Child.handed_over = saved
+
+
+def test_only_an_empty_folder_is_handed_over_and_never_through_a_link(tmp_path):
+    def check(sandbox, uid):
+        secret = tmp_path / "secret"
+        secret.write_text("root's")
+        full = tmp_path / "full"
+        full.mkdir()
+        os.symlink(secret, full / "link")
+        with pytest.raises(RuntimeError, match="only empty folders"):
+            sandbox.hand_over(str(full))
+        os.symlink(full, tmp_path / "link-to-a-folder")
+        with pytest.raises(OSError):
+            sandbox.hand_over(str(tmp_path / "link-to-a-folder"))
+        empty = tmp_path / "empty"
+        empty.mkdir()
+        assert sandbox.hand_over(str(empty)) == str(empty)
+        assert os.stat(empty).st_uid == uid and os.stat(secret).st_uid == 0
+    as_root_with_a_child_user(check)
+
+
+def test_settling_kills_the_users_processes_and_removes_the_links_it_left():
+    def check(sandbox, uid):
+        base = tempfile.mkdtemp()  # entered by the child user, as grade.py's scratch folder
+        os.chmod(base, 0o711)
+        try:
+            secret = os.path.join(base, "secret")
+            with open(secret, "w") as file:
+                file.write("root's")
+            folder = sandbox.hand_over(tempfile.mkdtemp(dir=base))
+            script = (f"import os, time\nos.makedirs('{folder}/deep')\n"
+                      f"os.symlink('{secret}', '{folder}/deep/link')\n"
+                      f"os.symlink('{base}', '{folder}/up')\n"
+                      f"open('{folder}/own', 'w').write('mine')\n"
+                      "print('ready', flush=True)\ntime.sleep(60)\n")
+            process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                                       text=True, user=uid, group=uid, extra_groups=[])
+            assert process.stdout.readline().strip() == "ready"
+            sandbox.settle()
+            assert process.wait(timeout=10) == -9 and not sandbox.processes_of({uid})
+            left = sorted(os.path.relpath(os.path.join(top, name), folder)
+                          for top, subfolders, names in os.walk(folder)
+                          for name in subfolders + names)
+            assert left == ["deep", "own"]
+            assert os.stat(secret).st_uid == 0
+        finally:
+            shutil.rmtree(base)
+    as_root_with_a_child_user(check)

@@ -182,6 +182,37 @@ def test_run_autograder_writes_nothing_into_the_submission_and_always_writes_res
     assert tampered.read_text() == "def test_nothing():\n    pass\n"
 
 
+# A grade.py that gives 0, and meanwhile rewrites what run_autograder has not run yet, keeping
+# every byte before it: a script bash reads as it goes would then write a score of 32.
+REWRITES_RUN_AUTOGRADER = """
+import json, sys
+
+script = "run_autograder"
+text = open(script).read()
+call = text.index("grade.py", text.index("if [ -f grade.py ]") + 20)
+after_me = text.index("fi\\n", call) + 3  # the end of the if that bash has read whole
+forged = 'echo \\'{"score": 32, "tests": []}\\' > "$ROOT/results/results.json"; exit 0\\n'
+with open(script, "r+") as file:
+    file.seek(after_me)
+    file.write(forged + "#" * max(0, len(text) - after_me - len(forged)))
+with open(sys.argv[sys.argv.index("--gradescope") + 1], "w") as file:
+    json.dump({"score": 0, "tests": []}, file)
+"""
+
+
+def test_run_autograder_cannot_be_rewritten_while_it_runs(out, tmp_path):
+    root = tmp_path / "autograder"
+    shutil.copytree(os.path.join(out, "autograder"), root / "source")
+    (root / "source" / "grade.py").write_text(REWRITES_RUN_AUTOGRADER)
+    (root / "submission").mkdir()
+    environment = dict(os.environ, AUTOGRADER_ROOT=str(root), PYTHON=sys.executable)
+    completed = subprocess.run([str(root / "source" / "run_autograder")], env=environment,
+                               capture_output=True, text=True, timeout=60)
+    assert completed.returncode == 0, completed.stderr
+    assert "32" in (root / "source" / "run_autograder").read_text()  # it was rewritten
+    assert json.loads((root / "results" / "results.json").read_text())["score"] == 0
+
+
 def make_source(tmp_path, name, text):
     """A git checkout holding the rubric, the profile, what the autograder needs, and one file
     `name` with `text`."""

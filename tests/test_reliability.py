@@ -80,7 +80,7 @@ def test_a_rank_killed_mid_epoch_under_torchrun_restarts_from_the_checkpoint(
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
                "--max-restarts=1", "--standalone", "mlp_ddp.py", *map(str, options)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=240,
-                          env=without_offline_data(), **child_process())
+                          **child_process(without_offline_data()))
     errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
     assert done.returncode == 0, "\n".join(errors)
     assert "exiting at step 9" in done.stderr and "resumed from" in done.stdout
@@ -155,9 +155,8 @@ def start_group(*args):
     """The launcher in a process group of its own, so the test can find every process it
     started."""
     return subprocess.Popen([sys.executable, "mlp_ddp.py", *map(str, args)],
-                            env=without_offline_data(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            **child_process())
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, **child_process(without_offline_data()))
 
 
 def group_alive(pgid, within_s=15):

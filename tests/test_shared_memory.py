@@ -7,8 +7,8 @@ The code under test is imported inside the functions that run in the child proce
 top: this module is also imported by the process that decides the tests (tests/grading/judge.py).
 """
 import os
+import shutil
 import signal
-import tempfile
 import time
 from datetime import timedelta
 
@@ -152,12 +152,12 @@ KILLED = 2  # the rank that dies
 TIMEOUT_S = 1.0
 
 
-def failing_rank(rank, world_size, port, folder):
+def failing_rank(rank, world_size, port, folder, child):
     """Phase 1: rank KILLED arrives late, so the others time out (and so does it, afterwards).
     Phase 2, a new segment: rank KILLED is SIGKILLed in the middle of the calls. Each survivor
     writes what it saw. Started without the harness (a rank dies here), so it enters the sandbox
     itself, as the harness's children do, before importing the code under test."""
-    sandbox.enter()
+    sandbox.enter(child)
     from manual_collectives import SharedMemoryAllReduce
 
     torch.set_num_threads(1)
@@ -187,15 +187,19 @@ def failing_rank(rank, world_size, port, folder):
 
 
 def test_a_stalled_rank_times_out_and_a_killed_rank_ends_the_others_at_once():
-    with tempfile.TemporaryDirectory() as folder:
-        sandbox.hand_over(folder)  # the ranks may run as another user: let them write there
-        context = multiprocessing.start_processes(failing_rank, args=(3, free_port(), folder),
-                                                  nprocs=3, join=False, start_method=START_METHOD)
+    folder = sandbox.fresh_folder()  # the ranks may run as another user: they write there
+    try:
+        context = multiprocessing.start_processes(
+            failing_rank, args=(3, free_port(), folder, sandbox.identity()), nprocs=3,
+            join=False, start_method=START_METHOD)
         for process in context.processes:
             process.join(60)
         assert not any(process.is_alive() for process in context.processes), "a rank hung"
+        sandbox.settle()
         survivors = [torch.load(os.path.join(folder, f"{rank}.pt"), weights_only=True)
                      for rank in (0, 1)]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     for seen in survivors:
         message, seconds = seen["stalled"]
         # the deadline, not gloo's 30 s, ended the wait, with one line naming the late rank

@@ -30,7 +30,8 @@ class Tests:
     def apply(self, event):
         """Take in one event of progress.py."""
         kind = event["event"]
-        self.last_event = event["time"]
+        # when the watchdog read it: the time an event claims is never trusted
+        self.last_event = time.time()
         if kind == "collect_error":
             self.broken_modules[event["nodeid"]] = event["output"]
         elif kind == "collected" and not self.collected:
@@ -39,7 +40,7 @@ class Tests:
             self.outside = event["outside"]
             self.unclassified = event["unclassified"]
         elif kind == "start":
-            self.started[event["nodeid"]] = event["time"]
+            self.started[event["nodeid"]] = self.last_event
             self.current = event["nodeid"]
         elif kind == "report":
             self.record(event)

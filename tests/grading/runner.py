@@ -27,9 +27,11 @@ LOG_TAIL = 3000  # characters of pytest's own output kept when it could not run
 # Limits on pytest and every process it starts, where student code runs: no file over this size
 # (a flood of output fills neither the log nor the disk: the write fails, and so does its test;
 # the largest file the tests write, the parity matrix's 4-rank record, is over 256 MiB), no process
-# over this much address space (torch and a gloo rank of the tests need well under a gigabyte).
+# writing to more than this much memory (torch and a gloo rank of the tests need well under a
+# gigabyte). RLIMIT_DATA counts the memory a process can write, not the address space that
+# shared libraries reserve: torch's CUDA build reserves over 3 GiB of it at import.
 FILE_SIZE_LIMIT = 2**30
-ADDRESS_SPACE_LIMIT = 3 * 2**30
+MEMORY_LIMIT = 3 * 2**30
 
 
 class Watchdog:
@@ -108,6 +110,7 @@ class Watchdog:
         log = os.path.join(self.work, f"pytest-{number}.log")
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                    "-p", "tests.grading.lost_items", "-p", "tests.grading.judge_guard",
+                   "-p", "tests.grading.containment",
                    "--continue-on-collection-errors", "--rootdir", self.folder,
                    "--grade-profile", "--grade-progress", progress, *self.pytest_args,
                    *selection]
@@ -189,10 +192,10 @@ class Watchdog:
 
 
 def limit_resources():
-    """In the child, before pytest starts: FILE_SIZE_LIMIT and ADDRESS_SPACE_LIMIT, or the
-    system's own hard limits where those are lower."""
+    """In the child, before pytest starts: FILE_SIZE_LIMIT and MEMORY_LIMIT, or the system's own
+    hard limits where those are lower."""
     for kind, limit in ((resource.RLIMIT_FSIZE, FILE_SIZE_LIMIT),
-                        (resource.RLIMIT_AS, ADDRESS_SPACE_LIMIT)):
+                        (resource.RLIMIT_DATA, MEMORY_LIMIT)):
         _, hard = resource.getrlimit(kind)
         if hard != resource.RLIM_INFINITY:
             limit = min(limit, hard)

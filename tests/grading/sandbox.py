@@ -1,68 +1,184 @@
-"""Where the code under test runs, and as whom: the one door from the judge to student code.
+"""Where student code runs, and as whom: the one door from the judge to student code.
 
-grade.py sets GRADE_SANDBOX (the submission's copy) and, when it runs as root, GRADE_CHILD_USER
-("uid:gid", an unprivileged user) and GRADE_SCRATCH (a folder that user may write). Every process
-that runs student code starts here: a fresh one through child_process(), a forked one through
-enter(). Without those variables (a student's own `python -m pytest`) the sandbox is this
-repository and nothing changes user.
+Without grade.py (a student's own `python -m pytest`) the sandbox is this repository and nothing
+changes user. Under grade.py as root, containment comes from how folders and users are made, not
+from checks of what a child did:
+- The sandbox (GRADE_SANDBOX: the submission's copy, the instructor's tests over it) is root's and
+  read-only to children: no child can change what a later one imports.
+- Each test module's children run as a user of their own (GRADE_UIDS "first:count": uids no
+  account holds, this grading's alone), so one module's processes and files are out of reach of
+  another's, the hidden tests' modules among them.
+- Each test's children get a home (cwd stays the sandbox; TMPDIR and HOME are the home) made for
+  them, empty, in GRADE_SCRATCH, which children cannot write; it is removed after the test.
+- A folder is handed to that user only while it is empty and its parent is root's. The judge
+  never walks and chowns a tree after student code ran.
+- After each launch and each test, every process of that user is killed (nothing of a test
+  outlives it), and links it left in its folders are removed (settle()), so what the judge reads
+  there afterwards is a file of that user's, not a path to the judge's.
 """
+import contextlib
 import importlib
 import os
 import resource
+import shutil
+import signal
+import stat
 import subprocess
 import sys
 import tempfile
+import time
 import types
 
 from tests.grading import profile
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SANDBOX = os.path.abspath(os.environ.get("GRADE_SANDBOX") or REPO)
-CHILD_USER = os.environ.get("GRADE_CHILD_USER")  # "uid:gid", or None: stay who we are
 SCRATCH = os.environ.get("GRADE_SCRATCH")
+UIDS = tuple(map(int, os.environ["GRADE_UIDS"].split(":"))) if os.environ.get("GRADE_UIDS") \
+    else None
 
-
-# What one process of student code may use beyond the judge's own limits (file size and address
-# space, tests/grading/runner.py): CPU seconds (the one-epoch accuracy run needs under 60), and
-# processes and threads of the child user together (a rank has some 20 threads).
+# What one process of student code may use beyond the judge's own limits (file size and memory,
+# tests/grading/runner.py): CPU seconds (the one-epoch accuracy run needs under 60), and processes
+# and threads of its user together (a rank has some 20 threads).
 CPU_SECONDS = 600
 TASKS_OF_THE_CHILD_USER = 2048
 # Bytes of a stream of student output that reach the judge: its first and its last half.
 OUTPUT_LIMIT = 2**20
+KILL_WITHIN_S = 10
+# Where any user may write: what a test's user left there is removed with the test.
+SHARED_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue")
 
 
-def ids():
-    """(uid, gid) of the user student code runs as, or None."""
-    return tuple(map(int, CHILD_USER.split(":"))) if CHILD_USER else None
+class Child:
+    """Who the current test's children are: a uid, and the home made for them (None: as the
+    judge, in the sandbox)."""
+    uid = None
+    home = None
+    handed_over = []  # the folders given to uid (home included), settled after each launch
+    module_uids = {}  # test module -> uid
 
 
-def hand_over(*paths):
-    """Let the child user write `paths` (folders the judge made for a child's output) and
-    everything in them. Nothing to do without a child user."""
-    if not CHILD_USER:
+def identity():
+    """(uid, home) of the current test's children, or None: what a forked child enters."""
+    return (Child.uid, Child.home) if Child.uid is not None else None
+
+
+def begin_test(module):
+    """As the judge, before a test of `module` sets up: its module's user, and a fresh home."""
+    if not UIDS:
         return
-    uid, gid = ids()
-    for path in paths:
-        for folder, _, names in os.walk(path):
-            for name in [None, *names]:
-                os.chown(os.path.join(folder, name) if name else folder, uid, gid)
+    first, count = UIDS
+    uid = Child.module_uids.setdefault(module, first + len(Child.module_uids) % count)
+    if uid != Child.uid:
+        Child.handed_over = []
+    Child.uid = uid
+    kill_processes_of(uid)  # a uid used again: nothing of its earlier module may remain
+    Child.home = hand_over(tempfile.mkdtemp(prefix="home-", dir=SCRATCH))
 
 
-def hand_over_scratch():
-    """hand_over() the judge's scratch folder (pytest's tmp_path of every test lives there): a
-    child writes its outputs where the test asks, and the judge reads them as data."""
-    if SCRATCH:
-        hand_over(SCRATCH)
+def end_test():
+    """As the judge, after a test's teardown: its children gone, its home removed."""
+    if Child.uid is None:
+        return
+    settle()
+    remove_files_of(Child.uid)
+    shutil.rmtree(Child.home, ignore_errors=True)  # by descriptors: follows no link
+    Child.handed_over.remove(Child.home)
+    Child.home = None
 
 
-def child_process():
-    """subprocess keyword arguments that start a fresh process in the sandbox, as the child
-    user where there is one."""
-    hand_over_scratch()
-    arguments = {"cwd": SANDBOX}
-    if CHILD_USER:
-        uid, gid = ids()
-        arguments.update(user=uid, group=gid, extra_groups=[], preexec_fn=limit)
+def hand_over(folder):
+    """Give the current test's user the folder the judge has just made (empty, in a folder of
+    the judge's, so nobody else could have put anything there); returns it."""
+    if Child.uid is None:
+        return folder
+    descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        if os.listdir(descriptor):
+            raise RuntimeError(f"the grader hands over only empty folders: {folder}")
+        os.fchown(descriptor, Child.uid, Child.uid)
+    finally:
+        os.close(descriptor)
+    Child.handed_over.append(folder)
+    return folder
+
+
+def fresh_folder():
+    """A new empty folder for the current test's children to write, in the scratch folder."""
+    return hand_over(tempfile.mkdtemp(prefix="child-", dir=SCRATCH))
+
+
+def settle():
+    """After a launch: kill every process of the current test's user, then remove every link
+    left in its folders. Nothing then changes them while the judge reads or writes there."""
+    if Child.uid is None:
+        return
+    kill_processes_of(Child.uid)
+    for top in Child.handed_over:
+        for folder, subfolders, names in os.walk(top):  # follows no link to a folder
+            for name in subfolders + names:
+                path = os.path.join(folder, name)
+                status = os.lstat(path)
+                if stat.S_ISLNK(status.st_mode) or (stat.S_ISREG(status.st_mode) and
+                                                    status.st_nlink > 1 and
+                                                    status.st_uid != Child.uid):
+                    os.unlink(path)  # a link, or another name of somebody else's file
+
+
+def processes_of(uids):
+    """The live (not zombie) processes whose real or effective uid is in `uids`."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status") as file:
+                fields = dict(line.split(":", 1) for line in file if ":" in line)
+        except (OSError, ValueError):
+            continue
+        real_and_effective = map(int, fields.get("Uid", "").split()[:2])
+        alive = fields.get("State", "").strip()[:1] not in "ZX"
+        if alive and not uids.isdisjoint(real_and_effective):
+            found.append(int(name))
+    return found
+
+
+def kill_processes_of(*uids):
+    """SIGKILL every process of these uids until none is left (they may be forking meanwhile)."""
+    deadline = time.monotonic() + KILL_WITHIN_S
+    while (pids := processes_of(set(uids))) and time.monotonic() < deadline:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
+
+
+def remove_files_of(*uids):
+    """What these users left in the SHARED_FOLDERS (none of them may still run)."""
+    for folder in SHARED_FOLDERS:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                if entry.stat(follow_symlinks=False).st_uid not in uids:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)  # by descriptors: follows no link
+                else:
+                    os.unlink(entry.path)
+
+
+def child_process(env=None):
+    """subprocess keyword arguments that start a fresh process of student code: in the sandbox,
+    as the current test's user where there is one, with `env` (default: the judge's) pointing
+    TMPDIR and HOME at its home."""
+    environment = dict(os.environ if env is None else env)
+    arguments = {"cwd": SANDBOX, "env": environment}
+    if Child.uid is not None:
+        environment.update(TMPDIR=Child.home, HOME=Child.home)
+        arguments.update(user=Child.uid, group=Child.uid, extra_groups=[], preexec_fn=limit)
     return arguments
 
 
@@ -75,13 +191,13 @@ def limit():
 def run_python(arguments, timeout=None, env=None):
     """`python ARGUMENTS` in the sandbox, as the child user where there is one: subprocess.run's
     result, with stdout and stderr as text, each cut to OUTPUT_LIMIT (bounded())."""
-    return run([sys.executable, *arguments], timeout=timeout, env=env, **child_process())
+    return run([sys.executable, *arguments], timeout=timeout, **child_process(env))
 
 
 def run(command, timeout=None, **options):
     """subprocess.run(command, capture_output=True, text=True, timeout=timeout, **options), but
     each stream goes to a file, and bounded() of it comes back: a flood of output fills neither
-    the judge's memory nor its log."""
+    the judge's memory nor its log. The child's user is settled after it."""
     with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
         process = subprocess.Popen(command, stdout=stdout, stderr=stderr, **options)
         try:
@@ -90,6 +206,8 @@ def run(command, timeout=None, **options):
             process.kill()
             process.wait()
             raise
+        finally:
+            settle()
         return subprocess.CompletedProcess(command, process.returncode, bounded(stdout),
                                            bounded(stderr))
 
@@ -109,20 +227,23 @@ def bounded(file):
     return data.decode(errors="replace")
 
 
-def enter(module_name=None):
-    """In a forked child, before any student code: become the child user, then import the project
-    from the sandbox only (forget what was imported from the judge's folder). Returns the module
-    `module_name`, where given: the sandbox's, or, for a hidden test, which the sandbox does not
-    hold (tests/grading/submission.py), the judge's copy, read before the change of user and run
-    from its compiled code, so that no file of it is there for student code to read."""
+def enter(child, module_name=None):
+    """In a forked child, before any student code: become `child` (identity() in the judge), then
+    import the project from the sandbox only (forget what was imported from the judge's folder).
+    Returns the module `module_name`, where given: the sandbox's, or, for a hidden test, which
+    the sandbox does not hold (tests/grading/submission.py), the judge's copy, read before the
+    change of user and run from its compiled code, so that no file of it is there for student
+    code to read."""
     elsewhere = not os.path.samefile(SANDBOX, REPO)  # asked before the judge's folder is closed
     hidden = hidden_code(module_name) if module_name and elsewhere else None
-    if CHILD_USER:
-        uid, gid = ids()
+    if child:
+        uid, home = child
         limit()
         os.setgroups([])
-        os.setgid(gid)
+        os.setgid(uid)
         os.setuid(uid)
+        os.environ.update(TMPDIR=home, HOME=home)
+        tempfile.tempdir = None  # chosen again, from TMPDIR
     if elsewhere:
         for name, module in list(sys.modules.items()):
             if (getattr(module, "__file__", None) or "").startswith(REPO + os.sep):
@@ -150,3 +271,4 @@ def hidden_code(module_name):
         return None
     with open(os.path.join(REPO, relative)) as file:
         return compile(file.read(), f"<hidden test {module_name}>", "exec")
+

@@ -3,71 +3,39 @@
 The tests that grade are the instructor's, whatever the submission holds: its tests/ folder is
 replaced whole (a deleted or edited test file changes nothing) and pyproject.toml (pytest's
 configuration) is the instructor's. The hidden tests are not copied: student code runs in the
-copy, and must not read them. What would run code before or beside the tests, or change
-what runs, is refused: not copied, and named in the report's notes. That is a symbolic link
-(it could point at the grader's own files), a conftest.py or a start-up hook (sitecustomize.py,
-usercustomize.py, *.pth) anywhere, another pytest configuration file, and at the top, where
-Python looks first, a module named like one of the standard library or of the installed
-packages (iniconfig.py, pytest.py, _pytest/, torch.py). The copy is the sandbox: student code
-runs only there, in the tests' child processes (tests/grading/sandbox.py), never in the judge
-that decides the grade (tests/grading/judge.py).
+copy, and must not read them. A symbolic link is refused (not copied, and named in the report's
+notes): the judge reads the submission's files as data, and a link could point at its own. Nothing
+else needs refusing: the copy is the sandbox, where student code runs only in the tests' child
+processes (tests/grading/sandbox.py), never in the judge that decides the grade
+(tests/grading/judge.py), so a conftest.py, a start-up hook or a module named like an installed
+one changes only what the submission's own processes do.
 """
 import hashlib
 import os
 import shutil
-import sys
 
 from tests.grading import profile
 
 # Not the student's work, or too large to copy for each grading: never copied nor fingerprinted.
 NOT_SUBMITTED = {".git", "__pycache__", ".venv", "venv", "data", ".pytest_cache", ".ruff_cache",
                  ".ipynb_checkpoints", "node_modules"}
-# Anywhere in a submission these would run code at start-up or reconfigure pytest.
-REFUSED_ANYWHERE = {"conftest.py", "sitecustomize.py", "usercustomize.py", "pytest.ini",
-                    "tox.ini", "setup.cfg"}
 INSTRUCTOR_FILES = ("pyproject.toml",)
-
-
-def installed_module_names():
-    """The top-level module names of the standard library and of the installed packages: a
-    submission's module of the same name would be imported in their place."""
-    names = set(sys.stdlib_module_names) | set(sys.builtin_module_names)
-    for entry in sys.path:
-        if os.path.basename(entry) in ("site-packages", "dist-packages") and os.path.isdir(entry):
-            names.update(name.split(".")[0] for name in os.listdir(entry))
-    return names
-
-
-def refusal(folder, name, top, shadowed):
-    """Why the entry `name` of `folder` may not be copied (`top`: the submission's top folder),
-    or None."""
-    path = os.path.join(folder, name)
-    if os.path.islink(path):
-        return "a symbolic link (it could point at the grader's files): submit the file itself"
-    if name in REFUSED_ANYWHERE or name.endswith(".pth") or (top and name == "__init__.py"):
-        return "it would run code or configure pytest before the instructor's tests"
-    module = name[:-3] if name.endswith(".py") else name
-    if top and module in shadowed and (name.endswith(".py") or os.path.isdir(path)):
-        return f"it would be imported in place of the installed module {module!r}"
-    return None
+LINK = "a symbolic link (it could point at the grader's files): submit the file itself"
 
 
 def copy_submission(submission, instructor, folder):
     """Copy `submission` to `folder` without what is refused, and put the instructor's tests over
     it; returns what was refused, replaced or removed, one line each."""
     notes = []
-    shadowed = installed_module_names() - {"tests"}
 
     def ignore(directory, names):
-        top = os.path.samefile(directory, submission)
         left_out = {name for name in names if name in NOT_SUBMITTED}
-        if top and "tests" in names:  # replaced whole below: nothing of it is copied
-            left_out.add("tests")
+        if os.path.samefile(directory, submission) and "tests" in names:
+            left_out.add("tests")  # replaced whole below: nothing of it is copied
         for name in sorted(set(names) - left_out):
-            why = refusal(directory, name, top, shadowed)
-            if why:
+            if os.path.islink(os.path.join(directory, name)):
                 relative = os.path.relpath(os.path.join(directory, name), submission)
-                notes.append(f"refused {relative}: {why}")
+                notes.append(f"refused {relative}: {LINK}")
                 left_out.add(name)
         return left_out
 
