@@ -307,10 +307,9 @@ PEAK_MEMORY = ("import resource, subprocess, sys\n"
                "sys.exit(code)\n")
 
 
-def grade_in_a_process(root, files):
-    """grade.py, copied into a synthetic instructor's repository, on a submission of `files`
-    ("LINK:rubric" makes a link to the instructor's rubric); (report, results.json, output, the
-    largest resident set of a process of the grading, in bytes)."""
+def instructor_and_submission(root, files):
+    """A synthetic instructor's repository with grade.py, and a submission of `files`
+    ("LINK:rubric" makes a link to the instructor's rubric); (instructor, submission, env)."""
     instructor = instructor_repository(str(root / "instructor"), TESTS)
     shutil.copy(os.path.join(REPO, "grade.py"), instructor)
     write_files(instructor, {"tests/grading/profile.py": PROFILE_OF_GRADE_PY})
@@ -321,15 +320,24 @@ def grade_in_a_process(root, files):
     for name, text in files.items():
         if text == "LINK:rubric":
             os.symlink(rubric, submission / name)
-    report, results = root / "report.json", root / "results.json"
-    # where the daemon, run as nobody under root, can leave its pid (not in root's tmp_path)
-    drop = tempfile.mkdtemp(prefix="grader-security-")
-    os.chmod(drop, 0o777)
     secret = root / "root-only"  # a file of root's that no other user may read
     secret.write_text("the grader's\n")
     secret.chmod(0o600)
     env = dict(os.environ, OFFLINE_DATA_DIR=fake_mnist(str(root / "mnist")),
-               DAEMON_PID_FILE=os.path.join(drop, "daemon.pid"), ROOT_ONLY_FILE=str(secret))
+               ROOT_ONLY_FILE=str(secret))
+    return instructor, submission, env
+
+
+def grade_in_a_process(root, files):
+    """grade.py, copied into a synthetic instructor's repository, on a submission of `files`
+    ("LINK:rubric" makes a link to the instructor's rubric); (report, results.json, output, the
+    largest resident set of a process of the grading, in bytes)."""
+    instructor, submission, env = instructor_and_submission(root, files)
+    report, results = root / "report.json", root / "results.json"
+    # where the daemon, run as nobody under root, can leave its pid (not in root's tmp_path)
+    drop = tempfile.mkdtemp(prefix="grader-security-")
+    os.chmod(drop, 0o777)
+    env["DAEMON_PID_FILE"] = os.path.join(drop, "daemon.pid")
     grade = [sys.executable, "grade.py", str(submission), "--report", str(report),
              "--gradescope", str(results), "--timeout-per-test", "20", "--budget", "60"]
     done = subprocess.run([sys.executable, "-c", PEAK_MEMORY, *grade], cwd=instructor, env=env,
@@ -356,6 +364,18 @@ def nobody_can_run_python():
     except (KeyError, OSError, subprocess.SubprocessError):
         return False
     return True
+
+
+def files_of_a_grading_user():
+    """What a user of grade.py's children (uids from 2**24 up, no account's) left in the shared
+    temporary folders."""
+    from tests.grading.sandbox import SHARED_FOLDERS
+    found = []
+    for folder in SHARED_FOLDERS:
+        if os.path.isdir(folder):
+            found += [entry.path for entry in os.scandir(folder)
+                      if entry.stat(follow_symlinks=False).st_uid >= 2**24]
+    return found
 
 
 def test_the_honest_submission_earns_its_marks(tmp_path):
@@ -406,13 +426,42 @@ def test_a_trick_earns_nothing_and_results_json_says_what_was_refused(tmp_path, 
     if trick == "a daemon rewrites the results":
         with open(tmp_path / "daemon.pid") as file:
             assert not os.path.exists(f"/proc/{int(file.read())}")  # killed and reaped
-    secret = os.stat(tmp_path / "root-only")  # handed to nobody, whatever the trick
+    secret = os.stat(tmp_path / "root-only")  # handed to no other user, whatever the trick
     assert (secret.st_uid, secret.st_gid, secret.st_mode & 0o777) == (0, 0, 0o600)
     if trick == "leaves a file for a later test":  # nor left behind by the grading
         assert not os.path.lexists(LEFT_FOR_LATER)
+    assert not files_of_a_grading_user()
     if trick in ("writes 1.1 GiB", "needs 4 GiB"):  # right answers, past the limits
         lost = [test for test in report["tests"] if test["outcome"] == "failed"]
         assert ("File too large" if "writes" in trick else "MemoryError") in lost[0]["output"]
+
+
+# The tricks that reach for the grader's files, processes or the results: where the layout differs.
+IN_THE_LAYOUT = ("forges the progress events", "reads the hidden tests",
+                 "a daemon rewrites the results", "links a root file into its folders",
+                 "writes the instructor's tests", "leaves a file for a later test")
+
+
+@pytest.mark.parametrize("trick", IN_THE_LAYOUT)
+def test_a_trick_earns_nothing_through_run_autograder_in_gradescopes_layout(tmp_path, trick):
+    if not nobody_can_run_python():
+        pytest.skip("as root only: Gradescope runs the autograder as root")
+    instructor, submission, env = instructor_and_submission(tmp_path, TRICKS[trick])
+    root = tmp_path / "autograder"  # /autograder: source (the zip), submission, results
+    shutil.copytree(instructor, root / "source")
+    shutil.copy(os.path.join(REPO, "handout", "run_autograder"), root / "source")
+    shutil.copytree(submission, root / "submission", symlinks=True)
+    shutil.copytree(env["OFFLINE_DATA_DIR"], root / "data")
+    env.update(AUTOGRADER_ROOT=str(root), PYTHON=sys.executable,
+               DAEMON_PID_FILE=str(tmp_path / "daemon.pid"))
+    done = subprocess.run([str(root / "source" / "run_autograder"), "--timeout-per-test", "20",
+                           "--budget", "60"], env=env, timeout=120, capture_output=True, text=True)
+    time.sleep(1)  # what outlived run_autograder has had time to act
+    results = json.loads((root / "results" / "results.json").read_text())
+    assert done.returncode == 0 and results["score"] == 0, done.stdout + done.stderr
+    assert results["tests"][0]["name"].startswith("core.fast"), results["output"]
+    secret = os.stat(tmp_path / "root-only")
+    assert (secret.st_uid, secret.st_mode & 0o777) == (0, 0o600)
 
 
 # --- The primitives of containment (tests/grading/sandbox.py), as root --------------------------
