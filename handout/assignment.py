@@ -2,26 +2,9 @@
 the solution regions the handout replaced, so the numbering, the marks and the places to write
 cannot drift from what is graded. A task the tests grade gets the command that runs its tests; a
 task a person grades (the rubric's graded_by="person") gets what the reader looks for instead."""
-import fnmatch
 import textwrap
 
 PERSON = "read by a person against the rubric; no test earns it"
-
-
-def items_of(rubric, path):
-    """The rubric item ids the tests of the file at `path` count for: those of every rule of
-    rubric.TESTS written for its tests (a pattern that starts with the path), and of the first
-    rule that matches the whole module, if any (a glob for the start of a node id,
-    case-insensitive)."""
-    node = f"{path}::".lower()
-    found = set()
-    for pattern, items in rubric.TESTS:
-        whole_module = fnmatch.fnmatch(node, pattern.lower() + "*")
-        if items is not None and (whole_module or pattern.lower().startswith(node)):
-            found.update((items,) if isinstance(items, str) else items)
-        if whole_module:
-            break  # every later rule is shadowed for this module's tests
-    return found
 
 
 def by_person(item):
@@ -121,10 +104,10 @@ def task_section(number, item, regions, hidden_items, numbers):
     return "\n".join(lines)
 
 
-def render(template, rubric, hidden, regions):
+def render(template, rubric, hidden_items, regions):
     """ASSIGNMENT.md from its template: @TASKS@ becomes the tasks, @MARKS@ a paragraph with the
-    marks in all, @DEPENDENCIES@ the tasks whose tests run the code of others."""
-    hidden_items = {item for path in hidden for item in items_of(rubric, path)}
+    marks in all, @DEPENDENCIES@ the tasks whose tests run the code of others; `hidden_items`:
+    the items hidden tests also grade."""
     numbers = numbers_of(rubric)
     sections = [task_section(numbers[item.id], item, regions, hidden_items, numbers)
                 for item in rubric.ITEMS]

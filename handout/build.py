@@ -18,6 +18,7 @@ import zipfile
 from typing import NamedTuple
 
 from handout import assignment, regions, student_docs
+from tests.grading.plugin import items_named_in
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The instructor's tools and their tests: in neither the student's copy nor the autograder.
@@ -132,7 +133,9 @@ def make(repo):
         student[path], found = student_copy(path, read(repo, path), titles)
         replaced += found
     student["results/README.md"] = File(RESULTS_README.encode())
-    text = assignment.render(text_of(HERE, "ASSIGNMENT.md.in"), rubric, hidden, replaced)
+    hidden_items = {item_id for path in profile.HIDDEN_TESTS
+                    for item_id in items_named_in(os.path.join(repo, path))}
+    text = assignment.render(text_of(HERE, "ASSIGNMENT.md.in"), rubric, hidden_items, replaced)
     student["ASSIGNMENT.md"] = File(text.encode())
     # the student's own README and GRADING.md: the solution's are the instructor's
     text = student_docs.readme(text_of(HERE, "README.md.in"), rubric, text_of(repo, "README.md"))

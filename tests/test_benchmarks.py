@@ -15,6 +15,8 @@ from runtime.options import STRATEGY_NAMES
 from runtime.timing import FIELDS
 from tests.grading.sandbox import run_python
 
+pytestmark = pytest.mark.rubric("core.end_to_end")
+
 ALLREDUCE = "benchmarks.allreduce_bench"
 STEP = "benchmarks.step_bench"
 

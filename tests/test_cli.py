@@ -13,6 +13,7 @@ from tests.harness import SHARDING_ONLY, one_line_exit_2, run_cli, run_ok
 SMALL = ("--val-samples", 100, "--epochs", 1, "--warmup-steps", 1)
 
 
+@pytest.mark.rubric("core.end_to_end")
 def test_manual_mode_on_two_processes_writes_results_that_pass_the_schema(tiny_data, tmp_path):
     done = run_ok("--mode", "manual", "--world-size", 2, "--data-dir", tiny_data, *SMALL,
                   "--epochs", 2, "--batch-size", 16, "--results-dir", tmp_path / "results",
@@ -25,6 +26,7 @@ def test_manual_mode_on_two_processes_writes_results_that_pass_the_schema(tiny_d
     assert os.listdir(tmp_path / "results") == ["e2e.json"]  # no temporary file left behind
 
 
+@pytest.mark.rubric("core.end_to_end")
 def test_the_schema_check_finds_what_is_missing_or_out_of_range(tiny_data, tmp_path):
     run_ok("--mode", "single", "--data-dir", tiny_data, *SMALL, "--results-dir", tmp_path,
            "--run-name", "one")
@@ -55,6 +57,7 @@ def assert_same_parameters(left, right):
         torch.testing.assert_close(left[key], right[key], rtol=1e-5, atol=1e-6, msg=key)
 
 
+@pytest.mark.rubric("core.minibatch")
 def test_gradient_accumulation_equals_one_step_on_the_larger_batch(tiny_data, tmp_path):
     larger_batch = trained_parameters(tmp_path, "single", tiny_data, *SHARDING_ONLY,
                                       "--mode", "single", "--batch-size", 32)
@@ -64,6 +67,7 @@ def test_gradient_accumulation_equals_one_step_on_the_larger_batch(tiny_data, tm
     assert_same_parameters(accumulated, larger_batch)
 
 
+@pytest.mark.rubric("core.end_to_end")
 def test_the_mlp_reaches_96_percent_on_real_mnist_after_one_epoch_in_one_process(
         tmp_path, real_data):
     run_ok("--mode", "single", "--epochs", 1, "--data-dir", tmp_path / "data",
@@ -108,6 +112,7 @@ def test_missing_data_offline_names_the_folder_and_the_option(tmp_path):
     assert "nothing-here" in done.stderr and "--offline-data-dir" in done.stderr
 
 
+@pytest.mark.rubric("core.minibatch")
 def test_a_global_batch_larger_than_the_training_set_is_refused(tiny_data):
     done = run_cli("--data-dir", tiny_data, *SMALL, "--batch-size", 400, "--world-size", 2)
     assert done.returncode == 2 and "larger than the training set" in done.stderr

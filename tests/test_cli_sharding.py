@@ -75,6 +75,7 @@ def assert_close(left, right):
         torch.testing.assert_close(left[key], right[key], rtol=1e-5, atol=1e-6, msg=key)
 
 
+@pytest.mark.rubric("core.end_to_end")
 @pytest.mark.parametrize("level", LEVELS)
 def test_each_level_trains_to_the_accuracy_and_parameters_of_mode_manual(runs, level):
     manual, manual_parameters = runs.manual()
@@ -91,6 +92,7 @@ def test_each_level_trains_to_the_accuracy_and_parameters_of_mode_manual(runs, l
     assert sharded["config"]["shard"] == level
 
 
+@pytest.mark.rubric("core.end_to_end")
 def test_zero_3_computing_in_bfloat16_learns_and_sends_half_the_bytes(runs):
     manual, _ = runs.manual()
     float32, float32_parameters = runs.level("parameters")
@@ -110,6 +112,7 @@ def test_zero_3_computing_in_bfloat16_learns_and_sends_half_the_bytes(runs):
     assert sorted(bfloat16_layout["bytes"]) == sorted(size // 2 for size in float32_layout["bytes"])
 
 
+@pytest.mark.rubric("core.end_to_end")
 def test_a_zero_2_run_killed_mid_epoch_resumes_from_its_checkpoint_with_the_same_parameters(
         runs, tmp_path):
     _, uninterrupted = runs.level("gradients")
@@ -127,6 +130,7 @@ def test_a_zero_2_run_killed_mid_epoch_resumes_from_its_checkpoint_with_the_same
 
 
 # ZeRO-2's optimizer state is ZeRO-1's, in more shards: resumed above
+@pytest.mark.rubric("core.end_to_end")
 @pytest.mark.parametrize("level", ["optimizer", "parameters"])
 def test_a_checkpoint_from_2_ranks_resumes_at_3_with_the_parameters_of_an_uninterrupted_run(
         runs, level, tmp_path):
@@ -159,6 +163,7 @@ def test_a_sharded_checkpoint_resumed_in_another_mode_is_one_clear_line(runs, tm
     assert "--shard parameters" in done.stderr and "per parameter" in done.stderr
 
 
+@pytest.mark.rubric("core.end_to_end")
 def test_the_results_record_what_each_rank_holds_zero_3_half_of_ddp_at_2_ranks(runs):
     ddp, _ = runs("ddp", "--mode", "ddp", *TWO, *COMMON)
     documents = {level: runs.level(level)[0] for level in LEVELS}
@@ -185,6 +190,7 @@ def test_the_results_record_what_each_rank_holds_zero_3_half_of_ddp_at_2_ranks(r
     assert results.validate(ddp) == []
 
 
+@pytest.mark.rubric("core.end_to_end")
 def test_the_trace_shows_sharding_collectives_on_the_communication_track_by_their_names(runs):
     runs.level("parameters")
     events = json.loads((runs.folder / "parameters-trace.json").read_text())["traceEvents"]

@@ -20,6 +20,8 @@ import torch
 
 from tests.harness import launch_once, run_in_processes
 
+pytestmark = pytest.mark.rubric("core.compression")
+
 WIRES = {"fp16": "float16", "bf16": "bfloat16"}  # --compress: the wire dtype
 PRECISION_BITS = {"fp16": 11, "bf16": 8}  # significand bits, the implicit one included
 LENGTH = 1000  # elements per tensor

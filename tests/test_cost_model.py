@@ -22,6 +22,8 @@ from analysis.traces import gradient_readiness
 from manual_allreduce import FIRST_BUCKET_MB
 from tests.harness import run_alone
 
+pytestmark = pytest.mark.rubric("design.numbers")
+
 MiB = 2**20
 KiB = 2**10
 # A made-up model's gradient bytes, in registration order: the last one is produced first.

@@ -70,6 +70,7 @@ def test_torchvision_imports_on_this_torch_in_a_fresh_interpreter():
     assert done.stdout.strip() == "MNIST"
 
 
+@pytest.mark.rubric("core.mlp")
 def test_splits_are_normalised_float_tensors_held_in_memory(tiny_data):
     loaded = run_alone(load_splits, "mnist", tiny_data, {"val_samples": 100})
     assert loaded["train"]["images"].shape == (500, 1, 28, 28)
@@ -116,6 +117,7 @@ def test_a_damaged_extracted_file_is_one_clear_error(tiny_data, damage, message)
     assert_data_error(error, message)
 
 
+@pytest.mark.rubric("core.mlp")
 def test_validation_split_is_seeded_and_disjoint_from_training(tiny_data):
     first, again, other = (run_alone(load_splits, "mnist", tiny_data,
                                      {"val_samples": 100, "seed": seed}) for seed in (1, 1, 2))
@@ -126,6 +128,7 @@ def test_validation_split_is_seeded_and_disjoint_from_training(tiny_data):
                    for row in first["val"]["images"].flatten(1)[:, :60])
 
 
+@pytest.mark.rubric("core.mlp")
 def test_subsets_keep_only_the_requested_number_of_samples(tiny_data):
     options = {"val_samples": 50, "train_samples": 120, "test_samples": 30}
     assert run_alone(split_lengths, "mnist", tiny_data, options) == [120, 50, 30]
@@ -178,6 +181,7 @@ def shards(calls):
     return [data.shard_indices(*call) for call in calls]
 
 
+@pytest.mark.rubric("core.minibatch")
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_shards_are_exactly_what_distributed_sampler_gives(world_size):
     cases = [(epoch, rank) for epoch in (0, 3) for rank in range(world_size)]
@@ -191,17 +195,20 @@ def test_shards_are_exactly_what_distributed_sampler_gives(world_size):
         assert shard.flatten().tolist() == expected[:shard.numel()], (epoch, rank)
 
 
+@pytest.mark.rubric("core.minibatch")
 def test_shards_are_disjoint_and_cover_every_full_global_batch():
     computed = run_alone(shards, [(1000, 10, rank, 4, 0, 0) for rank in range(4)])
     together = torch.cat([shard.flatten() for shard in computed])
     assert len(set(together.tolist())) == together.numel() == 1000 // 40 * 40
 
 
+@pytest.mark.rubric("core.minibatch")
 def test_set_epoch_changes_the_order():
     first_epoch, second_epoch = run_alone(shards, [(1000, 10, 0, 2, 0, 0), (1000, 10, 0, 2, 1, 0)])
     assert not torch.equal(first_epoch, second_epoch)
 
 
+@pytest.mark.rubric("core.minibatch")
 def test_the_global_batch_of_each_step_is_the_same_set_for_any_world_size():
     global_batch = 24
     (reference,) = run_alone(shards, [(1000, global_batch, 0, 1, 2, 5)])
@@ -221,6 +228,7 @@ def eval_slices(num_samples, world_size):
     return [(part.start, part.stop, part.step) for part in slices]
 
 
+@pytest.mark.rubric("core.minibatch")
 @pytest.mark.parametrize("world_size", [1, 3, 7])
 def test_evaluation_slices_count_every_sample_exactly_once(world_size):
     covered = [index for start, stop, step in run_alone(eval_slices, 10, world_size)

@@ -193,9 +193,15 @@ def launch(world_size, strategy):
     return run_in_processes(world_size, all_cases, variants, timeout_s=120)
 
 
+def wrapper(variant):
+    """The launch that trains `variant`: "ddp" (torch's DDP), "own" (ManualDDP with the tests' own
+    strategy) or the lesson's strategy (inside ManualDDP)."""
+    return "ddp" if variant is None or variant[0] == "ddp" else variant[0]
+
+
 def outcomes(world_size, variant):
     """Rank by rank, {(model, variant): outcome} of the launch that trained `variant`."""
-    return launch(world_size, "ddp" if variant is None or variant[0] == "ddp" else variant[0])
+    return launch(world_size, wrapper(variant))
 
 
 def reference(variant):
@@ -207,6 +213,21 @@ def variant_id(variant):
     return "ddp" if variant is None else "-".join(part for part in variant if part)
 
 
+# The rubric item of each wrapper's cases
+RUBRIC_ITEM = {
+    "own": pytest.mark.rubric("core.manual_ddp"),  # ManualDDP's own work, no strategy of the lesson
+    "ddp": pytest.mark.rubric(),  # torch's DDP alone: the tests' own reference
+    # a strategy of the lesson (and its compression) inside ManualDDP: two items, the main job's
+    **{strategy: pytest.mark.rubric("core.end_to_end") for strategy in STRATEGY_NAMES},
+}
+
+
+def cases(variants):
+    """Each variant as a test case named by variant_id(), marked with its wrapper's item."""
+    return [pytest.param(variant, id=variant_id(variant), marks=RUBRIC_ITEM[wrapper(variant)])
+            for variant in variants]
+
+
 def assert_states_equal(left, right, tolerance, where):
     assert left.keys() == right.keys()
     for name in left:
@@ -216,7 +237,7 @@ def assert_states_equal(left, right, tolerance, where):
 
 @pytest.mark.parametrize("world_size", [2, 3])  # 3: chunks and buckets of uneven share
 @pytest.mark.parametrize("model_name", ["batchnorm", "branch", "order", "twice"])
-@pytest.mark.parametrize("variant", VARIANTS + [OWN], ids=variant_id)
+@pytest.mark.parametrize("variant", cases(VARIANTS + [OWN]))
 def test_every_strategy_equals_ddp_after_every_step(world_size, model_name, variant):
     per_rank = outcomes(world_size, variant)
     references = outcomes(world_size, reference(variant))
@@ -240,7 +261,7 @@ def test_every_strategy_equals_ddp_after_every_step(world_size, model_name, vari
                                 f"rank {rank} against rank 0, step {step}")
 
 
-@pytest.mark.parametrize("variant", [None] + VARIANTS + [OWN], ids=variant_id)
+@pytest.mark.parametrize("variant", cases([None] + VARIANTS + [OWN]))
 def test_a_parameter_unused_on_every_rank_keeps_no_gradient_and_does_not_move(variant):
     for outcome in outcomes(2, variant):
         states, gradients, _ = outcome[("branch", variant)]
@@ -264,8 +285,8 @@ def without_find_unused(rank, world_size, variant):
     return None
 
 
-@pytest.mark.parametrize("variant", [None] + [(strategy, None) for strategy in STRATEGY_NAMES]
-                         + [OWN], ids=variant_id)
+@pytest.mark.parametrize("variant", cases(
+    [None] + [(strategy, None) for strategy in STRATEGY_NAMES] + [OWN]))
 def test_an_unused_parameter_without_find_unused_parameters_is_an_error_naming_it(variant):
     for message in run_in_processes(2, without_find_unused, variant):
         assert message is not None and "find_unused_parameters" in message
@@ -292,6 +313,7 @@ def launch_orders(rank, world_size):
     return launched, len(wrapped.sync.buckets)
 
 
+@pytest.mark.rubric("core.bucketed")  # the bucketed strategy alone
 def test_ranks_ready_in_different_orders_launch_the_same_buckets_in_the_same_order():
     per_rank = run_in_processes(2, launch_orders)
     orders = [order for order, _ in per_rank]
@@ -312,6 +334,7 @@ def ready_twice(rank, world_size):
     return None
 
 
+@pytest.mark.rubric("core.manual_ddp")  # ManualDDP with the tests' own strategy
 def test_a_gradient_reported_twice_without_a_forward_is_an_error_naming_the_parameter():
     for message in run_in_processes(2, ready_twice):
         assert message is not None and "only once" in message
@@ -344,6 +367,7 @@ def overflow(rank, world_size, strategy, scaled):
 
 # The three ways a sum is made: one all-reduce after backward, buckets during it, the hand-written
 # ring (per-param and shm sum as flat does, tensor by tensor or through memory).
+@pytest.mark.rubric("core.end_to_end")  # a strategy and compression inside ManualDDP
 @pytest.mark.parametrize("strategy", ["flat", "bucketed", "ring"])
 def test_an_fp16_overflow_on_the_wire_stops_the_run_or_the_loss_scaler_skips_the_step(strategy):
     for infinite, unchanged, stopped in run_in_processes(2, overflow, strategy, True):
@@ -353,6 +377,7 @@ def test_an_fp16_overflow_on_the_wire_stops_the_run_or_the_loss_scaler_skips_the
         assert infinite and "overflowed float16 on the wire at step 7" in stopped
 
 
+# outside the rubric: the runtime's option names are given code, which no task writes
 def test_the_options_name_the_lessons_strategies_default_and_the_wire_dtypes():
     import manual_allreduce
     from runtime import options

@@ -35,6 +35,8 @@ from tests.design_doc_results import (
 from tests.grading import sandbox
 from tests.harness import SANDBOX, launch_once, run_alone
 
+pytestmark = pytest.mark.rubric("design.numbers")
+
 COMMITTED = os.path.join(SANDBOX, "design_doc", "numbers.json")
 RESULTS = os.path.join(SANDBOX, "results")
 TEMPLATES = os.path.join(SANDBOX, "design_doc", "templates")
@@ -279,6 +281,7 @@ def test_the_check_ignores_last_bit_noise_in_the_fits_and_catches_a_change_of_a_
     ("sweep-", "no training runs with more than one rank"),
     ("everything", "not found"),
 ])
+@pytest.mark.rubric()
 def test_a_missing_results_file_is_one_clear_line_not_a_traceback(tmp_path, remove, message):
     folder = make_results(str(tmp_path / "results"))
     # the bucket runs are training runs too

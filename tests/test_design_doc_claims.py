@@ -21,6 +21,8 @@ from tests.design_doc_results import (
 )
 from tests.harness import run_alone
 
+pytestmark = pytest.mark.rubric("design.numbers")
+
 # | MLP | 4 | flat: 18.0 ms (16.2–18.1) | per-param: 56.6 ms (52.9–57.1) | flat faster |
 PAIR_ROW = re.compile(r"^\| (MLP|CNN) \| (\d+) \| ([\w-]+): [^|]+ \| ([\w-]+): [^|]+ \| (.+) \|$")
 

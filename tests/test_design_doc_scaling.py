@@ -13,6 +13,8 @@ import pytest
 from tests.design_doc_results import ALPHAS, backward_share, build_synthetic, numbers_of
 from tests.harness import run_alone
 
+pytestmark = pytest.mark.rubric("design.numbers")
+
 
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):

@@ -30,6 +30,8 @@ from runtime.options import parse_args
 from tests.harness import one_line_exit_2, run_cli, write_dataset
 from tests.test_slurm import SMALL_RUN, Cluster, cannot_set_up, daemons_of, free_port_triple
 
+pytestmark = pytest.mark.rubric("core.end_to_end")
+
 REPO = Path(__file__).resolve().parent.parent
 RATE = "100mbit"  # low, so that the wire time dwarfs the CPU's share even on 2 busy cores
 MESSAGE_BYTES = 8 * 2**20

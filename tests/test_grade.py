@@ -72,14 +72,18 @@ def test_a_test_that_times_out_once_is_run_again_alone_and_passing_then_earns_it
         import os
         import time
 
+        import pytest
 
+
+        @pytest.mark.rubric("core.later")
         def test_slow_only_the_first_time():  # as under a load spike beside the grader
             marker = os.path.join(os.environ["SLOW_ONCE_DIR"], "ran")
             if not os.path.exists(marker):
                 open(marker, "w").close()
                 time.sleep(600)
     """}
-    instructor = instructor_repository(str(tmp_path / "instructor"), slow_once)
+    instructor = instructor_repository(str(tmp_path / "instructor"), slow_once,
+                                       item_marks=(("core.later", 5),))
     submission = str(tmp_path / "submission")
     write_files(submission, {"student.py": ""})
     monkeypatch.setenv("SLOW_ONCE_DIR", str(tmp_path))
@@ -162,9 +166,11 @@ def test_results_json_has_gradescopes_schema_one_test_per_item_and_hides_hidden_
 
 def test_the_budget_leaves_the_tests_it_did_not_reach_not_run_and_their_item_not_assessed(
         tmp_path):
-    slow = {"test_later.py": "import time\n\n\n" + "".join(
+    slow = {"test_later.py": "import time\n\nimport pytest\n\n"
+                             "pytestmark = pytest.mark.rubric('core.later')\n\n\n" + "".join(
         f"def test_slow_{number}():\n    time.sleep(2)\n\n\n" for number in range(8))}
-    instructor = instructor_repository(str(tmp_path / "instructor"), slow)
+    instructor = instructor_repository(str(tmp_path / "instructor"), slow,
+                                       item_marks=(("core.later", 5),))
     submission = str(tmp_path / "submission")
     write_files(submission, {"student.py": ""})
     report = grade.grade(submission, TIMEOUT_S, 6, instructor)
@@ -181,7 +187,8 @@ def test_a_submission_that_does_not_import_loses_the_items_of_those_tests_with_t
         tmp_path):
     instructor = instructor_repository(str(tmp_path / "instructor"),
                                        {name: TESTS[name] for name in ("test_fast.py",
-                                                                       "test_later.py")})
+                                                                       "test_later.py")},
+                                       item_marks=(("core.fast", 2), ("core.later", 5)))
     submission = str(tmp_path / "submission")
     write_files(submission, {"student.py": "def answer(:\n"})
     report = grade.grade(submission, TIMEOUT_S, 120, instructor)

@@ -12,7 +12,6 @@ budget, so each grading takes a few seconds.
 """
 import json
 import os
-import pwd
 import shutil
 import subprocess
 import sys
@@ -32,6 +31,8 @@ TESTS = {
 
         from tests.student_code import answer
 
+        pytestmark = pytest.mark.rubric("core.fast")
+
 
         @pytest.fixture
         def real_data():
@@ -50,8 +51,12 @@ TESTS = {
     """,
     # synthetic.py's hidden module: graded, never shown, and never where student code can read it
     "test_integrity.py": f"""
+        import pytest
+
         from tests.student_code import answer
         from tests.test_fast import real_data  # noqa: F401 (a fixture)
+
+        pytestmark = pytest.mark.rubric("core.fail")
 
 
         def test_the_hidden_check(real_data):
@@ -149,13 +154,14 @@ os.kill(JUDGE, signal.SIGKILL)
 os._exit(0)
 """
 
-# Moves the failing test to another item in the rubric files the judge and grade.py read (as
-# root, refused: they are not nobody's; without root, too late: items are taken from the run's
-# first collection).
+# Takes the failing real-data test out of the rubric in the test module the judge and grade.py
+# read, so that core.fast is earned on the other (as root, refused: they are not the child user's;
+# without root, too late: items are taken from the run's first collection).
 REWRITE_RUBRIC = FIND_THE_JUDGE + """
 for folder in FOLDERS:
-    with open(os.path.join(folder, "tests", "grading", "rubric.py"), "a") as file:
-        file.write("TESTS.insert(0, ('tests/test_fast.py::test_the_answer_on', 'core.later'))\\n")
+    with open(os.path.join(folder, "tests", "test_fast.py"), "a") as file:
+        file.write("test_the_answer_on_the_real_data = pytest.mark.rubric()("
+                   "test_the_answer_on_the_real_data)\\n")
 """
 
 # Registers, in whatever pytest runs in its process, a plugin that turns every report into a pass.
@@ -310,7 +316,8 @@ PEAK_MEMORY = ("import resource, subprocess, sys\n"
 def instructor_and_submission(root, files):
     """A synthetic instructor's repository with grade.py, and a submission of `files`
     ("LINK:rubric" makes a link to the instructor's rubric); (instructor, submission, env)."""
-    instructor = instructor_repository(str(root / "instructor"), TESTS)
+    instructor = instructor_repository(str(root / "instructor"), TESTS,
+                                       item_marks=(("core.fast", 2), ("core.fail", 4)))
     shutil.copy(os.path.join(REPO, "grade.py"), instructor)
     write_files(instructor, {"tests/grading/profile.py": PROFILE_OF_GRADE_PY})
     rubric = os.path.join(instructor, "tests", "grading", "rubric.py")
@@ -334,7 +341,7 @@ def grade_in_a_process(root, files):
     largest resident set of a process of the grading, in bytes)."""
     instructor, submission, env = instructor_and_submission(root, files)
     report, results = root / "report.json", root / "results.json"
-    # where the daemon, run as nobody under root, can leave its pid (not in root's tmp_path)
+    # where the daemon, run as a child user under root, can leave its pid (not in root's tmp_path)
     drop = tempfile.mkdtemp(prefix="grader-security-")
     os.chmod(drop, 0o777)
     env["DAEMON_PID_FILE"] = os.path.join(drop, "daemon.pid")
@@ -352,16 +359,15 @@ def grade_in_a_process(root, files):
             done.stdout + done.stderr, peak_bytes)
 
 
-def nobody_can_run_python():
-    """Whether grade.py here can run student code as nobody: root, and an interpreter that
-    nobody may run."""
+def another_user_can_run_python():
+    """Whether grade.py here can run student code as another user: root, and an interpreter that
+    a user of no account (grade.py's children) may run."""
     if os.geteuid() != 0:
         return False
     try:
-        nobody = pwd.getpwnam("nobody")
-        subprocess.run([sys.executable, "-c", "pass"], user=nobody.pw_uid, group=nobody.pw_gid,
-                       extra_groups=[], cwd="/", check=True, capture_output=True, timeout=60)
-    except (KeyError, OSError, subprocess.SubprocessError):
+        subprocess.run([sys.executable, "-c", "pass"], user=2**24, group=2**24, extra_groups=[],
+                       cwd="/", check=True, capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
         return False
     return True
 
@@ -393,9 +399,9 @@ AS_ROOT_ONLY = ("forges the progress events", "reads the hidden tests",
 
 @pytest.mark.parametrize("trick", TRICKS)
 def test_a_trick_earns_nothing_and_results_json_says_what_was_refused(tmp_path, trick):
-    if trick in AS_ROOT_ONLY and not nobody_can_run_python():
-        why = ("grade.py stops this only as root, where nobody can run this Python (see "
-               ".ci/run): student code then runs as nobody")
+    if trick in AS_ROOT_ONLY and not another_user_can_run_python():
+        why = ("grade.py stops this only as root, where another user can run this Python (see "
+               ".ci/run): student code then runs as users of the grading's own")
         if os.environ.get("CI"):
             pytest.fail(f"CI must run this test; {why}")
         pytest.skip(why)
@@ -444,7 +450,7 @@ IN_THE_LAYOUT = ("forges the progress events", "reads the hidden tests",
 
 @pytest.mark.parametrize("trick", IN_THE_LAYOUT)
 def test_a_trick_earns_nothing_through_run_autograder_in_gradescopes_layout(tmp_path, trick):
-    if not nobody_can_run_python():
+    if not another_user_can_run_python():
         pytest.skip("as root only: Gradescope runs the autograder as root")
     instructor, submission, env = instructor_and_submission(tmp_path, TRICKS[trick])
     root = tmp_path / "autograder"  # /autograder: source (the zip), submission, results
@@ -466,7 +472,8 @@ def test_a_trick_earns_nothing_through_run_autograder_in_gradescopes_layout(tmp_
 
 # --- The primitives of containment (tests/grading/sandbox.py), as root --------------------------
 def as_root_with_a_child_user(function):
-    """Run `function(uid)` with sandbox.Child set to a fresh uid of nobody's, as grade.py does."""
+    """Run `function(sandbox, uid)` with sandbox.Child set to a uid of no account's, as grade.py
+    does."""
     if os.geteuid() != 0:
         pytest.skip("only root changes users")
     from tests.grading import sandbox

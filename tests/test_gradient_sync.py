@@ -222,12 +222,30 @@ EXACT = [configuration for configuration in configurations() if configuration[3]
 COMPRESSED = [configuration for configuration in configurations() if configuration[3] is not None]
 
 
+# The rubric item of each strategy's exact runs: a strategy driven alone counts for its own piece
+RUBRIC_ITEM = {
+    "per-param": pytest.mark.rubric("core.per_parameter"),
+    "flat": pytest.mark.rubric("core.flat"),
+    "shm": pytest.mark.rubric("core.flat"),  # the flat buffer, summed through shared memory
+    "bucketed": pytest.mark.rubric("core.bucketed"),
+    "ring": pytest.mark.rubric("core.end_to_end"),  # flat through the hand-written ring: two items
+    "ddp": pytest.mark.rubric(),  # torch's DDP against one process: the tests' own reference
+}
+
+
 def name(configuration):
     return "-".join(str(part) for part in configuration if part)
 
 
+def cases(configurations):
+    """Each exact configuration as a test case named by name(), marked with its strategy's item."""
+    return [pytest.param(configuration, id=name(configuration),
+                         marks=RUBRIC_ITEM[configuration[2] or "ddp"])
+            for configuration in configurations]
+
+
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
-@pytest.mark.parametrize("configuration", EXACT, ids=name)
+@pytest.mark.parametrize("configuration", cases(EXACT))
 def test_every_step_equals_one_process_on_the_global_batch(world_size, configuration):
     history, _ = outcomes(world_size, configuration)[0][configuration]
     expected, _ = reference(configuration[0], world_size)
@@ -236,7 +254,7 @@ def test_every_step_equals_one_process_on_the_global_batch(world_size, configura
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
-@pytest.mark.parametrize("configuration", [c for c in EXACT if c[1] == "manual"], ids=name)
+@pytest.mark.parametrize("configuration", cases(c for c in EXACT if c[1] == "manual"))
 def test_every_step_equals_torch_ddp(world_size, configuration):
     history, _ = outcomes(world_size, configuration)[0][configuration]
     ddp = (configuration[0], "ddp", None, None)
@@ -246,13 +264,15 @@ def test_every_step_equals_torch_ddp(world_size, configuration):
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
-@pytest.mark.parametrize("configuration", EXACT, ids=name)
+@pytest.mark.parametrize("configuration", cases(EXACT))
 def test_every_rank_holds_rank_0s_parameters_after_every_step(world_size, configuration):
     for rank, result in enumerate(outcomes(world_size, configuration)):
         _, distances = result[configuration]
         assert distances == [0.0] * (STEPS + 1), f"rank {rank} differs from rank 0 by {distances}"
 
 
+# a strategy and the compression layer together: two items, the main job's (DDP's runs too)
+@pytest.mark.rubric("core.end_to_end")
 @pytest.mark.parametrize("world_size", COMPRESSED_WORLD_SIZES)
 @pytest.mark.parametrize("configuration", COMPRESSED, ids=name)
 def test_compressed_gradients_stay_within_the_wire_precision(world_size, configuration):
@@ -295,6 +315,7 @@ def average_by_hand(rank, world_size):
                for got, want in zip(model.parameters(), whole.parameters()))
 
 
+@pytest.mark.rubric("core.per_parameter")
 def test_average_gradients_the_plain_version_equals_one_process_on_the_global_batch():
     for rank, difference in enumerate(run_in_processes(3, average_by_hand)):
         assert difference <= 1e-6, f"rank {rank}: gradients differ by up to {difference:.3g}"
@@ -330,6 +351,7 @@ def start_from_rank_0(rank, world_size):
     return distances
 
 
+@pytest.mark.rubric("core.manual_ddp")  # ManualDDP with the tests' own strategy
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_manual_ddp_starts_ranks_seeded_differently_from_rank_0s_parameters(world_size):
     for rank, distances in enumerate(run_in_processes(world_size, start_from_rank_0)):

@@ -1,15 +1,17 @@
 """The grading plugin on small generated suites, run in-process by pytester: what an item earns,
-loses or leaves unassessed, or leaves to a person; and the real rubric: its marks, and a home for
-every test in tests/."""
+loses or leaves unassessed, or leaves to a person, each test bound to its items by its closest
+rubric marker; and the real rubric: its marks, and tests in tests/ naming every item."""
 import ast
 import json
 import re
+import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.grading import gradescope, plugin
+from tests.grading.profile import is_hidden
 
 pytest_plugins = ["pytester"]
 
@@ -28,11 +30,6 @@ class Item(NamedTuple):
 ITEMS = [Item("core.model", "The model", 2, "it learns", "read models.py"),
          Item("core.sync", "The sync", 3, "it averages", "read the sync"),
          Item("doc.timing", "The timing", 5, "it is measured", "read the section")]
-TESTS = [("test_graded.py::test_model_", "core.model"),
-         ("test_graded.py::test_sync_", "core.sync"),
-         ("test_graded.py::test_timing_", "doc.timing"),
-         ("test_graded.py::test_extra_", None),
-         ("test_broken.py::", "core.sync")]
 """
 
 # RUBRIC's Item has neither graded_by nor builds_on (the plugin reads "tests" and ()); this one
@@ -55,8 +52,6 @@ ITEMS = [Item("core.model", "The model", 2, "it learns", "read models.py"),
          Item("doc.argument", "The argument", 4, "",
               "Read the design document: is every projection argued from the measurements, "
               "with its assumptions stated, rather than asserted?", graded_by="person")]
-TESTS = [("test_graded.py::test_model_", "core.model"),
-         ("test_graded.py::test_sync_", "core.sync")]
 """
 
 
@@ -72,14 +67,28 @@ def totals(report):
     return report["total_earned"], report["total_assessed"], report["total_available"]
 
 
+def write(pytester, relative, source):
+    """Write `source`, dedented, to `relative` under pytester's folder; its path."""
+    path = pytester.path / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(source).strip() + "\n")
+    return path
+
+
+def set_up(pytester, rubric):
+    """The plugin in pytester's conftest, and `rubric` where the real one lives: a broken module's
+    items are read from its file, found relative to the folder above the rubric's tests/."""
+    pytester.makeconftest('pytest_plugins = ["tests.grading.plugin"]')
+    return write(pytester, "tests/grading/rubric.py", rubric)
+
+
 def grade(pytester, source, *args, broken=None, rubric=RUBRIC):
     """Run `source` as test_graded.py under the plugin and `rubric`; the run's result, the report,
     and the report's items by id."""
-    pytester.makeconftest('pytest_plugins = ["tests.grading.plugin"]')
-    rubric = pytester.makepyfile(rubric_for_grading=rubric)
-    pytester.makepyfile(test_graded=source)
+    rubric = set_up(pytester, rubric)
+    write(pytester, "test_graded.py", source)
     if broken:
-        pytester.makepyfile(test_broken=broken)
+        write(pytester, "test_broken.py", broken)
     result = pytester.runpytest("-p", "no:cacheprovider", "--rubric", str(rubric),
                                 "--grade-report", "out/grade.json", *args)
     report = json.loads((pytester.path / "out" / "grade.json").read_text())
@@ -88,9 +97,18 @@ def grade(pytester, source, *args, broken=None, rubric=RUBRIC):
 
 def test_a_failing_test_loses_exactly_its_items_marks_and_the_other_items_are_earned(pytester):
     result, report, items = grade(pytester, """
+        import pytest
+
+        @pytest.mark.rubric("core.model")
         def test_model_learns(): pass
+
+        @pytest.mark.rubric("core.sync")
         def test_sync_averages(): pass
+
+        @pytest.mark.rubric("core.sync")
         def test_sync_sums_by_mistake(): assert 1 == 2
+
+        @pytest.mark.rubric("doc.timing")
         def test_timing_counts(): pass
     """)
     # the plugin grades; it does not change the verdict
@@ -114,16 +132,21 @@ def test_an_item_whose_tests_were_all_skipped_is_not_assessed_and_a_partial_skip
     result, report, items = grade(pytester, """
         import pytest
 
+        @pytest.mark.rubric("core.model")
         def test_model_learns(): pass
 
+        @pytest.mark.rubric("core.sync")
         @pytest.mark.skip(reason="needs the real data")
         def test_sync_on_real_data(): pass
 
+        @pytest.mark.rubric("core.sync")
         def test_sync_across_two_nodes(): pytest.skip("no cluster here")
 
         @pytest.mark.skipif(True, reason="needs root")
+        @pytest.mark.rubric("doc.timing")
         def test_timing_on_slurm(): pass
 
+        @pytest.mark.rubric("doc.timing")
         def test_timing_counts(): pass
     """)
     assert (items["core.sync"]["status"], items["core.sync"]["earned"]) == ("not assessed", None)
@@ -137,8 +160,14 @@ def test_an_item_whose_tests_were_all_skipped_is_not_assessed_and_a_partial_skip
 
 def test_the_json_report_has_the_documented_fields_and_is_written_whole(pytester):
     _, report, items = grade(pytester, """
+        import pytest
+
+        @pytest.mark.rubric("core.model")
         def test_model_learns(): pass
+
+        @pytest.mark.rubric("core.sync")
         def test_sync_sums_by_mistake(): assert False
+
         def test_extra_bad_option_is_refused(): pass
     """)
     assert {"total_earned", "total_assessed", "total_available", "items"} <= report.keys()
@@ -153,8 +182,10 @@ def test_the_json_report_has_the_documented_fields_and_is_written_whole(pytester
     assert (items["core.model"]["graded_by"], items["core.model"]["builds_on"]) == ("tests", [])
     assert report["total_graded_by_person"] == 0
     assert items["doc.timing"] == {**items["doc.timing"], "status": "not assessed", "earned": None}
+    # a test without a marker is outside the rubric: there is no "in no item" any more
     outside = ["test_graded.py::test_extra_bad_option_is_refused"]
     assert report["tests_outside_the_rubric"] == outside
+    assert "tests_in_no_rubric_item" not in report
     assert report["complete"] is True
     # no temporary file left
     assert [path.name for path in (pytester.path / "out").iterdir()] == ["grade.json"]
@@ -173,8 +204,13 @@ def test_an_error_in_a_fixture_set_up_or_teardown_loses_the_item(pytester):
             yield
             raise RuntimeError("a daemon was left behind")
 
+        @pytest.mark.rubric("core.model")
         def test_model_learns(port): pass
+
+        @pytest.mark.rubric("core.sync")
         def test_sync_averages(cluster): pass
+
+        @pytest.mark.rubric("doc.timing")
         def test_timing_counts(): pass
     """)
     assert items["core.model"]["status"] == "lost"
@@ -190,15 +226,19 @@ def test_a_strict_xfail_counts_as_passed_and_a_non_strict_one_as_skipped(pyteste
     _, _, items = grade(pytester, """
         import pytest
 
+        @pytest.mark.rubric("core.model")
         @pytest.mark.xfail(strict=True, reason="a sum instead of a mean must be caught")
         def test_model_rejects_a_sum(): assert False
 
+        @pytest.mark.rubric("core.sync")
         @pytest.mark.xfail(reason="may fail")
         def test_sync_may_fail(): assert False
 
+        @pytest.mark.rubric("core.sync")
         @pytest.mark.xfail(reason="may fail")
         def test_sync_may_pass(): pass
 
+        @pytest.mark.rubric("doc.timing")
         @pytest.mark.xfail(strict=True, reason="must fail")
         def test_timing_passes_unexpectedly(): pass
     """)
@@ -208,14 +248,28 @@ def test_a_strict_xfail_counts_as_passed_and_a_non_strict_one_as_skipped(pyteste
     assert items["doc.timing"]["tests"]["failed"] == unexpected
 
 
-def test_a_module_that_cannot_be_collected_loses_its_items_and_the_report_says_it_is_incomplete(
+def test_a_module_that_cannot_be_collected_loses_the_items_its_markers_name_and_is_incomplete(
         pytester):
-    result, report, items = grade(pytester, "def test_model_learns(): pass\n",
-                                  broken="import a_module_the_student_forgot\n\n"
-                                         "def test_anything(): pass\n")
+    result, report, items = grade(pytester, """
+        import pytest
+
+        @pytest.mark.rubric("core.model")
+        def test_model_learns(): pass
+    """, broken="""
+        import pytest
+
+        import a_module_the_student_forgot
+
+        pytestmark = pytest.mark.rubric("core.sync")
+
+        @pytest.mark.parametrize("case", [pytest.param(1, marks=pytest.mark.rubric("doc.timing"))])
+        def test_anything(case): pass
+    """)
     assert result.ret == pytest.ExitCode.INTERRUPTED
-    assert items["core.sync"]["status"] == "lost"
-    assert items["core.sync"]["tests"]["failed"] == ["test_broken.py"]
+    # both the module's marker and a case's, read from its source without importing it
+    for item_id in ("core.sync", "doc.timing"):
+        assert items[item_id]["status"] == "lost"
+        assert items[item_id]["tests"]["failed"] == ["test_broken.py"]
     # collected, never run: pytest stops after the error
     assert items["core.model"]["status"] == "not assessed"
     assert items["core.model"]["tests"]["not_run"] == ["test_graded.py::test_model_learns"]
@@ -225,29 +279,69 @@ def test_a_module_that_cannot_be_collected_loses_its_items_and_the_report_says_i
         ["core.sync * 0/3 * lost: 1 failed: test_broken.py (not collected)"])
 
 
-def test_a_test_marked_directly_counts_for_its_item_and_the_marker_wins_over_the_rules(pytester):
-    _, _, items = grade(pytester, """
+def test_the_closest_rubric_marker_wins_and_an_empty_one_or_none_is_outside_the_rubric(pytester):
+    _, report, items = grade(pytester, """
         import pytest
 
-        @pytest.mark.rubric("doc.timing")
-        def test_model_named_like_the_model_but_marked_for_timing(): assert False
+        pytestmark = pytest.mark.rubric("core.model")
+
+        def test_by_the_module(): pass
 
         @pytest.mark.rubric("core.sync")
-        def test_with_a_name_no_rule_matches(): pass
+        def test_by_the_function(): assert False
 
-        def test_model_learns(): pass
+        @pytest.mark.rubric()
+        def test_left_out_by_an_empty_marker(): assert False
+
+        @pytest.mark.parametrize("case", [
+            1, pytest.param(2, marks=pytest.mark.rubric("doc.timing")),
+            pytest.param(3, marks=pytest.mark.rubric())])
+        def test_by_the_case(case): assert case != 3
+
+        @pytest.mark.rubric("core.model", "doc.timing")
+        def test_of_two_items(): pass
     """)
-    marked = "test_graded.py::test_model_named_like_the_model_but_marked_for_timing"
-    assert items["doc.timing"]["tests"]["failed"] == [marked]
-    assert items["core.model"]["status"] == "earned"
-    unmatched = ["test_graded.py::test_with_a_name_no_rule_matches"]
-    assert items["core.sync"]["tests"]["passed"] == unmatched
+    graded = "test_graded.py::"
+    assert items["core.model"]["tests"]["passed"] == [graded + "test_by_the_module",
+                                                      graded + "test_by_the_case[1]",
+                                                      graded + "test_of_two_items"]
+    assert items["core.sync"]["tests"]["failed"] == [graded + "test_by_the_function"]
+    assert items["doc.timing"]["tests"]["passed"] == [graded + "test_by_the_case[2]",
+                                                      graded + "test_of_two_items"]
+    # failing outside the rubric costs nothing
+    assert report["tests_outside_the_rubric"] == [graded + "test_left_out_by_an_empty_marker",
+                                                  graded + "test_by_the_case[3]"]
+    assert totals(report) == (7, 10, 10)
+
+
+def test_a_case_s_rubric_marker_wins_over_its_function_s(pytester):
+    _, report, items = grade(pytester, """
+        import pytest
+
+        @pytest.mark.rubric("core.sync")
+        @pytest.mark.parametrize("case", [
+            1, pytest.param(2, marks=pytest.mark.rubric("doc.timing")),
+            pytest.param(3, marks=pytest.mark.rubric())])
+        def test_by_the_case(case): assert case != 3
+    """)
+    graded = "test_graded.py::test_by_the_case"
+    assert items["core.sync"]["tests"]["passed"] == [graded + "[1]"]
+    assert items["doc.timing"]["tests"]["passed"] == [graded + "[2]"]
+    # an empty marker on a case takes it out of its function's item: its failure costs nothing
+    assert report["tests_outside_the_rubric"] == [graded + "[3]"]
+    assert totals(report) == (8, 8, 10)
+
+
+def test_a_rubric_s_leftover_rules_bind_no_test(pytester):
+    rules = RUBRIC + 'TESTS = [("test_graded.py::", "core.model")]\n'
+    _, report, items = grade(pytester, "def test_model_learns(): pass\n", rubric=rules)
+    assert items["core.model"]["status"] == "not assessed"
+    assert report["tests_outside_the_rubric"] == ["test_graded.py::test_model_learns"]
 
 
 def test_a_marker_naming_an_unknown_item_is_a_usage_error(pytester):
-    pytester.makeconftest('pytest_plugins = ["tests.grading.plugin"]')
-    rubric = pytester.makepyfile(rubric_for_grading=RUBRIC)
-    pytester.makepyfile(test_graded="""
+    rubric = set_up(pytester, RUBRIC)
+    write(pytester, "test_graded.py", """
         import pytest
 
         @pytest.mark.rubric("core.typo")
@@ -263,8 +357,14 @@ def test_a_marker_naming_an_unknown_item_is_a_usage_error(pytester):
 def test_the_marker_is_registered_and_selects_by_item_with_k_and_every_graded_test_with_m(pytester):
     args = ("-W", "error::pytest.PytestUnknownMarkWarning", "--strict-markers")
     source = """
+        import pytest
+
+        @pytest.mark.rubric("core.model")
         def test_model_learns(): pass
+
+        @pytest.mark.rubric("core.sync")
         def test_sync_averages(): pass
+
         def test_extra_bad_option_is_refused(): pass
     """
     result, report, items = grade(pytester, source, *args, "-k", "core.sync")
@@ -275,18 +375,63 @@ def test_the_marker_is_registered_and_selects_by_item_with_k_and_every_graded_te
     result.assert_outcomes(passed=2, deselected=1)
 
 
-def test_a_test_in_no_rubric_item_is_named_in_the_summary_and_the_report(pytester):
-    source = "def test_model_learns(): pass\ndef test_forgotten(): pass\n"
-    result, report, _ = grade(pytester, source)
-    assert report["tests_in_no_rubric_item"] == ["test_graded.py::test_forgotten"]
-    result.stdout.fnmatch_lines(
-        ["1 test in no rubric item (map them in *): test_graded.py::test_forgotten"])
+def test_under_the_grading_profile_a_test_without_an_item_or_an_item_without_tests_is_an_error(
+        pytester):
+    # test_timing.py is in the real profile, its test_tensorboard_without* left out of it
+    rubric = set_up(pytester, RUBRIC_WITH_A_PERSON)
+    args = ("-p", "no:cacheprovider", "--rubric", str(rubric), "--grade-profile")
+    write(pytester, "tests/test_timing.py", """
+        import pytest
+
+        @pytest.mark.rubric("core.model")
+        def test_counts(): pass
+
+        def test_forgotten(): pass
+
+        @pytest.mark.rubric()
+        def test_left_out_by_an_empty_marker(): pass
+
+        def test_tensorboard_without_the_package(): pass
+    """)
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "*tests/test_timing.py::test_forgotten is in the grading profile but in no rubric item*"])
+    result.stderr.fnmatch_lines(["*tests/test_timing.py::test_left_out_by_an_empty_marker is in "
+                                 "the grading profile but in no rubric item*"])
+    result.stderr.fnmatch_lines(["*rubric item 'core.sync' has no test*"])
+    # a test left out of the profile needs no item, nor does an item a person grades
+    assert "test_tensorboard_without_the_package" not in result.stderr.str()
+    assert "doc.argument" not in result.stderr.str()
+    # every test of the profile in an item, every item the tests grade named: the run grades
+    write(pytester, "tests/test_timing.py", """
+        import pytest
+
+        @pytest.mark.rubric("core.model")
+        def test_counts(): pass
+
+        @pytest.mark.rubric("core.sync")
+        def test_averages(): pass
+
+        def test_tensorboard_without_the_package(): pass
+    """)
+    result = pytester.runpytest(*args, "--grade-report", "grade.json")
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(passed=2, deselected=1)
+    report = json.loads((pytester.path / "grade.json").read_text())
+    assert totals(report) == (5, 5, 9)
+    assert report["tests_outside_the_rubric"] == []
 
 
 def test_an_item_graded_by_a_person_is_never_earned_by_tests_and_is_left_out_of_the_assessed_marks(
         pytester):
     result, report, items = grade(pytester, """
+        import pytest
+
+        @pytest.mark.rubric("core.model")
         def test_model_learns(): pass
+
+        @pytest.mark.rubric("core.sync")
         def test_sync_sums_by_mistake(): assert False
     """, rubric=RUBRIC_WITH_A_PERSON)
     argument = items["doc.argument"]
@@ -310,7 +455,8 @@ def test_an_item_graded_by_a_person_is_never_earned_by_tests_and_is_left_out_of_
 
 
 def test_results_json_shows_an_item_graded_by_a_person_as_neither_earned_nor_lost(pytester):
-    _, report, _ = grade(pytester, "def test_model_learns(): pass\n", rubric=RUBRIC_WITH_A_PERSON)
+    source = "import pytest\n\n@pytest.mark.rubric('core.model')\ndef test_model_learns(): pass\n"
+    _, report, _ = grade(pytester, source, rubric=RUBRIC_WITH_A_PERSON)
     document = gradescope.results({**report, "tests": []}, 1.0)
     entries = {entry["name"].split(":")[0]: entry for entry in document["tests"]}
     argument = entries["doc.argument"]
@@ -326,25 +472,20 @@ def test_results_json_shows_an_item_graded_by_a_person_as_neither_earned_nor_los
     assert "also run the code of core.model" in entries["core.sync"]["output"]
 
 
-def test_a_rule_or_a_marker_giving_tests_to_an_item_a_person_grades_is_a_usage_error(pytester):
-    pytester.makeconftest('pytest_plugins = ["tests.grading.plugin"]')
-    rule = RUBRIC_WITH_A_PERSON.replace('"core.sync")]', '"core.sync"), ("test_", "doc.argument")]')
-    rubric = pytester.makepyfile(rubric_for_grading=rule)
-    pytester.makepyfile(test_graded="def test_model_learns(): pass\n")
+@pytest.mark.parametrize("marked", [
+    '@pytest.mark.rubric("doc.argument")\ndef test_the_argument(): pass\n',
+    'pytestmark = pytest.mark.rubric("core.model", "doc.argument")\n'
+    'def test_the_argument(): pass\n',
+    '@pytest.mark.parametrize("case", [pytest.param(1, marks=pytest.mark.rubric("doc.argument"))])'
+    '\ndef test_the_argument(case): pass\n',
+], ids=["function", "module", "case"])
+def test_a_marker_giving_tests_to_an_item_a_person_grades_is_a_usage_error(pytester, marked):
+    rubric = set_up(pytester, RUBRIC_WITH_A_PERSON)
+    write(pytester, "test_graded.py", "import pytest\n\n" + marked)
     result = pytester.runpytest("-p", "no:cacheprovider", "--rubric", str(rubric))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*rule 'test_' gives tests to item 'doc.argument', which a "
-                                 "person grades*"])
-    rubric = pytester.makepyfile(rubric_for_grading=RUBRIC_WITH_A_PERSON)
-    pytester.makepyfile(test_graded="""
-        import pytest
-
-        @pytest.mark.rubric("doc.argument")
-        def test_the_argument(): pass
-    """)
-    result = pytester.runpytest("-p", "no:cacheprovider", "--rubric", str(rubric))
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*rubric item 'doc.argument' is graded by a person*"])
+    result.stderr.fnmatch_lines(["*test_the_argument*: rubric item 'doc.argument' is graded by a "
+                                 "person*"])
 
 
 def test_the_rubric_gives_the_code_most_marks_and_leaves_each_design_section_to_a_person():
@@ -364,39 +505,63 @@ def test_the_rubric_gives_the_code_most_marks_and_leaves_each_design_section_to_
     assert all(set(item.builds_on) <= set(rubric.items) - {item.id} for item in items)
 
 
-def test_every_test_in_the_suite_has_a_place_in_the_rubric_and_every_item_has_tests():
-    """By name, without importing the suite; an item a person grades has none. A parametrized test
-    no rule matches by name may name its item in its parameters ("[mlp-manual-flat-2]"), where
-    its module has rules for them ("tests/test_gradient_sync.py::*-flat-"): it counts for their
-    items, and is checked at run time (the summary names a test in no item)."""
+def test_items_named_in_reads_every_form_of_the_marker_without_importing_the_module(tmp_path):
+    module = tmp_path / "test_module.py"
+    module.write_text(textwrap.dedent("""
+        import pytest
+        import a_module_the_student_forgot
+
+        pytestmark = [pytest.mark.rubric("core.model"), pytest.mark.slow]
+
+        @pytest.mark.rubric("core.sync", "core.model")
+        def test_function(): pass
+
+        @pytest.mark.parametrize("case", [pytest.param(1, marks=pytest.mark.rubric("doc.timing"))])
+        def test_case(case): pass
+
+        @pytest.mark.rubric()
+        def test_outside(): pass
+    """))
+    assert sorted(plugin.items_named_in(module)) == ["core.model", "core.sync", "doc.timing"]
+    # a module that cannot be parsed or read names nothing, rather than stopping the grading
+    module.write_text("def test_unfinished(:\n")
+    assert plugin.items_named_in(module) == []
+    assert plugin.items_named_in(tmp_path / "test_missing.py") == []
+
+
+def test_every_marker_in_the_suite_names_an_item_the_tests_grade_and_public_tests_name_each():
+    """By the markers' source, without importing the suite: a module that cannot be collected loses
+    exactly these items. An item a person grades has none; at run time --grade-profile also
+    refuses a test of the profile in no item (tests/test_grade.py runs it on the real suite)."""
     rubric = plugin.load_rubric(plugin.DEFAULT_RUBRIC)
-    assessed = set()
+    public = set()
     for module in sorted(TESTS.glob("test_*.py")):
-        by_parameters = items_named_by_parameters(rubric, module.name)
-        for node in ast.walk(ast.parse(module.read_text())):
-            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
-                ids = rubric.items_for(f"tests/{module.name}::{node.name}")
-                if ids is None and by_parameters and is_parametrized(node):
-                    ids = by_parameters
-                assert ids is not None, (f"tests/{module.name}::{node.name} is in no rubric "
-                                         "item: map it in rubric.py")
-                assessed.update(ids)
+        ids = plugin.items_named_in(module)
+        name = f"tests/{module.name}"
+        unknown = [item_id for item_id in ids if item_id not in rubric.items]
+        assert not unknown, f"{name} names items not in rubric.py: {unknown}"
+        by_person = [item_id for item_id in ids if rubric.by_person(item_id)]
+        assert not by_person, f"{name} gives tests to items a person grades: {by_person}"
+        # the student's copy has no hidden module: each item needs tests the student can run
+        if not is_hidden(name):
+            public.update(ids)
     has_design_doc = (TESTS / "test_design_doc.py").exists()
     expected = {item_id for item_id in rubric.items if not rubric.by_person(item_id)
                 and (item_id.startswith("core.") or has_design_doc)}
-    assert expected <= assessed
+    assert not expected - public, f"items no public test module names: {expected - public}"
 
 
-def items_named_by_parameters(rubric, module):
-    """The items of the rules that match a module's tests by their parameters, not their names."""
-    prefix = f"tests/{module}::*".lower()
-    return {item_id for pattern, ids in rubric.rules if pattern.startswith(prefix)
-            for item_id in ids}
-
-
-def is_parametrized(function):
-    """Whether a test function carries @pytest.mark.parametrize."""
-    return any("parametrize" in ast.unparse(decorator) for decorator in function.decorator_list)
+def test_every_rubric_marker_in_the_suite_names_its_items_literally():
+    """A module that cannot be collected loses the items its source names, read without running
+    it: an item passed through a variable (`pytest.mark.rubric(item)`) would be lost by no one."""
+    computed = []
+    for module in sorted(TESTS.glob("test_*.py")):
+        for node in ast.walk(ast.parse(module.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "rubric"
+                    and not all(isinstance(arg, ast.Constant) for arg in node.args)):
+                computed.append(f"tests/{module.name}:{node.lineno}: {ast.unparse(node)}")
+    assert not computed, "write each item's id in the marker: " + "; ".join(computed)
 
 
 def test_grading_md_lists_every_rubric_item_with_its_marks_in_the_rubrics_order():

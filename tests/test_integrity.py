@@ -421,10 +421,22 @@ def record(world_size, solutions, wrong):
     return run_in_processes(world_size, record_cases, cases, timeout_s=30, recorded=True)
 
 
+# The rubric item of each strategy's checks: each test drives that strategy alone
+RUBRIC_ITEM = {"per-param": pytest.mark.rubric("core.per_parameter"),
+               "flat": pytest.mark.rubric("core.flat"),
+               "bucketed": pytest.mark.rubric("core.bucketed")}
+
+
+def case(strategy, *values):
+    """A test case of `strategy` (and `values`), named by it and marked with its item."""
+    return pytest.param(strategy, *values, id=strategy,
+                        marks=RUBRIC_ITEM[strategy])
+
+
 @pytest.mark.parametrize("strategy, sizes, wrong", [
-    ("per-param", sorted(NUMELS), "one_all_reduce"),  # one per gradient; wrong: flattened
-    ("flat", [sum(NUMELS)], "all_reduce_each"),  # one of every element; wrong: one per gradient
-], ids=["per-param", "flat"])
+    case("per-param", sorted(NUMELS), "one_all_reduce"),  # one per gradient; wrong: flattened
+    case("flat", [sum(NUMELS)], "all_reduce_each"),  # one of every element; wrong: one per gradient
+])
 def test_per_param_and_flat_send_all_reduces_of_the_claimed_sizes_and_nothing_else(
         strategy, sizes, wrong):
     solution = {"solution": ("Strategy", (strategy,), {})}
@@ -433,6 +445,7 @@ def test_per_param_and_flat_send_all_reduces_of_the_claimed_sizes_and_nothing_el
         assert problems(all_reduced, calls[wrong], "float32", sizes), f"accepts {wrong}"
 
 
+@pytest.mark.rubric("core.per_parameter")
 def test_average_gradients_sends_one_all_reduce_per_gradient_and_nothing_else():
     solution = {"solution": ("AfterBackward", ("average_gradients",), {})}
     # wrong: the tests' own strategy (all_gather, then the mean), and one flattened all-reduce
@@ -445,7 +458,7 @@ def test_average_gradients_sends_one_all_reduce_per_gradient_and_nothing_else():
                 f"accepts {label}"
 
 
-@pytest.mark.parametrize("strategy", ["per-param", "flat", "bucketed"])
+@pytest.mark.parametrize("strategy", [case("per-param"), case("flat"), case("bucketed")])
 def test_every_all_reduce_of_a_strategy_goes_through_its_layers(strategy):
     # The ring and shared-memory strategies are the flat one with another collective: flat's case
     # covers them, and the ring's would need two pieces of the lesson.
@@ -457,6 +470,7 @@ def test_every_all_reduce_of_a_strategy_goes_through_its_layers(strategy):
         assert problems(through_layers, calls["around the layers"]), "accepts no layers"
 
 
+@pytest.mark.rubric("core.bucketed")
 def test_bucketed_starts_async_all_reduces_while_backward_runs():
     solution = {"solution": ("Strategy", ("bucketed",), {"bucket_mb": BUCKET_MB})}
     wrong = {"after backward": {"finish": "start_after_backward"},
@@ -468,6 +482,7 @@ def test_bucketed_starts_async_all_reduces_while_backward_runs():
             assert problems(bucketed, calls[label]), f"accepts buckets sent {label}"
 
 
+@pytest.mark.rubric("core.ring")  # manual_collectives.ring_all_reduce alone
 @pytest.mark.parametrize("world_size", [2, 3, 4])  # 3: chunks of uneven length
 def test_the_ring_sends_2_n_minus_1_over_n_of_the_buffer_to_its_neighbours_only(world_size):
     # the lesson's ring_all_reduce on the test's own flat buffer of every gradient
@@ -485,6 +500,7 @@ def test_the_ring_sends_2_n_minus_1_over_n_of_the_buffer_to_its_neighbours_only(
             assert problems(ring, calls[label], "float32", rank, world_size), f"accepts {label}"
 
 
+@pytest.mark.rubric("core.compression")  # the layer alone, around the library's all-reduce
 def test_compression_sends_half_the_bytes_in_the_wire_dtype():
     # the lesson's compression layer around the library's all-reduce, on each gradient
     wires = {"fp16": "float16", "bf16": "bfloat16"}

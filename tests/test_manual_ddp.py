@@ -14,6 +14,8 @@ from torch import nn
 
 from tests.harness import run_in_processes
 
+pytestmark = pytest.mark.rubric("core.manual_ddp")
+
 BATCH = 8
 
 

@@ -3,11 +3,14 @@
 The models are built in a child process (tests/harness.py run_alone), which returns what the tests
 check as plain data: the code under test is imported inside those functions, never at the top,
 as this module is also imported by the process that decides the tests (tests/grading/judge.py)."""
+import pytest
 import torch
 from torch import nn
 from torch.nn.functional import cross_entropy
 
 from tests.harness import run_alone
+
+pytestmark = pytest.mark.rubric("core.mlp")
 
 
 def describe_mlp():
@@ -70,6 +73,7 @@ def describe_cnn():
             "parameters": count_parameters(model)}
 
 
+@pytest.mark.rubric()
 def test_the_cnn_has_two_convolutions_a_pool_and_two_linear_layers():
     model = run_alone(describe_cnn)
     assert tuple(model["shape"]) == (3, 10)

@@ -5,6 +5,8 @@ import pytest
 from analysis.plot_breakdown import LAYERS, plot_step_bench, plot_time_breakdown
 from tests.plot_documents import containers, grouped, step_bench, strategy_runs, training_run
 
+pytestmark = pytest.mark.rubric("design.numbers")
+
 COMPUTE_LABEL, EXPOSED_LABEL, DATA_LABEL = (label for _, label, _ in LAYERS)
 
 

@@ -8,6 +8,8 @@ import pytest
 from tests.harness import run_alone
 from tests.plot_documents import ALPHA, BETA, containers, timeline
 
+pytestmark = pytest.mark.rubric("design.numbers")
+
 
 def test_timeline_has_a_compute_and_a_communication_row_per_rank_and_shows_the_overlap():
     axis = timeline().axes[0]

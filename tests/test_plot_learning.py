@@ -5,6 +5,8 @@ import pytest
 from analysis.plot_learning import plot_curves, plot_scaling
 from tests.plot_documents import containers, grouped, strategy_runs
 
+pytestmark = pytest.mark.rubric("design.numbers")
+
 
 def test_curves_plot_against_samples_seen_and_elapsed_time():
     figure = plot_curves(grouped(strategy_runs()), "mlp")

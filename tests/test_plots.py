@@ -31,6 +31,8 @@ from tests.plot_documents import (
     write_folder,
 )
 
+pytestmark = pytest.mark.rubric("design.numbers")
+
 
 def test_the_synthetic_documents_are_valid_results():
     # the fixtures are what results.py accepts, so the figures are drawn from real-shaped documents

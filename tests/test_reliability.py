@@ -103,6 +103,7 @@ def test_a_ddp_checkpoint_loads_in_manual_and_single_mode_and_corrupt_ones_are_s
     run_ok(*common, "--mode", "manual", "--world-size", 2, "--epochs", 3, "--resume")
 
 
+@pytest.mark.rubric("core.minibatch")
 def test_the_same_seed_gives_identical_metrics_and_parameters(tiny_data, tmp_path):
     documents = []
     for name in ("first", "second"):
@@ -117,6 +118,7 @@ def test_the_same_seed_gives_identical_metrics_and_parameters(tiny_data, tmp_pat
     assert_identical(torch.load(tmp_path / "first.pt"), torch.load(tmp_path / "second.pt"))
 
 
+@pytest.mark.rubric("core.minibatch")
 def test_world_sizes_1_2_and_4_with_the_same_global_batch_give_the_same_parameters(
         tiny_data, tmp_path):
     results = []
@@ -138,6 +140,7 @@ def test_world_sizes_1_2_and_4_with_the_same_global_batch_give_the_same_paramete
                                        msg=key)
 
 
+@pytest.mark.rubric("core.minibatch")
 def test_uneven_data_drops_the_last_partial_global_batch_and_counts_each_sample_once(
         tiny_data, tmp_path):
     # 500 training samples, global batch 3 x 16 = 48: 10 steps use 480 samples; 20 are left for

@@ -10,6 +10,8 @@ from torch import nn
 
 from tests.harness import run_in_processes
 
+pytestmark = pytest.mark.rubric("core.bucketed")
+
 
 def lengths_for(world_size):
     return sorted({0, 1, max(world_size - 1, 0), world_size + 1, 100_003})
@@ -38,6 +40,7 @@ def compare_ring_with_library(rank, world_size):
     return mismatches
 
 
+@pytest.mark.rubric("core.ring")
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5])
 def test_ring_all_reduce_equals_dist_all_reduce_for_awkward_lengths_and_dtypes(world_size):
     for rank, mismatches in enumerate(run_in_processes(world_size, compare_ring_with_library)):

@@ -342,6 +342,25 @@ def configurations():
     return lesson + sixteen_bit + torchs
 
 
+def rubric_item(configuration):
+    """The rubric marker of a configuration's cases."""
+    level, _, collectives, _ = configuration
+    if collectives == "ring":
+        # ZeRO through the student's ring runs core.ring's code too
+        return pytest.mark.rubric("core.end_to_end")
+    if level not in LEVELS:
+        return pytest.mark.rubric()  # torch's ZeRO and fully_shard: the tests' own reference
+    if level == "zero3":
+        return pytest.mark.rubric("core.fsdp")  # ZeRO-3 shards the parameters too
+    return pytest.mark.rubric("core.zero")
+
+
+def rubric_cases(configurations):
+    """Each configuration as a test case: its id name()'s, marked with its rubric item."""
+    return [pytest.param(configuration, id=name(configuration), marks=rubric_item(configuration))
+            for configuration in configurations]
+
+
 # --- The halves: ring_reduce_scatter and ring_all_gather against the library's --------------------
 class Messages:
     """While entered: the bytes of each operation the process group carries, by operation and
@@ -522,6 +541,7 @@ def summation_tolerance(dtype, world_size, largest):
     return world_size * torch.finfo(getattr(torch, dtype)).eps * max(largest, 1) * 4
 
 
+@pytest.mark.rubric("core.sharding_collectives")
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 @pytest.mark.parametrize("dtype", HALF_DTYPES)
 def test_ring_reduce_scatter_equals_dist_reduce_scatter_tensor(dtype, world_size):
@@ -538,6 +558,7 @@ def test_ring_reduce_scatter_equals_dist_reduce_scatter_tensor(dtype, world_size
             assert difference <= allowed, f"{where}: differs by {difference:.3g}"
 
 
+@pytest.mark.rubric("core.sharding_collectives")
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 @pytest.mark.parametrize("dtype", HALF_DTYPES)
 def test_ring_all_gather_equals_dist_all_gather_into_tensor_bit_for_bit(dtype, world_size):
@@ -553,6 +574,7 @@ def test_ring_all_gather_equals_dist_all_gather_into_tensor_bit_for_bit(dtype, w
             assert in_place == 0.0, f"{where}, the shard in output's own chunk"
 
 
+@pytest.mark.rubric("core.end_to_end")  # against core.ring's ring_all_reduce: two items
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 @pytest.mark.parametrize("dtype", HALF_DTYPES)
 def test_reduce_scatter_then_all_gather_is_the_ring_all_reduce(dtype, world_size):
@@ -570,6 +592,7 @@ def test_reduce_scatter_then_all_gather_is_the_ring_all_reduce(dtype, world_size
             assert difference <= allowed, f"{where}: differs by {difference:.3g}"
 
 
+@pytest.mark.rubric("core.sharding_collectives")
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 def test_each_ring_half_sends_n_minus_1_over_n_of_the_tensor_to_its_right_neighbour_only(
         world_size):
@@ -597,7 +620,7 @@ ROUND_TRIPS = [configuration for configuration in LESSON if configuration[2] == 
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
-@pytest.mark.parametrize("configuration", LESSON + TORCHS, ids=name)
+@pytest.mark.parametrize("configuration", rubric_cases(LESSON + TORCHS))
 def test_every_step_equals_one_process_on_the_global_batch(configuration, world_size):
     """After every step, rank 0's whole parameters equal one process's trained on the global batch
     (torch's own levels too: the reference they are compared with below)."""
@@ -608,7 +631,7 @@ def test_every_step_equals_one_process_on_the_global_batch(configuration, world_
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
-@pytest.mark.parametrize("configuration", LESSON, ids=name)
+@pytest.mark.parametrize("configuration", rubric_cases(LESSON))
 def test_every_step_equals_torchs_zero_redundancy_optimizer_or_fully_shard(configuration,
                                                                            world_size):
     """ZeRO-1 and ZeRO-2 against ZeroRedundancyOptimizer inside DDP, ZeRO-3 against fully_shard,
@@ -622,7 +645,7 @@ def test_every_step_equals_torchs_zero_redundancy_optimizer_or_fully_shard(confi
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
-@pytest.mark.parametrize("configuration", LESSON + SIXTEEN_BIT, ids=name)
+@pytest.mark.parametrize("configuration", rubric_cases(LESSON + SIXTEEN_BIT))
 def test_every_rank_holds_the_same_whole_parameters_after_every_step(configuration, world_size):
     """The all-gather copies: every rank's whole parameters are rank 0's, to the bit."""
     outcomes = runs(world_size, configuration)
@@ -634,7 +657,7 @@ def test_every_rank_holds_the_same_whole_parameters_after_every_step(configurati
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
-@pytest.mark.parametrize("configuration", LESSON + SIXTEEN_BIT, ids=name)
+@pytest.mark.parametrize("configuration", rubric_cases(LESSON + SIXTEEN_BIT))
 def test_the_frozen_layer_stays_whole_and_unchanged_on_every_rank(configuration, world_size):
     """A frozen parameter is not sharded: the module holds it whole between steps, on every rank,
     as built, to the bit (AdamW's weight decay would shrink it if it were stepped)."""
@@ -646,7 +669,7 @@ def test_the_frozen_layer_stays_whole_and_unchanged_on_every_rank(configuration,
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
-@pytest.mark.parametrize("configuration", [c for c in LESSON if c[2] == "library"], ids=name)
+@pytest.mark.parametrize("configuration", rubric_cases([c for c in LESSON if c[2] == "library"]))
 def test_the_shards_hold_each_trainable_parameter_once_and_1_over_n_of_the_state(configuration,
                                                                                  world_size):
     """ZeRO-1 lays the 319 trainable elements in one flat shard (the shared weight once, the frozen
@@ -670,7 +693,7 @@ def test_the_shards_hold_each_trainable_parameter_once_and_1_over_n_of_the_state
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
-@pytest.mark.parametrize("configuration", [c for c in LESSON if c[0] != "zero1"], ids=name)
+@pytest.mark.parametrize("configuration", rubric_cases([c for c in LESSON if c[0] != "zero1"]))
 def test_zero2_and_zero3_keep_no_whole_gradient_and_zero3_no_whole_parameter(configuration,
                                                                             world_size):
     """After backward (and ZeRO-3's finish_gradient_synchronization) the module's parameters
@@ -682,6 +705,7 @@ def test_zero2_and_zero3_keep_no_whole_gradient_and_zero3_no_whole_parameter(con
             assert outcome["kept"]["parameter elements"] == 0, f"rank {rank}: {outcome['kept']}"
 
 
+@pytest.mark.rubric("core.fsdp")
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 @pytest.mark.parametrize("dtype", list(SIGNIFICAND_BITS))
 def test_16_bit_compute_stays_within_its_precision_of_one_process_with_the_same_casts(
@@ -709,7 +733,7 @@ def test_16_bit_compute_stays_within_its_precision_of_one_process_with_the_same_
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
-@pytest.mark.parametrize("configuration", ROUND_TRIPS, ids=name)
+@pytest.mark.parametrize("configuration", rubric_cases(ROUND_TRIPS))
 def test_the_optimizer_state_gathered_whole_equals_one_processs(configuration, world_size):
     """Before the last step, state_dict() (ZeRO-1, ZeRO-2) or optimizer_state_dict() (ZeRO-3)
     holds, for each shard, every state tensor whole: one process's, its parameters' laid end to
@@ -732,7 +756,7 @@ def test_the_optimizer_state_gathered_whole_equals_one_processs(configuration, w
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
-@pytest.mark.parametrize("configuration", ROUND_TRIPS, ids=name)
+@pytest.mark.parametrize("configuration", rubric_cases(ROUND_TRIPS))
 def test_a_run_resumed_from_the_gathered_state_steps_as_one_process(configuration, world_size):
     """A new model and optimizer, given the whole parameters and the gathered state before the
     last step (load_full_state_dict, load_state_dict / load_optimizer_state_dict: each rank cuts
@@ -759,6 +783,7 @@ def refusal(params):
     return "accepted"
 
 
+@pytest.mark.rubric("core.zero")
 @pytest.mark.parametrize("params", ["groups", "frozen"])
 def test_sharded_optimizer_refuses_parameter_groups_and_nothing_to_train(params):
     """One flat buffer is stepped with one set of options: parameter groups are refused by name,

@@ -42,6 +42,7 @@ def padded_bytes(row):
     return 4 * sum(shard["padded_numel"] for shard in row["shards"])
 
 
+@pytest.mark.rubric("core.end_to_end")
 def test_every_configuration_runs_once_at_every_world_size_and_the_run_is_recorded(document):
     assert document["schema"] == "sharding-bench/1"
     assert document["command"].startswith("python -m benchmarks.sharding_bench --models mlp")
@@ -54,6 +55,7 @@ def test_every_configuration_runs_once_at_every_world_size_and_the_run_is_record
         assert len(row["per_rank"]) == world
 
 
+@pytest.mark.rubric("core.end_to_end")
 def test_communication_never_exceeds_the_step_and_exposed_never_exceeds_busy(document):
     for row in document["measurements"]:
         # the medians over steps keep the per-step order: exposed, hidden <= busy <= step
@@ -64,6 +66,7 @@ def test_communication_never_exceeds_the_step_and_exposed_never_exceeds_busy(doc
             assert 0 <= median["comm_hidden"] <= median["comm_busy"]
 
 
+@pytest.mark.rubric("core.end_to_end")
 def test_bytes_per_step_are_the_rings_bytes_of_the_recorded_collectives(document):
     for (world, name), row in rows_of(document).items():
         sizes = {"all-reduce": 0, "reduce-scatter": 0, "all-gather": 0}
@@ -88,6 +91,7 @@ def test_bytes_per_step_are_the_rings_bytes_of_the_recorded_collectives(document
         assert world > 1 or row["bytes_sent_per_step"] == 0
 
 
+@pytest.mark.rubric("core.end_to_end")
 def test_each_level_holds_its_shards_one_nth_of_ddps_plus_the_padding(document):
     rows = rows_of(document)
     for world in WORLDS:
@@ -114,6 +118,7 @@ def test_each_level_holds_its_shards_one_nth_of_ddps_plus_the_padding(document):
                                                ("parameters", "gradients", "optimizer_state"))
 
 
+@pytest.mark.rubric("core.end_to_end")
 def test_the_summary_sets_each_configuration_beside_the_papers_formulas(document):
     for entry in document["summary"]:
         world, parameters = entry["world_size"], entry["parameters"]
@@ -137,6 +142,7 @@ def test_bad_options_are_one_line_and_exit_code_2(capsys):
         assert capsys.readouterr().err.count("\n") == 1
 
 
+@pytest.mark.rubric("core.end_to_end")
 def test_each_repeat_rotates_the_configurations_by_one():
     assert sharding_bench.configuration_orders(["a", "b", "c"], 4) == [
         ["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]

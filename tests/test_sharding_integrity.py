@@ -695,6 +695,7 @@ def fsdp_run():
     return run_in_processes(WORLD_SIZE, fsdp_cases, labels, timeout_s=30, recorded=True)
 
 
+@pytest.mark.rubric("core.sharding_collectives")
 @pytest.mark.parametrize("half", ["reduce-scatter", "all-gather"])
 def test_each_half_of_the_ring_sends_n_minus_1_over_n_to_its_right_neighbour_only(half):
     numel = WORLD_SIZE * CHUNK  # the reduce-scatter's input, the all-gather's output
@@ -709,6 +710,7 @@ def test_each_half_of_the_ring_sends_n_minus_1_over_n_to_its_right_neighbour_onl
                 f"accepts {label}"
 
 
+@pytest.mark.rubric("core.zero")
 def test_zero_1_reduce_scatters_every_gradient_and_all_gathers_every_parameter_once_a_step():
     for rank, cases in enumerate(zero_run()):
         calls, _ = cases["ZeRO-1"]
@@ -720,6 +722,7 @@ def test_zero_1_reduce_scatters_every_gradient_and_all_gathers_every_parameter_o
             assert problems(zero_1, cases[label][0]), f"accepts {label}"
 
 
+@pytest.mark.rubric("core.zero")
 def test_zero_2_reduce_scatters_each_bucket_while_backward_runs_and_keeps_no_gradient():
     for rank, cases in enumerate(zero_run()):
         calls, held = cases["ZeRO-2"]
@@ -732,6 +735,7 @@ def test_zero_2_reduce_scatters_each_bucket_while_backward_runs_and_keeps_no_gra
             assert problems(zero_2, calls) or held["backward"][1], f"accepts {label}"
 
 
+@pytest.mark.rubric("core.fsdp")
 @pytest.mark.parametrize("label, dtype", [("FSDP", "float32"),
                                           ("FSDP in bfloat16", "bfloat16")],
                          ids=["float32", "bfloat16"])

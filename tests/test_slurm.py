@@ -23,6 +23,8 @@ import torch
 
 from tests.harness import write_dataset
 
+pytestmark = pytest.mark.rubric("core.end_to_end")
+
 REPO = Path(__file__).resolve().parent.parent
 NODES = ["127.0.0.1", "127.0.0.2"]
 STYLES = ["srun", "torchrun"]

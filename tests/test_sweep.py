@@ -9,10 +9,14 @@ import os
 import shlex
 import sys
 
+import pytest
+
 from analysis import sweep
 from runtime.options import STRATEGY_NAMES
 from runtime.results import validate
 from tests.harness import run_alone
+
+pytestmark = pytest.mark.rubric("core.end_to_end")
 
 TINY = ["--models", "mlp", "--world-sizes", "1,2", "--strategies", "flat", "--bucket-mbs", "1",
         "--max-steps", "5", "--epochs", "1", "--train-samples", "1024", "--repeats", "1"]

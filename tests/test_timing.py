@@ -14,6 +14,8 @@ from runtime.results import overlap
 from runtime.timing import FIELDS
 from tests.harness import run_alone, run_cli
 
+pytestmark = pytest.mark.rubric("core.timing")
+
 
 class FakeClock:
     def __init__(self):
@@ -360,6 +362,7 @@ def test_the_median_of_an_even_count_of_steps_is_the_mean_of_the_two_middle_ones
     assert summary["across_ranks"]["step"]["p95"] == 4.0
 
 
+@pytest.mark.rubric("core.end_to_end")
 def test_the_trace_has_one_track_per_rank_and_every_phase(tiny_data, tmp_path):
     trace = tmp_path / "trace.json"
     done = run_cli("--data-dir", tiny_data, "--mode", "manual", "--sync", "bucketed",
@@ -381,6 +384,7 @@ def test_the_trace_has_one_track_per_rank_and_every_phase(tiny_data, tmp_path):
     assert processes == {"rank 0", "rank 1"}
 
 
+@pytest.mark.rubric()
 def test_tensorboard_without_its_package_is_one_clear_line():
     try:
         import tensorboard  # noqa: F401 (only whether it imports)

@@ -16,6 +16,8 @@ from runtime.options import STRATEGY_NAMES
 from tests.grading.sandbox import run_python
 from tests.harness import SANDBOX, run_cli, run_ok
 
+pytestmark = pytest.mark.rubric("core.end_to_end")
+
 SMALL = ("--val-samples", 100, "--test-samples", 100, "--epochs", 1, "--warmup-steps", 2,
          "--batch-size", 16)
 MODES = {"ddp": ("--mode", "ddp"), "per-param": ("--mode", "manual", "--sync", "per-param"),
@@ -128,6 +130,7 @@ def test_the_compute_baseline_mode_runs_ddp_without_communicating(tiny_data, tmp
     assert series_name(document) == "ddp-no-sync"
 
 
+@pytest.mark.rubric("design.numbers")
 def test_every_committed_results_file_satisfies_the_timing_invariants_ddp_included():
     paths = glob.glob(os.path.join(SANDBOX, "results", "**", "*.json"), recursive=True)
     documents = {path: json.loads(open(path).read()) for path in paths}

@@ -19,7 +19,6 @@ def grade_report(tests, failure, rubric_path):
     grading.members = dict(tests.members)
     grading.outcomes = dict(tests.outcomes)
     grading.outside = list(tests.outside)
-    grading.unclassified = list(tests.unclassified)
     grading.broken_modules = list(tests.broken_modules)
     report = grading.grade([])
     # The plugin can only say "never run"; the grader knows why.

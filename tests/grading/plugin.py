@@ -6,8 +6,9 @@
     python -m pytest --grade-profile                   # the grading profile only (profile.py)
 
 Registered by tests/conftest.py (`pytest_plugins = ["tests.grading.plugin"]`);
-`-p no:tests.grading.plugin` turns it off. Each collected test gets the marker `rubric(item, ...)`
-from rubric.py's rules, unless it carries one.
+`-p no:tests.grading.plugin` turns it off. A test's items are its closest marker's
+`rubric(item, ...)` (rubric.py says where it goes); a test without one, or with an empty one, is
+outside the rubric.
 An item earns its marks when every one of its tests that ran passed. It earns 0 when any failed:
 in the test, in a fixture's set-up or teardown, or because its module could not be collected.
 An item none of whose tests ran (all skipped, deselected or not collected) is "not assessed".
@@ -21,7 +22,7 @@ a non-strict xfail counts as skipped, whatever happened (a test allowed to fail 
 a strict XPASS is a failure, as pytest reports it. The table and the JSON are written by report.py.
 grade.py runs pytest with --grade-profile and --grade-progress (progress.py), and grades restarts.
 """
-import fnmatch
+import ast
 import importlib.util
 import os
 
@@ -78,10 +79,10 @@ def pytest_ignore_collect(collection_path, config):
 
 
 class Rubric:
-    """rubric.py's items, and its rules checked: known item ids, positive marks, graded_by "tests"
-    or "person", no rule for an item a person grades, builds_on naming other known items."""
+    """rubric.py's items, checked: known item ids, positive marks, graded_by "tests" or "person",
+    builds_on naming other known items."""
 
-    def __init__(self, items, rules, path):
+    def __init__(self, items, path):
         self.path = path
         self.items = {item.id: item for item in items}
         ids = [item.id for item in items]
@@ -95,14 +96,6 @@ class Rubric:
                      for other in builds_on(item) if other not in self.items]
         problems += [f"item {item.id!r} builds on itself" for item in items
                      if item.id in builds_on(item)]
-        self.rules = []
-        for pattern, targets in rules:
-            targets = as_ids(targets)
-            problems += [f"rule {pattern!r} names unknown item {item_id!r}"
-                         for item_id in targets if item_id not in self.items]
-            problems += [f"rule {pattern!r} gives tests to item {item_id!r}, which a person "
-                         "grades" for item_id in targets if self.by_person(item_id)]
-            self.rules.append((pattern.lower(), targets))
         if problems:
             raise pytest.UsageError(f"{path}: " + "; ".join(dict.fromkeys(problems)))
 
@@ -111,22 +104,28 @@ class Rubric:
         item = self.items.get(item_id)
         return item is not None and graded_by(item) == "person"
 
-    def items_for(self, nodeid):
-        """The items of the first rule that matches: () when it says "outside the rubric", None
-        when none matches."""
-        for pattern, ids in self.rules:
-            if fnmatch.fnmatchcase(nodeid.lower(), pattern + "*"):
-                return ids
-        return None
-
     def items_of_module(self, nodeid):
-        """Every item with a rule in the module `nodeid`: what a module that cannot be collected
-        may hide."""
-        found = {}
-        for pattern, ids in self.rules:
-            if fnmatch.fnmatchcase(nodeid.lower(), pattern.split("::")[0] + "*"):
-                found.update(dict.fromkeys(ids))
-        return list(found)
+        """Every item a rubric marker names in the module `nodeid` (relative to the folder that
+        holds tests/grading/rubric.py's tests/): what a module that cannot be collected hides."""
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(self.path))))
+        return items_named_in(os.path.join(root, nodeid.split("::")[0]))
+
+
+def items_named_in(path):
+    """The item ids that rubric markers name in the Python file at `path`, read without
+    importing it: `rubric("core.ring")` as a decorator, a module's pytestmark, or a case's marks."""
+    try:
+        with open(path) as file:
+            tree = ast.parse(file.read())
+    except (OSError, SyntaxError, ValueError):
+        return []
+    found = {}
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "rubric"):
+            found.update(dict.fromkeys(arg.value for arg in node.args
+                                       if isinstance(arg, ast.Constant)))
+    return list(found)
 
 
 GRADERS = ("tests", "person")
@@ -142,15 +141,6 @@ def builds_on(item):
     return tuple(getattr(item, "builds_on", ()))
 
 
-def as_ids(targets):
-    """A rule's item ids as a tuple: None (outside the rubric) is (), one id is (id,)."""
-    if targets is None:
-        return ()
-    if isinstance(targets, str):
-        return (targets,)
-    return tuple(targets)
-
-
 def load_rubric(path):
     """The Rubric of the rubric file at `path`; a usage error if it cannot be read."""
     spec = importlib.util.spec_from_file_location("rubric_under_grading", path)
@@ -159,7 +149,7 @@ def load_rubric(path):
         spec.loader.exec_module(module)
     except OSError as error:
         raise pytest.UsageError(f"cannot read the rubric: {error}") from None
-    return Rubric(module.ITEMS, module.TESTS, path)
+    return Rubric(module.ITEMS, path)
 
 
 class Grading:
@@ -171,7 +161,6 @@ class Grading:
         # node id -> item ids, every graded test (collected here, or seen in a report)
         self.members = {}
         self.outside = []  # node ids outside the rubric
-        self.unclassified = []  # node ids no rule matches
         self.broken_modules = []  # node ids of modules that could not be collected
         self.deselected = set()  # node ids deselected by -k or -m
         self.outcomes = {}  # node id -> passed, failed or skipped
@@ -181,32 +170,50 @@ class Grading:
     @pytest.hookimpl(tryfirst=True)  # before -k and -m deselect by the marker and the item ids
     def pytest_collection_modifyitems(self, config, items):
         """Keep only the grading profile's tests (--grade-profile); classify them by the rubric."""
+        ids = {test.nodeid: self.items_of(test) for test in items}
         if config.getoption("grade_profile"):
+            self.check_binding(items, ids, config.rootpath)
             left_out = [test for test in items if not in_profile(test.nodeid)]
             items[:] = [test for test in items if in_profile(test.nodeid)]
             # Shown as deselected, but never classified: outside the profile, not "not run".
             config.hook.pytest_deselected(items=left_out)
         for test in items:
-            self.classify(test)
+            self.classify(test, ids[test.nodeid])
 
-    def classify(self, test):
-        """Give a test its rubric items (its own marker, or the first matching rule)."""
-        own = [item_id for mark in test.iter_markers("rubric") for item_id in mark.args]
-        for item_id in own:
+    def items_of(self, test):
+        """A test's rubric items: its closest rubric marker's (the case's, the function's, then
+        the module's pytestmark); () when it has none or an empty one (outside the rubric)."""
+        # a parametrised case's own marks come after its function's in pytest: they win here
+        case = [mark for mark in getattr(getattr(test, "callspec", None), "marks", ())
+                if mark.name == "rubric"]
+        mark = case[0] if case else test.get_closest_marker("rubric")
+        ids = tuple(dict.fromkeys(mark.args)) if mark else ()
+        for item_id in ids:
             if item_id not in self.rubric.items:
                 raise pytest.UsageError(f"{test.nodeid}: rubric item {item_id!r} "
                                         f"is not in {self.rubric.path}")
             if self.rubric.by_person(item_id):
                 raise pytest.UsageError(f"{test.nodeid}: rubric item {item_id!r} is graded by "
                                         "a person: no test counts for it")
-        ids = tuple(dict.fromkeys(own)) or self.rubric.items_for(test.nodeid)
-        if ids is None:
-            self.unclassified.append(test.nodeid)
-        elif not ids:
+        return ids
+
+    def check_binding(self, items, ids, root):
+        """Under --grade-profile: a test of the profile in no item, or an item the tests grade
+        that no test module under `root`/tests names, is a usage error."""
+        problems = [f"{test.nodeid} is in the grading profile but in no rubric item"
+                    for test in items if in_profile(test.nodeid) and not ids[test.nodeid]]
+        named = {item_id for path in sorted((root / "tests").glob("test_*.py"))
+                 for item_id in items_named_in(path)}
+        problems += [f"rubric item {item.id!r} has no test" for item in self.rubric.items.values()
+                     if not self.rubric.by_person(item.id) and item.id not in named]
+        if problems:
+            raise pytest.UsageError("; ".join(problems))
+
+    def classify(self, test, ids):
+        """Record a test's rubric items, in its keywords and its reports."""
+        if not ids:
             self.outside.append(test.nodeid)
         else:
-            if not own:
-                test.add_marker(pytest.mark.rubric(*ids))
             test.extra_keyword_matches.update(ids)
             # Reports carry the items, so a controller that never saw the test (xdist) can grade it.
             test.user_properties.extend(("rubric_item", item_id) for item_id in ids)
@@ -261,7 +268,7 @@ class Grading:
             **totals(items),
             "complete": not reasons, "incomplete_because": reasons,
             "items": items,
-            "tests_outside_the_rubric": self.outside, "tests_in_no_rubric_item": self.unclassified,
+            "tests_outside_the_rubric": self.outside,
             "rubric": self.rubric.path,
         }
 
@@ -300,11 +307,9 @@ class Grading:
             terminal.write_line(f"{item.id} ({item.marks:g} marks): {tests_count(len(tests))}")
             for nodeid in tests:
                 terminal.write_line(f"    {nodeid}")
-        for title, nodeids in (("outside the rubric", self.outside),
-                               ("in no rubric item", self.unclassified)):
-            terminal.write_line(f"{title}: {tests_count(len(nodeids))}")
-            for nodeid in nodeids:
-                terminal.write_line(f"    {nodeid}")
+        terminal.write_line(f"outside the rubric: {tests_count(len(self.outside))}")
+        for nodeid in self.outside:
+            terminal.write_line(f"    {nodeid}")
 
 
 def xfail_is_strict(test):

@@ -7,7 +7,7 @@ and a student's code can end the whole process (a segfault, os._exit). So every 
 and flushed, when it happens; a run killed at any moment leaves every finished test's outcome.
 Events (each with "event" and "time", seconds since the epoch):
     collect_error  {"nodeid", "output"}: a module could not be collected
-    collected      {"members": {nodeid: [item ids]}, "outside", "unclassified", "broken_modules"}
+    collected      {"members": {nodeid: [item ids]}, "outside", "broken_modules"}
     start          {"nodeid"}: a test's set-up begins
     report         {"nodeid", "when", "outcome", "duration", "output"}: one phase's result
                    (outcome as the plugin grades it, or null; output when the phase failed or
@@ -43,7 +43,7 @@ class Progress:
         """The tests this run will run, with their rubric items."""
         self.write("collected", members={nodeid: list(ids)
                                          for nodeid, ids in self.grading.members.items()},
-                   outside=self.grading.outside, unclassified=self.grading.unclassified,
+                   outside=self.grading.outside,
                    broken_modules=self.grading.broken_modules)
 
     def pytest_runtest_logstart(self, nodeid):

@@ -12,7 +12,6 @@ class Tests:
         self.collected = False
         self.members = {}  # node id -> item ids
         self.outside = []
-        self.unclassified = []
         self.broken_modules = {}  # module node id -> why it could not be collected
         self.outcomes = {}  # node id -> passed, failed or skipped
         self.outputs = {}  # node id -> what it printed when it failed, or why it did not run
@@ -38,7 +37,6 @@ class Tests:
             self.collected = True
             self.members = {nodeid: tuple(ids) for nodeid, ids in event["members"].items()}
             self.outside = event["outside"]
-            self.unclassified = event["unclassified"]
         elif kind == "start":
             self.started[event["nodeid"]] = self.last_event
             self.current = event["nodeid"]

@@ -63,11 +63,6 @@ def write_table(terminal, report, report_path, write_error):
     terminal.write_line(totals_line(report))
     for reason in report["incomplete_because"]:
         terminal.write_line(f"incomplete: {reason}", yellow=True)
-    if report["tests_in_no_rubric_item"]:
-        names = report["tests_in_no_rubric_item"]
-        terminal.write_line(f"{tests_count(len(names))} in no rubric item "
-                            f"(map them in {report['rubric']}): "
-                            + first_few(names), yellow=True)
     if report_path and not write_error:
         terminal.write_line(f"grade report: {report_path}")
     if write_error:

@@ -1,20 +1,17 @@
-"""The assignment's rubric and the tests that assess each item: the one place to edit.
+"""The assignment's rubric: each item, its marks, what the tests check, and what a human must
+still read. The one place to edit the marks.
 
-ITEMS: each rubric item, its marks, what the tests check, and what a human must still read.
-TESTS: ordered rules (pattern, item id, a tuple of ids, or None). The first rule whose pattern
-matches a test's node id decides; None means "outside the rubric" (counted for nothing).
-A pattern is a case-insensitive glob (fnmatch: * ? [seq]) for the *start* of a node id:
-    "tests/test_data.py::test_shards_"       every test of test_data.py whose name starts so
-    "tests/test_design_doc.py::*scalab"      any test of that module with "scalab" in its id
-A test matched by no rule is named in the run's summary ("in no rubric item"): map it here.
-A test can also carry its item itself, which wins over these rules:
-    @pytest.mark.rubric("core.ring")
+A test says which item it assesses, on the test itself (the closest marker wins):
+    @pytest.mark.rubric("core.ring")               a test function
+    pytestmark = pytest.mark.rubric("core.timing")  every test of a module
+    pytest.param(case, marks=pytest.mark.rubric("core.flat"))   one parametrised case
+    @pytest.mark.rubric()                           outside the rubric (as a test with none)
+A test of the grading profile without an item, or an item the tests grade that no test names, is
+a usage error under --grade-profile (grade.py).
 
 Check the mapping after editing:  python -m pytest --collect-only -q --rubric-tests
 """
 from typing import NamedTuple
-
-from tests.grading.profile import HIDDEN
 
 
 class Item(NamedTuple):
@@ -147,110 +144,4 @@ ITEMS = [
          "and the three ZeRO levels; the trade, ZeRO-3's 1.5x the bytes for 1/n of the memory; "
          "what prefetching hides, and how that is measured honestly; where each level wins; the "
          "projection to a model that does not fit one rank.", graded_by="person"),
-]
-
-SYNC = "tests/test_gradient_sync.py::"
-SHARDING = "tests/test_sharding.py::"
-DOC = "tests/test_design_doc"  # either design-document module
-
-TESTS = [
-    # The hidden tests' rules (tests/grading/hidden.py: absent from the student's copy)
-    *(HIDDEN.RULES if HIDDEN else ()),
-    # The MLP
-    ("tests/test_models.py::test_the_cnn_", None),  # given code
-    ("tests/test_models.py::", "core.mlp"),
-    ("tests/test_data.py::test_splits_are_normalised", "core.mlp"),
-    ("tests/test_data.py::test_validation_split_is_seeded", "core.mlp"),
-    ("tests/test_data.py::test_subsets_keep_only", "core.mlp"),
-    # Each rank's share of the data
-    ("tests/test_data.py::test_shards_", "core.minibatch"),
-    ("tests/test_data.py::test_set_epoch", "core.minibatch"),
-    ("tests/test_data.py::test_the_global_batch_of_each_step", "core.minibatch"),
-    ("tests/test_data.py::test_evaluation_slices", "core.minibatch"),
-    ("tests/test_cli.py::test_gradient_accumulation", "core.minibatch"),
-    ("tests/test_cli.py::test_a_global_batch_larger_than_the_training_set", "core.minibatch"),
-    ("tests/test_reliability.py::test_the_same_seed_gives_identical", "core.minibatch"),
-    ("tests/test_reliability.py::test_world_sizes_1_2_and_4_with_the_same_global_batch",
-     "core.minibatch"),
-    ("tests/test_reliability.py::test_uneven_data_drops_the_last_partial_global_batch",
-     "core.minibatch"),
-    # The strategies, one item each: their runs' ids name them ("[mlp-manual-flat-2]"). The ring
-    # strategy is the flat buffer through the ring, and compression goes through a strategy:
-    # those runs need two items, so they count for the main job.
-    (SYNC + "test_compressed_", "core.end_to_end"),
-    (SYNC + "*-ring-", "core.end_to_end"),
-    (SYNC + "*-ddp-", None),  # torch's DDP against one process: the tests' own reference
-    (SYNC + "*-per-param-", "core.per_parameter"),
-    (SYNC + "test_average_gradients_", "core.per_parameter"),
-    (SYNC + "*-flat-", "core.flat"),
-    (SYNC + "*-shm-", "core.flat"),
-    (SYNC + "*-bucketed-", "core.bucketed"),
-    (SYNC + "test_manual_ddp_", "core.manual_ddp"),
-    ("tests/test_ring_and_buckets.py::test_ring_", "core.ring"),
-    ("tests/test_ring_and_buckets.py::test_bucket", "core.bucketed"),
-    ("tests/test_compression.py::", "core.compression"),
-    ("tests/test_manual_ddp.py::", "core.manual_ddp"),
-    # The sharding lesson, one item per piece, each driven alone with the library's collectives.
-    # ZeRO through the student's ring needs two items, and the halves' composition is checked
-    # against manual_collectives.ring_all_reduce (core.ring's): those count for the main job.
-    # torch's ZeroRedundancyOptimizer and fully_shard against one process: the tests' reference.
-    (SHARDING + "test_reduce_scatter_then_all_gather_is_the_ring_all_reduce", "core.end_to_end"),
-    (SHARDING + "test_ring_", "core.sharding_collectives"),
-    (SHARDING + "test_sharded_optimizer_refuses_", "core.zero"),
-    (SHARDING + "test_each_ring_half_", "core.sharding_collectives"),
-    (SHARDING + "*-ring-", "core.end_to_end"),
-    (SHARDING + "*[[]ZeroRedundancyOptimizer-", None),
-    (SHARDING + "*[[]fully_shard-", None),
-    (SHARDING + "*[[]zero1-", "core.zero"),
-    (SHARDING + "*[[]zero2-", "core.zero"),
-    (SHARDING + "*[[]zero3-", "core.fsdp"),
-    (SHARDING + "test_16_bit_compute_", "core.fsdp"),
-    # The timing of a step: its definitions
-    ("tests/test_timing.py::test_tensorboard_without", None),
-    ("tests/test_timing.py::test_the_trace_", "core.end_to_end"),  # a real run
-    ("tests/test_timing.py::", "core.timing"),
-    # The main job: real runs of mlp_ddp.py, the benchmarks and the sweep need every piece
-    ("tests/test_cli.py::test_manual_mode_on_two_processes", "core.end_to_end"),
-    ("tests/test_cli.py::test_the_schema_check", "core.end_to_end"),
-    ("tests/test_cli.py::test_the_mlp_reaches_96_percent", "core.end_to_end"),
-    ("tests/test_timing_runs.py::test_every_committed_results_file_", "design.numbers"),
-    ("tests/test_timing_runs.py::", "core.end_to_end"),
-    ("tests/test_benchmarks.py::", "core.end_to_end"),
-    ("tests/test_sweep.py::", "core.end_to_end"),
-    ("tests/test_slurm.py::", "core.end_to_end"),
-    ("tests/test_emulated_network.py::", "core.end_to_end"),
-    # --mode sharded through mlp_ddp.py (runtime/sharded.py also needs the start-up broadcast of
-    # core.manual_ddp), and the sharding benchmark; refused options are the command line's
-    ("tests/test_cli_sharding.py::test_sharding_options_that_cannot_work", None),
-    ("tests/test_cli_sharding.py::test_amp_fp16_is_refused", None),
-    ("tests/test_cli_sharding.py::test_a_sharded_checkpoint_resumed_in_another_mode", None),
-    ("tests/test_cli_sharding.py::", "core.end_to_end"),
-    ("tests/test_sharding_bench.py::test_bad_options_", None),
-    ("tests/test_sharding_bench.py::", "core.end_to_end"),
-    # The design document: its numbers, the results files they come from (test_timing_runs.py's
-    # check of the committed results, above), the cost model's derivations, the plots it cites.
-    # The build's error messages are plumbing, as the command line's are.
-    (DOC + ".py::test_a_missing_results_file_", None),
-    (DOC, "design.numbers"),  # test_design_doc.py and test_design_doc_claims.py
-    ("tests/test_cost_model.py::", "design.numbers"),
-    ("tests/test_plot", "design.numbers"),  # test_plots.py and test_plot_*.py
-    # Outside the rubric: robustness and plumbing beyond what the assignment asks.
-    ("tests/test_reliability.py::", None),
-    ("tests/test_shared_memory.py::", None),  # a worked example (manual_collectives.py), no task
-    ("tests/test_handout.py::", None),  # the instructor's tools, not the assignment
-    ("tests/test_grade.py::", None),
-    ("tests/test_grader_security.py::", None),
-    ("tests/test_harness.py::", None),  # the tests' own harness
-    ("tests/test_cli.py::test_bad_options", None),
-    ("tests/test_cli.py::test_missing_data_offline", None),
-    ("tests/test_data.py::test_torchvision_imports", None),
-    ("tests/test_data.py::test_the_files_read_as", None),
-    ("tests/test_data.py::test_a_damaged_extracted_file", None),
-    ("tests/test_data.py::test_fashion_mnist", None),
-    ("tests/test_data.py::test_an_offline_folder", None),
-    ("tests/test_data.py::test_a_corrupt_offline_file", None),
-    ("tests/test_data.py::test_the_offline_copy", None),
-    ("tests/test_grading.py::", None),
-    ("tests/test_time_to_accuracy.py::", None),  # speed to accuracy: beyond the assignment
-    ("tests/test_learning_rate_schedule.py::", None),  # its schedule, likewise
 ]

@@ -89,7 +89,7 @@ def end_test():
 
 def hand_over(folder):
     """Give the current test's user the folder the judge has just made (empty, in a folder of
-    the judge's, so nobody else could have put anything there); returns it."""
+    the judge's, so no one else could have put anything there); returns it."""
     if Child.uid is None:
         return folder
     descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)

@@ -26,18 +26,12 @@ class Item(NamedTuple):  # without builds_on: the plugin reads it as ()
 
 
 ITEMS = [Item(name, name.title(), marks, f"checks {name}", "-")
-         for name, marks in (("core.fast", 2), ("core.hang", 3), ("core.crash", 1),
-                             ("core.fail", 4), ("core.later", 5), ("core.slow", 1))]
+         for name, marks in ITEM_MARKS]
 ITEMS.append(Item("doc.prose", "The prose", 2, "", "Read the document: is it argued?",
                   graded_by="person"))
-TESTS = [("tests/test_crash.py::test_dies", "core.crash"),
-         ("tests/test_crash.py::", "core.fast"),
-         ("tests/test_fast.py::", "core.fast"),
-         ("tests/test_hang.py::", "core.hang"),
-         ("tests/test_integrity.py::", "core.fail"),  # a hidden module's name
-         ("tests/test_later.py::", "core.later"),
-         ("tests/test_slow.py::", "core.slow")]
 """
+ITEM_MARKS = (("core.fast", 2), ("core.hang", 3), ("core.crash", 1), ("core.fail", 4),
+              ("core.later", 5), ("core.slow", 1))
 
 CONFTEST = """
 pytest_plugins = ["tests.grading.plugin"]
@@ -60,7 +54,11 @@ def answer(*args):
 
 TESTS = {
     "test_fast.py": """
+        import pytest
+
         from tests.student_code import answer
+
+        pytestmark = pytest.mark.rubric("core.fast")
 
 
         def test_the_answer():
@@ -75,6 +73,10 @@ TESTS = {
         import subprocess
         import sys
         import time
+
+        import pytest
+
+        pytestmark = pytest.mark.rubric("core.hang")
 
 
         def test_hangs_with_a_child_in_its_own_session():
@@ -92,7 +94,12 @@ TESTS = {
         import os
         import signal
 
+        import pytest
 
+        pytestmark = pytest.mark.rubric("core.fast")
+
+
+        @pytest.mark.rubric("core.crash")
         def test_dies():
             os.kill(os.getpid(), signal.SIGSEGV)
 
@@ -101,16 +108,28 @@ TESTS = {
             pass
     """,
     "test_integrity.py": """
+        import pytest
+
+
+        @pytest.mark.rubric("core.fail")  # a hidden module's
         def test_hidden_check_fails():
             assert False, "the hidden check's detail"
     """,
     "test_later.py": """
+        import pytest
+
+
+        @pytest.mark.rubric("core.later")
         def test_runs_after_the_hang_and_the_crash():
             print("printed by the later test")
     """,
     "test_not_in_profile.py": "import no_such_module\n",
     "test_slow.py": """
         import time
+
+        import pytest
+
+        pytestmark = pytest.mark.rubric("core.slow")
 
 
         def test_fails_after_most_of_its_timeout():  # as a collective's own timeout does
@@ -154,14 +173,16 @@ def write_files(root, files):
             file.write(textwrap.dedent(text).lstrip())
 
 
-def instructor_repository(root, tests=None):
-    """The real plugin with a small rubric and profile, and the given test modules."""
+def instructor_repository(root, tests=None, item_marks=ITEM_MARKS):
+    """The real plugin with a small rubric of `item_marks` ((id, marks), ...) and a person's
+    item, a profile, and the given test modules."""
     grading = os.path.join(root, "tests", "grading")
     shutil.copytree(os.path.join(REPO, "tests", "grading"), grading,
                     ignore=shutil.ignore_patterns("__pycache__", "rubric.py", "profile.py"))
     write_files(root, {"tests/__init__.py": "", "tests/conftest.py": CONFTEST,
                        "tests/student_code.py": STUDENT_CODE,
-                       "tests/grading/rubric.py": RUBRIC, "tests/grading/profile.py": PROFILE,
+                       "tests/grading/rubric.py": f"ITEM_MARKS = {item_marks!r}\n" + RUBRIC,
+                       "tests/grading/profile.py": PROFILE,
                        "pyproject.toml": "[tool.pytest.ini_options]\ntestpaths = ['tests']\n"})
     write_files(os.path.join(root, "tests"), tests or TESTS)
     return root
