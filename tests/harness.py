@@ -3,9 +3,9 @@ subprocess, and a function run in N real processes joined by a gloo process grou
 import functools
 import os
 import shutil
-import stat
 import struct
 import sys
+import time
 from datetime import timedelta
 
 import numpy as np
@@ -15,6 +15,7 @@ from torch import multiprocessing
 from torch.multiprocessing.spawn import ProcessException
 
 from tests.grading import sandbox
+from tests.grading.runner import descendants_of
 from tests.grading.sandbox import SANDBOX
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -146,6 +147,17 @@ def run_in_processes(world_size, function, *args, timeout_s=60, recorded=False):
     return _launch(world_size, function, args, timeout_s, backend)
 
 
+def run_measuring_writes(world_size, function, *args, timeout_s=60, recorded=False):
+    """run_in_processes, with the bytes each rank's process wrote beside its result: [(result,
+    bytes), ...]. The count is the kernel's (/proc/PID/io's wchar: every write to a socket, a
+    pipe or a file, its threads' and reaped children's included), read by this process while the
+    rank waits at its end, where no code of the rank's can change it; the rank's result and
+    output files are not counted. So a rank cannot move bytes its messages do not explain."""
+    __tracebackhide__ = True
+    backend = "recorded" if recorded else "gloo"
+    return _launch(world_size, function, args, timeout_s, backend, measure=True)
+
+
 def run_alone(function, *args):
     """`function(*args)` in one child process with the code under test (no process group); its
     result, as run_in_processes returns one. Student code is called this way, never in pytest's own
@@ -154,7 +166,7 @@ def run_alone(function, *args):
     return _launch(1, function, args, None, backend=None)[0]
 
 
-def _launch(world_size, function, args, timeout_s, backend):
+def _launch(world_size, function, args, timeout_s, backend, measure=False):
     __tracebackhide__ = True
     # here, not at the top: a child imports this module, and must import no module of the
     # submission's before its process group is made (tests/recorded_group.py)
@@ -164,40 +176,83 @@ def _launch(world_size, function, args, timeout_s, backend):
     folder = sandbox.fresh_folder()  # where the children write their results
     try:
         worker_args = (world_size, free_port(), folder, sandbox.identity(), target, args,
-                       timeout_s, backend)
+                       timeout_s, backend, measure)
         try:
-            multiprocessing.start_processes(_worker, args=worker_args, nprocs=world_size,
-                                            start_method=START_METHOD)
+            context = multiprocessing.start_processes(_worker, args=worker_args,
+                                                      nprocs=world_size, join=not measure,
+                                                      start_method=START_METHOD)
+            written = measure and count_writes(context, folder, world_size)
         except ProcessException as error:
             raise ChildFailed(str(error).strip()) from None
         finally:
             sandbox.settle()
             print_what_they_printed(folder, world_size)
-        return [torch.load(os.path.join(folder, f"{rank}.pt"), weights_only=True)
-                for rank in range(world_size)]
+        results = [torch.load(os.path.join(folder, f"{rank}.pt"), weights_only=True)
+                   for rank in range(world_size)]
+        return list(zip(results, written)) if measure else results
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def count_writes(context, folder, world_size):
+    """Until every rank has ended: each time all of them wait at their end (RANK.done), read the
+    bytes each wrote, then let them go. Returns each rank's count at the last such reading, less
+    its result and output files, which must not have changed since."""
+    waiting = [os.path.join(folder, f"{rank}.done") for rank in range(world_size)]
+    counted = None
+    while not context.join(timeout=0.01):
+        if all(os.path.lexists(path) for path in waiting):
+            counted = [(bytes_written(process.pid), own_files(folder, rank))
+                       for rank, process in enumerate(context.processes)]
+            for path in waiting:
+                os.unlink(path)
+    if counted is None:
+        raise ChildFailed("the ranks ended without waiting to have their writes counted")
+    for rank, (_, files) in enumerate(counted):
+        if own_files(folder, rank) != files:
+            raise ChildFailed(f"rank {rank} wrote its result after its writes were counted")
+    return [written - sum(size for size, _ in files) for written, files in counted]
+
+
+def bytes_written(pid):
+    """What the process `pid` and its live descendants wrote, by the kernel's count."""
+    total = 0
+    for process in [pid, *descendants_of(pid)]:
+        try:
+            with open(f"/proc/{process}/io") as file:
+                fields = dict(line.split(": ") for line in file.read().splitlines())
+        except OSError:
+            continue  # ended meanwhile: its bytes are its parent's now
+        total += int(fields["wchar"])
+    return total
+
+
+def own_files(folder, rank):
+    """(size, modification time) of the rank's result and output files."""
+    found = []
+    for name in (f"{rank}.pt", f"{rank}.out"):
+        try:
+            status = os.lstat(os.path.join(folder, name))
+            found.append((status.st_size, status.st_mtime_ns))
+        except FileNotFoundError:
+            found.append((0, None))
+    return found
+
+
 def print_what_they_printed(folder, world_size):
-    """What each rank printed, cut to sandbox.OUTPUT_LIMIT, into this test's captured output. Read
-    only from the file the rank opened before it changed user: code that replaced it (with a link
-    to a file only the judge may read, say) gets nothing shown."""
+    """What each rank printed, cut to sandbox.OUTPUT_LIMIT, into this test's captured output (read
+    after sandbox.settle(): a link left in its place is gone)."""
     for rank in range(world_size):
         try:
-            descriptor = os.open(os.path.join(folder, f"{rank}.out"), os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:
+            with open(os.path.join(folder, f"{rank}.out"), "rb") as file:
+                text = sandbox.bounded(file)
+        except OSError:  # none, or not a file the rank wrote
             continue
-        with open(descriptor, "rb") as file:
-            status = os.fstat(descriptor)
-            if not stat.S_ISREG(status.st_mode) or status.st_uid != os.geteuid():
-                continue
-            text = sandbox.bounded(file)
         if text:
             print(f"--- rank {rank} printed:\n{text.rstrip()}")
 
 
-def _worker(rank, world_size, port, folder, child, target, args, timeout_s, backend):
+def _worker(rank, world_size, port, folder, child, target, args, timeout_s, backend, measure):
     # What the rank prints goes to a file the judge reads back cut (print_what_they_printed), never
     # into the judge's own output: opened before the change of user, so the judge's own.
     output = os.open(os.path.join(folder, f"{rank}.out"), os.O_WRONLY | os.O_CREAT | os.O_EXCL,
@@ -223,6 +278,11 @@ def _worker(rank, world_size, port, folder, child, target, args, timeout_s, back
     torch.save(result, os.path.join(folder, f"{rank}.pt"))
     sys.stdout.flush()
     sys.stderr.flush()
+    if measure:  # wait while the judge counts what this process wrote (count_writes)
+        done = os.path.join(folder, f"{rank}.done")
+        open(done, "w").close()
+        while os.path.exists(done):
+            time.sleep(0.005)
     # Skip interpreter teardown, as mlp_ddp.py does: gloo's threads can abort the process there
     # (SIGABRT, pytorch/pytorch#179291), which the parent would report as this rank failing.
     os._exit(0)

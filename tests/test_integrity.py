@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tests import recorded_group
-from tests.harness import run_in_processes
+from tests.harness import run_in_processes, run_measuring_writes
 
 STEPS = 2
 BUCKET_MB = 0.01  # 10 KiB: the small model below then needs five buckets
@@ -513,3 +513,62 @@ def test_compression_sends_half_the_bytes_in_the_wire_dtype():
             assert found == "", f"rank {rank}: {compress}"
         assert problems(all_reduced, calls["float32"], "float16", sorted(NUMELS)), \
             "accepts float32"
+
+
+# --- What the ring moves, counted outside the ranks --------------------------------------------
+# The checks above watch the ranks from inside their own processes, where code can reach past any
+# watcher (the gloo group inside the recorded one, say). Here the kernel counts what each rank's
+# process wrote (tests/harness.py run_measuring_writes), and the ring's messages must explain it.
+RING_ELEMENTS = 2**18  # 1 MiB of float32: far above what setting up the process group writes
+# What a rank may write besides its messages' payloads: the process group's set-up and a header
+# per message, under 5 KiB with the lesson's ring at 2-4 ranks (the failure message prints it);
+# a sum outside the ring adds at least the whole buffer
+WIRE_OVERHEAD = 32 * 2**10
+
+
+def ring_on_the_wire(rank, world_size, how):
+    """The lesson's ring_all_reduce of every rank's RING_ELEMENTS (`how` "lesson"), or a cheat
+    (`how` "cheat"): the ring's messages for show, the sum through the gloo group the recorded
+    one forwards to, found among the objects of the process. Returns the sum's least and
+    greatest element."""
+    tensor = torch.full((RING_ELEMENTS,), float(rank + 1))
+    if how == "lesson":
+        from manual_collectives import ring_all_reduce
+
+        ring_all_reduce(tensor)
+    else:
+        import gc
+
+        chunks = tensor.tensor_split(world_size)
+        for step in range(2 * (world_size - 1)):
+            request = dist.isend(chunks[(rank - step) % world_size], (rank + 1) % world_size)
+            dist.recv(torch.empty_like(chunks[(rank - step - 1) % world_size]),
+                      (rank - 1) % world_size)
+            request.wait()
+        recorded = next(thing for thing in gc.get_objects()
+                        if isinstance(thing, recorded_group.RecordedGloo))
+        recorded._gloo.allreduce([tensor]).wait()
+    return float(tensor.min()), float(tensor.max())
+
+
+def unexplained_bytes(world_size, how):
+    """Per rank: the bytes its process wrote beyond the ring's payload, 2(n-1)/n of the buffer;
+    and the sum's least and greatest element."""
+    payload = 2 * (world_size - 1) * RING_ELEMENTS * 4 / world_size
+    launched = run_measuring_writes(world_size, ring_on_the_wire, how, timeout_s=30,
+                                    recorded=True)
+    return [(written - payload, extremes) for extremes, written in launched]
+
+
+@pytest.mark.rubric("core.ring")
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_the_ring_writes_no_byte_its_messages_do_not_explain(world_size):
+    total = world_size * (world_size + 1) / 2
+    for rank, (extra, extremes) in enumerate(unexplained_bytes(world_size, "lesson")):
+        assert extremes == (total, total), f"rank {rank}: the sum is wrong"
+        assert abs(extra) <= WIRE_OVERHEAD, (
+            f"rank {rank} wrote {extra:+,.0f} bytes (to sockets, pipes or files) beyond the "
+            "ring's messages: a sum through another channel, or messages that never went over "
+            "the wire")
+    cheats = unexplained_bytes(world_size, "cheat")  # the check must catch this
+    assert any(extra > WIRE_OVERHEAD for extra, _ in cheats), "accepts a sum outside the ring"

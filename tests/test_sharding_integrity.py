@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tests import recorded_group
-from tests.harness import launch_once, run_in_processes
+from tests.harness import launch_once, run_in_processes, run_measuring_writes
 
 WORLD_SIZE = 3  # chunks that are not powers of two, and a neighbour on each side that differs
 STEPS = 2
@@ -753,3 +753,64 @@ def test_fsdp_gathers_each_unit_in_forward_and_in_backward_and_reduce_scatters_i
             calls, held = cases[wrong]
             assert problems(fsdp, calls) or held["forward"][0] or held["backward"] != (0, 0), \
                 f"accepts {wrong}"
+
+
+# --- What each half moves, counted outside the ranks -------------------------------------------
+# As tests/test_integrity.py does for the ring all-reduce: the kernel counts what each rank's
+# process wrote (tests/harness.py run_measuring_writes), and the half's messages must explain it.
+WIRE_CHUNK = 2**17  # 512 KiB of float32 per rank's chunk: far above the process group's set-up
+WIRE_OVERHEAD = 32 * 2**10  # set-up and message headers: under 5 KiB with the lesson's halves
+
+
+def half_on_the_wire(rank, world_size, half, how):
+    """The lesson's half (`how` "lesson") on WIRE_CHUNK elements per rank, or a cheat: the half's
+    messages for show, the result through the gloo group the recorded one forwards to. Returns
+    whether the result is right."""
+    import gc
+
+    from manual_sharding import ring_all_gather, ring_reduce_scatter
+
+    whole = torch.stack([rank_tensor(each, world_size * WIRE_CHUNK) for each in range(world_size)])
+    shards = torch.stack([rank_tensor(each, WIRE_CHUNK) for each in range(world_size)])
+    gathering = half == "all-gather"
+    if gathering:
+        output, given, expected = torch.empty(world_size * WIRE_CHUNK), shards[rank].clone(), \
+            shards.view(-1)
+    else:
+        output, given = torch.empty(WIRE_CHUNK), whole[rank].clone()
+        expected = whole.sum(dim=0)[rank * WIRE_CHUNK:(rank + 1) * WIRE_CHUNK]
+    if how == "lesson":
+        (ring_all_gather if gathering else ring_reduce_scatter)(output, given)
+    else:
+        show = torch.empty(WIRE_CHUNK)
+        for _ in range(world_size - 1):
+            request = dist.isend(show, (rank + 1) % world_size)
+            dist.recv(torch.empty_like(show), (rank - 1) % world_size)
+            request.wait()
+        inner = next(thing for thing in gc.get_objects()
+                     if isinstance(thing, recorded_group.RecordedGloo))._gloo
+        if gathering:
+            inner.allgather([list(output.view(world_size, -1))], [given]).wait()
+        else:
+            inner.allreduce([given]).wait()
+            output.copy_(given.view(world_size, -1)[rank])
+    return bool(torch.allclose(output, expected, atol=1e-4))
+
+
+@pytest.mark.rubric("core.sharding_collectives")
+@pytest.mark.parametrize("half", ["reduce-scatter", "all-gather"])
+def test_each_half_writes_no_byte_its_messages_do_not_explain(half):
+    payload = (WORLD_SIZE - 1) * WIRE_CHUNK * 4  # (n-1)/n of the n chunks, in float32
+
+    def extras(how):
+        launched = run_measuring_writes(WORLD_SIZE, half_on_the_wire, half, how, timeout_s=30,
+                                        recorded=True)
+        assert all(right for right, _ in launched), f"the {how}'s {half} left a wrong result"
+        return [written - payload for _, written in launched]
+
+    for rank, extra in enumerate(extras("lesson")):
+        assert abs(extra) <= WIRE_OVERHEAD, (
+            f"rank {rank} wrote {extra:+,} bytes (to sockets, pipes or files) beyond the "
+            f"{half}'s messages: a result through another channel, or messages that never went "
+            "over the wire")
+    assert max(extras("cheat")) > WIRE_OVERHEAD, "accepts a result from outside the ring"
