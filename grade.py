@@ -142,7 +142,9 @@ def contain(work, private, judge, sandbox, scratch, env):
     env["GRADE_UIDS"] = f"{first}:{CHILD_UIDS}"
     return range(first, first + CHILD_UIDS), [
         f"student code ran as uids {first} and up, one per test module, owned by no account: "
-        "they can neither open the grader's files nor signal its processes, nor each other's"]
+        "they can neither open the grader's files nor signal its processes, nor each other's",
+        "no mount namespace of its own: student code saw the file system as any user does; what "
+        "it left in the shared temporary folders was removed after each test"]
 
 
 def read_only(sandbox):

@@ -442,10 +442,10 @@ def test_a_trick_earns_nothing_and_results_json_says_what_was_refused(tmp_path, 
         assert ("File too large" if "writes" in trick else "MemoryError") in lost[0]["output"]
 
 
-# The tricks that reach for the grader's files, processes or the results: where the layout differs.
-IN_THE_LAYOUT = ("forges the progress events", "reads the hidden tests",
-                 "a daemon rewrites the results", "links a root file into its folders",
-                 "writes the instructor's tests", "leaves a file for a later test")
+# The tricks that reach for the grader's state, the results, or a root file: where the layout
+# differs from grade.py's own (the others act in the same grade.py, graded above).
+IN_THE_LAYOUT = ("forges the progress events", "a daemon rewrites the results",
+                 "links a root file into its folders")
 
 
 @pytest.mark.parametrize("trick", IN_THE_LAYOUT)
