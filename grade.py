@@ -200,17 +200,21 @@ def grade(submission, timeout_s, budget_s, instructor=None, stretch=1.0):
         env.update(GRADE_SANDBOX=sandbox, GRADE_SCRATCH=scratch)
         uids, more_notes = contain(work, private, judge, sandbox, scratch, env)
         notes += more_notes
+        def without_leftovers():  # a run killed mid-test: nothing of it reaches the next
+            kill_processes_of(*uids)
+            remove_files_of(*uids)
+
         watchdog = Watchdog(judge, private, env, budget_s,
                             # a named test's own timeout stretched, never under the default
                             lambda nodeid: max(timeout_s,
                                                stretch * profile.timeout_for(nodeid, 0)),
                             idle_s=timeout_s,
-                            pytest_args=["--basetemp", os.path.join(scratch, "pytest")])
+                            pytest_args=["--basetemp", os.path.join(scratch, "pytest")],
+                            after_run=without_leftovers)
         try:
             tests = watchdog.run()
         finally:
-            kill_processes_of(*uids)
-            remove_files_of(*uids)
+            without_leftovers()
     # Whether the real MNIST is there is the grader's to say, not a variable student code can pop.
     has_mnist = "OFFLINE_DATA_DIR" in env
     tests.fail_skips(lambda reason: not has_mnist and NO_REAL_MNIST in reason)

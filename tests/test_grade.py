@@ -6,6 +6,7 @@ The synthetic assignment (tests/grading/synthetic.py) is an instructor's reposit
 plugin, a small rubric, tests that pass, fail, hang or crash) and a submission (a module the
 tests import). Timeouts of a few seconds keep this module well under a minute.
 """
+import contextlib
 import hashlib
 import json
 import os
@@ -16,7 +17,14 @@ import pytest
 
 import grade
 from tests.grading import calibration, gradescope, profile
-from tests.grading.synthetic import REPO, SUBMISSION, TESTS, instructor_repository, write_files
+from tests.grading.synthetic import (
+    LEFT_BY_A_HUNG_TEST,
+    REPO,
+    SUBMISSION,
+    TESTS,
+    instructor_repository,
+    write_files,
+)
 
 TIMEOUT_S = 4
 
@@ -30,6 +38,8 @@ def graded(tmp_path_factory):
     write_files(submission, SUBMISSION)
     child_pid_file = str(root / "child.pid")
     os.environ["CHILD_PID_FILE"] = child_pid_file
+    with contextlib.suppress(FileNotFoundError):  # an earlier grading's, whose users are gone
+        os.unlink(LEFT_BY_A_HUNG_TEST)
     try:
         report = grade.grade(submission, TIMEOUT_S, 120, instructor)
     finally:

@@ -37,7 +37,8 @@ MEMORY_LIMIT = 3 * 2**30
 class Watchdog:
     """Runs pytest in `folder` until every selected test ran, or the budget is spent."""
 
-    def __init__(self, folder, work, env, budget_s, timeout_for, idle_s, pytest_args=()):
+    def __init__(self, folder, work, env, budget_s, timeout_for, idle_s, pytest_args=(),
+                 after_run=lambda: None):
         self.folder = folder  # the judge: the instructor's tests and code (grading/judge.py)
         self.work = work  # where the progress files and pytest's logs go
         self.env = env
@@ -50,6 +51,7 @@ class Watchdog:
         self.pytest_args = list(pytest_args)
         self.retried = set()  # tests that timed out once, and were (or are to be) run again alone
         self.retry = None  # the test the next run runs alone
+        self.after_run = after_run  # called once each pytest is gone: a killed test's leftovers
 
     def run(self):
         """Run, restart after each kill or crash; returns the merged Tests."""
@@ -125,6 +127,7 @@ class Watchdog:
                                        preexec_fn=limit_resources)
         ended = self.watch(process, progress, began, deadline)
         kill_tree(process)
+        self.after_run()
         returncode = process.wait()
         what = "profile" if number == 1 else f"{len(selection)} tests left"
         self.runs.append({"tests": what, "ended": ended,

@@ -39,14 +39,18 @@ pytest_plugins = ["tests.grading.plugin"]
 
 # tests/student_code.py: the submission's answer(), called in a child process in the sandbox, as
 # tests/harness.py calls the real assignment's code; only its printed JSON comes back.
-STUDENT_CODE = """
+# Where test_hang.py's child leaves a file before its test is killed (test_later.py looks).
+LEFT_BY_A_HUNG_TEST = "/tmp/left-by-a-hung-test-of-the-synthetic-assignment"
+STUDENT_CODE = f"""
 import json
 
 from tests.grading.sandbox import run_python
 
+LEFT_BY_A_HUNG_TEST = {LEFT_BY_A_HUNG_TEST!r}
+
 
 def answer(*args):
-    code = f"import json, student; print(json.dumps(student.answer(*{args!r})))"
+    code = f"import json, student; print(json.dumps(student.answer(*{{args!r}})))"
     done = run_python(["-c", code], timeout=60)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])
@@ -76,10 +80,15 @@ TESTS = {
 
         import pytest
 
+        from tests.grading.sandbox import run_python
+        from tests.student_code import LEFT_BY_A_HUNG_TEST
+
         pytestmark = pytest.mark.rubric("core.hang")
 
 
         def test_hangs_with_a_child_in_its_own_session():
+            # a file of the child user's, left in /tmp by a test that will be killed
+            run_python(["-c", f"open({LEFT_BY_A_HUNG_TEST!r}, 'w').close()"], timeout=60)
             child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
                                      start_new_session=True)
             with open(os.environ["CHILD_PID_FILE"], "w") as file:
@@ -116,7 +125,16 @@ TESTS = {
             assert False, "the hidden check's detail"
     """,
     "test_later.py": """
+        import os
+
         import pytest
+
+        from tests.student_code import LEFT_BY_A_HUNG_TEST
+
+
+        @pytest.mark.rubric("core.later")
+        def test_nothing_of_the_killed_run_is_left():
+            assert not os.path.lexists(LEFT_BY_A_HUNG_TEST)
 
 
         @pytest.mark.rubric("core.later")
