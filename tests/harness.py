@@ -2,7 +2,6 @@
 subprocess, and a function run in N real processes joined by a gloo process group."""
 import functools
 import os
-import shutil
 import struct
 import sys
 import time
@@ -173,8 +172,7 @@ def _launch(world_size, function, args, timeout_s, backend, measure=False):
     from runtime.launch import free_port
 
     target = (function.__module__, function.__qualname__)
-    folder = sandbox.fresh_folder()  # where the children write their results
-    try:
+    with sandbox.fresh_folder() as folder:  # where the children write their results
         worker_args = (world_size, free_port(), folder, sandbox.identity(), target, args,
                        timeout_s, backend, measure)
         try:
@@ -190,8 +188,6 @@ def _launch(world_size, function, args, timeout_s, backend, measure=False):
         results = [torch.load(os.path.join(folder, f"{rank}.pt"), weights_only=True)
                    for rank in range(world_size)]
         return list(zip(results, written)) if measure else results
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def count_writes(context, folder, world_size):

@@ -7,7 +7,6 @@ The code under test is imported inside the functions that run in the child proce
 top: this module is also imported by the process that decides the tests (tests/grading/judge.py).
 """
 import os
-import shutil
 import signal
 import time
 from datetime import timedelta
@@ -187,8 +186,7 @@ def failing_rank(rank, world_size, port, folder, child):
 
 
 def test_a_stalled_rank_times_out_and_a_killed_rank_ends_the_others_at_once():
-    folder = sandbox.fresh_folder()  # the ranks may run as another user: they write there
-    try:
+    with sandbox.fresh_folder() as folder:  # the ranks may run as another user: they write there
         context = multiprocessing.start_processes(
             failing_rank, args=(3, free_port(), folder, sandbox.identity()), nprocs=3,
             join=False, start_method=START_METHOD)
@@ -198,8 +196,6 @@ def test_a_stalled_rank_times_out_and_a_killed_rank_ends_the_others_at_once():
         sandbox.settle()
         survivors = [torch.load(os.path.join(folder, f"{rank}.pt"), weights_only=True)
                      for rank in (0, 1)]
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
     for seen in survivors:
         message, seconds = seen["stalled"]
         # the deadline, not gloo's 30 s, ended the wait, with one line naming the late rank

@@ -72,7 +72,6 @@ def begin_test(module):
     if uid != Child.uid:
         Child.handed_over = []
     Child.uid = uid
-    kill_processes_of(uid)  # a uid used again: nothing of its earlier module may remain
     Child.home = hand_over(tempfile.mkdtemp(prefix="home-", dir=SCRATCH))
 
 
@@ -82,8 +81,7 @@ def end_test():
         return
     settle()
     remove_files_of(Child.uid)
-    shutil.rmtree(Child.home, ignore_errors=True)  # by descriptors: follows no link
-    Child.handed_over.remove(Child.home)
+    discard(Child.home)
     Child.home = None
 
 
@@ -103,9 +101,22 @@ def hand_over(folder):
     return folder
 
 
+@contextlib.contextmanager
 def fresh_folder():
-    """A new empty folder for the current test's children to write, in the scratch folder."""
-    return hand_over(tempfile.mkdtemp(prefix="child-", dir=SCRATCH))
+    """A new empty folder for the current test's children to write, in the scratch folder;
+    removed, with what they left there, on leaving."""
+    folder = hand_over(tempfile.mkdtemp(prefix="child-", dir=SCRATCH))
+    try:
+        yield folder
+    finally:
+        discard(folder)
+
+
+def discard(folder):
+    """Remove a folder the judge made for children, and forget it."""
+    shutil.rmtree(folder, ignore_errors=True)  # by descriptors: follows no link
+    if folder in Child.handed_over:
+        Child.handed_over.remove(folder)
 
 
 def settle():
