@@ -8,26 +8,23 @@
 SUBMISSION_DIR (default: .) is a complete copy of the repository as a student hands it in. It is
 copied to a read-only folder of root's (the sandbox), and the instructor's tests/ (the folder next
 to this file, hidden tests excepted) and pyproject.toml are put over it: a submission that deletes
-or edits a test file is still graded by the instructor's tests. pytest runs in another folder, the
-judge's (tests/grading/judge.py: the instructor's code, the task modules as handed out), and
-never imports the submission: student code runs only in the children the tests start in the
-sandbox, and only data comes back. As root, those children run as uids of this grading alone, one
-per test module, with a fresh home per test, and nothing of a test outlives it
-(tests/grading/sandbox.py); the judge's folders (its code, the hidden tests, the progress files
-and logs) are root's alone. pytest runs the grading profile
-(tests/grading/profile.py: the rubric's tests that fit the budget), in its own process group,
-under a watchdog (tests/grading/runner.py): a test that runs past its timeout (default 60 s;
-some known-long tests more) is killed with its processes and run once more, alone; past its
-timeout again it is recorded as failed, and pytest goes on with the tests left; so does a pytest
-that crashes. Once a test of an item hung, that item's
-other tests are not run (the item is lost already; they would hang too). Tests not reached
-within the budget (default 300 s) are "not run", with the reason. CI is unset, so tests that
-need what the machine lacks (the real MNIST, root for Slurm, a GPU) are skipped and their items
-"not assessed", never 0. The real MNIST comes from $OFFLINE_DATA_DIR, else from ./data next to
-this file, never from the submission.
+or edits a test file is still graded by the instructor's tests. pytest runs once, in another
+folder, the judge's (tests/grading/judge.py: the instructor's code, the task modules as handed
+out), and never imports the submission: student code runs only in the children the tests start
+in the sandbox, and only data comes back. As root, those children run as uids of this grading
+alone, one per test module, with a fresh home per test, and nothing of a test outlives it
+(tests/grading/sandbox.py); the judge's folders (its code, the hidden tests, the report and log)
+are root's alone. pytest runs the grading profile (tests/grading/profile.py: the rubric's tests
+that fit the budget). A test whose children still run at its timeout (default 60 s; some
+known-long tests more) has them killed and fails; so does one whose child crashed. Once an item
+is lost its other tests are not run (they could not change it). Tests not reached within the
+budget (default 300 s) are "not run", and their item "not assessed", with the reason. CI is
+unset, so tests that need what the machine lacks (the real MNIST, root for Slurm, a GPU) are
+skipped and their items "not assessed", never 0; any other skip fails. The real MNIST comes from
+$OFFLINE_DATA_DIR, else from ./data next to this file, never from the submission.
 
---report PATH: the grade report as JSON (the rubric plugin's, merged over restarts: items, marks,
-each test's outcome and, unless it passed, its output), with the SHA-256 of every submitted file,
+--report PATH: the grade report as JSON (the rubric plugin's: items, marks, each test's outcome
+and, unless it passed, its output), with the SHA-256 of every submitted file,
 the profile, the runs, the time taken and the load average before and after.
 --gradescope PATH: Gradescope's results.json, one test per rubric item
 (tests/grading/gradescope.py); written even when nothing could be graded.
@@ -46,10 +43,10 @@ import time
 
 from tests.grading import calibration, gradescope, profile
 from tests.grading.judge import make_judge
-from tests.grading.merge import grade_report, test_entries
-from tests.grading.report import write_atomically
-from tests.grading.runner import Watchdog, descendants_of
-from tests.grading.sandbox import kill_processes_of, remove_files_of
+from tests.grading.plugin import Grading, load_rubric
+from tests.grading.report import BY_PERSON, totals, write_atomically
+from tests.grading.runner import run_pytest
+from tests.grading.sandbox import descendants_of, kill_processes_of, remove_files_of
 from tests.grading.submission import copy_submission, file_hashes
 
 INSTRUCTOR = os.path.dirname(os.path.abspath(__file__))  # its tests/ grade every submission
@@ -120,7 +117,7 @@ def contain(work, private, judge, sandbox, scratch, env):
     """As root: student code runs as users of this grading alone (GRADE_UIDS, one per test
     module: tests/grading/sandbox.py), who may enter `work` and `scratch` but list neither, read
     the sandbox and write nothing of it, and cannot enter the judge's folders (its code and
-    hidden tests; the progress files and logs). Returns the uids, and the report's notes."""
+    hidden tests; its report and log). Returns the uids, and the report's notes."""
     os.chmod(work, 0o711)
     os.chmod(scratch, 0o711)
     for folder in (private, judge):
@@ -200,34 +197,38 @@ def grade(submission, timeout_s, budget_s, instructor=None, stretch=1.0):
         env.update(GRADE_SANDBOX=sandbox, GRADE_SCRATCH=scratch)
         uids, more_notes = contain(work, private, judge, sandbox, scratch, env)
         notes += more_notes
-        def without_leftovers():  # a run killed mid-test: nothing of it reaches the next
+        # Whether the real MNIST is there is the grader's to say, not a variable student code
+        # can pop: only then is a test's skip for want of it excused.
+        excuse = [] if "OFFLINE_DATA_DIR" in env else ["--grade-excuse", NO_REAL_MNIST]
+        longest_s = max([timeout_s] + [stretch * seconds for _, seconds in profile.TIMEOUTS])
+        try:
+            report, run, failure = run_pytest(
+                judge, private, env, budget_s, longest_s,
+                ["--basetemp", os.path.join(scratch, "pytest"), "--grade-timeout",
+                 f"{timeout_s:g}", "--grade-stretch", f"{stretch:g}", *excuse])
+        finally:  # nothing of student code's reaches what comes next
             kill_processes_of(*uids)
             remove_files_of(*uids)
-
-        watchdog = Watchdog(judge, private, env, budget_s,
-                            # a named test's own timeout stretched, never under the default
-                            lambda nodeid: max(timeout_s,
-                                               stretch * profile.timeout_for(nodeid, 0)),
-                            idle_s=timeout_s,
-                            pytest_args=["--basetemp", os.path.join(scratch, "pytest")],
-                            after_run=without_leftovers)
-        try:
-            tests = watchdog.run()
-        finally:
-            without_leftovers()
-    # Whether the real MNIST is there is the grader's to say, not a variable student code can pop.
-    has_mnist = "OFFLINE_DATA_DIR" in env
-    tests.fail_skips(lambda reason: not has_mnist and NO_REAL_MNIST in reason)
-    report = grade_report(tests, watchdog.failure,
-                          os.path.join(instructor, "tests", "grading", "rubric.py"))
-    report["tests"] = test_entries(tests, report, profile.is_hidden)
-    report.update(submission=submission, files=hashes, notes=notes, failure=watchdog.failure,
+    if report is None:
+        report = lost_to(failure, os.path.join(instructor, "tests", "grading", "rubric.py"))
+    report.update(submission=submission, files=hashes, notes=notes, failure=failure,
                   profile={"patterns": profile.PROFILE, "left_out": profile.LEFT_OUT,
                            "timeouts": profile.TIMEOUTS,
                            "default_timeout_s": timeout_s, "budget_s": budget_s,
-                           "selected": len(tests.members)},
-                  runs=watchdog.runs,
+                           "selected": len(report["tests"])},
+                  runs=[run],
                   load_average={"before": load_before, "after": os.getloadavg()})
+    return report
+
+
+def lost_to(failure, rubric_path):
+    """The report of a run that ended without one: every item the tests grade lost, saying why."""
+    why = failure.splitlines()[0]
+    report = Grading(load_rubric(rubric_path), None).grade([why])
+    for item in report["items"]:
+        if item["status"] != BY_PERSON:  # no test could have changed it
+            item.update(status="lost", earned=0, because=why)
+    report.update(totals(report["items"]))
     return report
 
 

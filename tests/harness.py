@@ -14,8 +14,7 @@ from torch import multiprocessing
 from torch.multiprocessing.spawn import ProcessException
 
 from tests.grading import sandbox
-from tests.grading.runner import descendants_of
-from tests.grading.sandbox import SANDBOX
+from tests.grading.sandbox import SANDBOX, descendants_of
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Options for runs that check the data's sharding, not the MLP, a strategy or the timing: the given
@@ -172,17 +171,21 @@ def _launch(world_size, function, args, timeout_s, backend, measure=False):
     from runtime.launch import free_port
 
     target = (function.__module__, function.__qualname__)
+    if timeout_s is not None:  # the process group's own timeout ends within the test's time
+        timeout_s = max(1.0, sandbox.seconds_left(timeout_s))
     with sandbox.fresh_folder() as folder:  # where the children write their results
         worker_args = (world_size, free_port(), folder, sandbox.identity(), target, args,
                        timeout_s, backend, measure)
+        context = multiprocessing.start_processes(_worker, args=worker_args, nprocs=world_size,
+                                                  join=False, start_method=START_METHOD)
         try:
-            context = multiprocessing.start_processes(_worker, args=worker_args,
-                                                      nprocs=world_size, join=not measure,
-                                                      start_method=START_METHOD)
-            written = measure and count_writes(context, folder, world_size)
+            written = wait_for(context, folder, world_size, measure)
         except ProcessException as error:
             raise ChildFailed(str(error).strip()) from None
         finally:
+            for process in context.processes:  # past the deadline, or beside a rank that failed
+                if process.is_alive():
+                    sandbox.kill_with_descendants(process.pid)
             sandbox.settle()
             print_what_they_printed(folder, world_size)
         results = [torch.load(os.path.join(folder, f"{rank}.pt"), weights_only=True)
@@ -190,18 +193,23 @@ def _launch(world_size, function, args, timeout_s, backend, measure=False):
         return list(zip(results, written)) if measure else results
 
 
-def count_writes(context, folder, world_size):
-    """Until every rank has ended: each time all of them wait at their end (RANK.done), read the
-    bytes each wrote, then let them go. Returns each rank's count at the last such reading, less
-    its result and output files, which must not have changed since."""
+def wait_for(context, folder, world_size, measure):
+    """Until every rank has ended, or the test's time has run out (sandbox.TestTimedOut). With
+    `measure`: each time all of them wait at their end (RANK.done), read the bytes each wrote,
+    then let them go; returns each rank's count at the last such reading, less its result and
+    output files, which must not have changed since."""
     waiting = [os.path.join(folder, f"{rank}.done") for rank in range(world_size)]
     counted = None
     while not context.join(timeout=0.01):
-        if all(os.path.lexists(path) for path in waiting):
+        if sandbox.seconds_left() == 0:
+            raise sandbox.timed_out()
+        if measure and all(os.path.lexists(path) for path in waiting):
             counted = [(bytes_written(process.pid), own_files(folder, rank))
                        for rank, process in enumerate(context.processes)]
             for path in waiting:
                 os.unlink(path)
+    if not measure:
+        return None
     if counted is None:
         raise ChildFailed("the ranks ended without waiting to have their writes counted")
     for rank, (_, files) in enumerate(counted):
@@ -274,7 +282,7 @@ def _worker(rank, world_size, port, folder, child, target, args, timeout_s, back
     torch.save(result, os.path.join(folder, f"{rank}.pt"))
     sys.stdout.flush()
     sys.stderr.flush()
-    if measure:  # wait while the judge counts what this process wrote (count_writes)
+    if measure:  # wait while the judge counts what this process wrote (wait_for)
         done = os.path.join(folder, f"{rank}.done")
         open(done, "w").close()
         while os.path.exists(done):

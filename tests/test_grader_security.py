@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from tests.grading.synthetic import PROFILE, REPO, instructor_repository, write_files
+from tests.grading.synthetic import REPO, instructor_repository, write_files
 
 HIDDEN_SECRET = "the-hidden-tests-secret-7d3f"
 TESTS = {
@@ -130,26 +130,23 @@ if results and os.fork() == 0:
     os._exit(0)
 """
 
-# Finds the one pytest whose command line names the progress file grade.py reads the outcomes
-# from, and the folders it and grade.py run in.
+# Finds the one pytest whose command line names the grade report grade.py reads, and the
+# folders it and grade.py run in.
 FIND_THE_JUDGE = ANCESTOR_WITH + """
-JUDGE, PROGRESS = ancestor_with("--grade-progress")
+JUDGE, REPORT = ancestor_with("--grade-report")
 if JUDGE is None:
     raise SystemExit("no judge found")
 # the folders the judge and grade.py (its parent) run in: each reads tests/grading/rubric.py
 FOLDERS = [os.readlink(f"/proc/{pid}/cwd") for pid in (JUDGE, parent_of(JUDGE))]
 """
 
-# As pytest's own plugin would write them, appends "passed" for both tests and the run's end,
-# then kills the judge: grade.py would take those events as the outcomes.
-FORGE_EVENTS = FIND_THE_JUDGE + """
-with open(PROGRESS, "a") as file:
-    for name in ("test_the_answer", "test_the_answer_on_the_real_data"):
-        for when in ("setup", "call", "teardown"):
-            file.write(json.dumps({"event": "report", "time": time.time(), "when": when,
-                                   "nodeid": f"tests/test_fast.py::{name}", "outcome": "passed",
-                                   "duration": 0.0, "output": None}) + "\\n")
-    file.write(json.dumps({"event": "finish", "time": time.time(), "exitstatus": 0}) + "\\n")
+# Writes a report of full marks where the judge's goes, then kills the judge: grade.py would read
+# it as the plugin's.
+FORGE_THE_REPORT = FIND_THE_JUDGE + """
+with open(REPORT, "w") as file:
+    json.dump({"total_earned": 6, "total_assessed": 6, "total_available": 6,
+               "total_graded_by_person": 0, "complete": True, "incomplete_because": [],
+               "items": [], "tests": []}, file)
 os.kill(JUDGE, signal.SIGKILL)
 os._exit(0)
 """
@@ -243,7 +240,7 @@ def answer(data=None):
 """
 
 TRICKS = {
-    "forges the progress events": {"student.py": FORGE_EVENTS + WRONG_ON_DATA},
+    "forges the grade report": {"student.py": FORGE_THE_REPORT + WRONG_ON_DATA},
     "rewrites the rubric": {"student.py": REWRITE_RUBRIC + WRONG_ON_DATA},
     "registers a pytest plugin": {"student.py": PLUGIN_IN_PROCESS + WRONG_ON_DATA},
     # the real-data test skips, and its item used to be earned on the other test
@@ -279,21 +276,6 @@ TRICKS = {
 }
 
 
-# synthetic.py's profile, with what grade.py reads of one when it runs as a command
-PROFILE_OF_GRADE_PY = PROFILE + """
-PROFILE = LEFT_OUT = TIMEOUTS = ()
-DEFAULT_TIMEOUT_S = 60
-BUDGET_S = 300
-
-
-def timeout_for(nodeid, default):
-    return default
-
-
-def is_hidden(nodeid):
-    return nodeid.startswith(HIDDEN_TESTS)
-"""
-
 
 def fake_mnist(folder):
     """The grader's MNIST folder: the four file names are all it checks."""
@@ -319,7 +301,6 @@ def instructor_and_submission(root, files):
     instructor = instructor_repository(str(root / "instructor"), TESTS,
                                        item_marks=(("core.fast", 2), ("core.fail", 4)))
     shutil.copy(os.path.join(REPO, "grade.py"), instructor)
-    write_files(instructor, {"tests/grading/profile.py": PROFILE_OF_GRADE_PY})
     rubric = os.path.join(instructor, "tests", "grading", "rubric.py")
     submission = root / "submission"
     write_files(str(submission), {name: text for name, text in files.items()
@@ -392,7 +373,7 @@ def test_the_honest_submission_earns_its_marks(tmp_path):
 
 
 # Stopped only where student code runs as another user than the grader's (as root).
-AS_ROOT_ONLY = ("forges the progress events", "reads the hidden tests",
+AS_ROOT_ONLY = ("forges the grade report", "reads the hidden tests",
                 "links a root file into its folders", "writes the instructor's tests",
                 "leaves a file for a later test")
 
@@ -444,7 +425,7 @@ def test_a_trick_earns_nothing_and_results_json_says_what_was_refused(tmp_path, 
 
 # The tricks that reach for the grader's state, the results, or a root file: where the layout
 # differs from grade.py's own (the others act in the same grade.py, graded above).
-IN_THE_LAYOUT = ("forges the progress events", "a daemon rewrites the results",
+IN_THE_LAYOUT = ("forges the grade report", "a daemon rewrites the results",
                  "links a root file into its folders")
 
 

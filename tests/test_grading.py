@@ -5,7 +5,6 @@ import ast
 import json
 import re
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -570,14 +569,3 @@ def test_grading_md_lists_every_rubric_item_with_its_marks_in_the_rubrics_order(
     rows = re.findall(r"^\| `([\w.]+)`[^|]*\| ([\d.]+) \|", grading, re.M)
     assert rows == [(item.id, f"{item.marks:g}") for item in rubric.items.values()]
 
-
-def test_the_watchdog_times_a_test_from_when_it_read_its_start_not_from_what_the_event_claims():
-    from tests.grading.record import Tests
-
-    tests = Tests()
-    before = time.time()
-    tests.apply({"event": "start", "time": 0.0, "nodeid": "tests/test_a.py::test_b"})
-    # an event claiming the epoch began the test would otherwise look 56 years old (or, claiming
-    # the future, never time out)
-    assert tests.started["tests/test_a.py::test_b"] >= before
-    assert tests.last_event >= before

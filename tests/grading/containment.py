@@ -1,12 +1,21 @@
-"""The judge's pytest plugin for containment (grade.py's runner loads it with -p): each test's
-children get their module's user and a fresh home (tests/grading/sandbox.py), pytest's temporary
-folders are handed to that user as they are made, and nothing of a test outlives it."""
+"""The judge's pytest plugin for containment (grade.py's runner loads it with -p): each test gets
+a deadline, and its children their module's user and a fresh home (tests/grading/sandbox.py);
+pytest's temporary folders are handed to that user as they are made; nothing of a test outlives
+it."""
 import os
 
 import pytest
 from _pytest.tmpdir import TempPathFactory
 
-from tests.grading import sandbox
+from tests.grading import profile, sandbox
+
+
+def pytest_addoption(parser):
+    """--grade-timeout and --grade-stretch."""
+    parser.addoption("--grade-timeout", type=float, default=profile.DEFAULT_TIMEOUT_S,
+                     metavar="S", help="seconds a test's children may run, at least")
+    parser.addoption("--grade-stretch", type=float, default=1.0, metavar="X",
+                     help="the factor on a test's own timeout (tests/grading/profile.py)")
 
 
 def pytest_configure(config):
@@ -25,8 +34,12 @@ def pytest_configure(config):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """A user and a home before the test's set-up; its processes and home gone after teardown."""
-    sandbox.begin_test(item.nodeid.split("::")[0])
+    """A deadline, a user and a home before the test's set-up; its processes and home gone after
+    its teardown."""
+    config = item.config
+    timeout_s = max(config.getoption("grade_timeout"),
+                    config.getoption("grade_stretch") * profile.timeout_for(item.nodeid, 0))
+    sandbox.begin_test(item.nodeid.split("::")[0], timeout_s)
     try:
         yield
     finally:

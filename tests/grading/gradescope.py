@@ -1,4 +1,4 @@
-"""Gradescope's results.json from a grade report (merge.py's, with grade.py's per-test entries).
+"""Gradescope's results.json from a grade report (the plugin's, with what grade.py adds).
 
 One Gradescope test per rubric item, worth the item's marks: the rubric grades an item all or
 nothing (it earns its marks when every one of its tests passed), so splitting its marks over its
@@ -16,8 +16,7 @@ Every item is "visible": the checks are objective, so a student can act on them 
 deadline; what else needs a human reader (each item's needs_human) is read by hand too.
 """
 
-from tests.grading.progress import tail
-from tests.grading.report import BY_PERSON, totals_line
+from tests.grading.report import BY_PERSON, tail, totals_line
 
 ITEM_OUTPUT_LIMIT = 20000  # characters per entry
 FAILURE_LIMIT = 1500  # characters of each failed test under its item: its end says why

@@ -20,19 +20,24 @@ defaults ("tests", ()).
 xfail: a strict xfail that failed as expected counts as passed (the failure is what it specifies);
 a non-strict xfail counts as skipped, whatever happened (a test allowed to fail proves nothing);
 a strict XPASS is a failure, as pytest reports it. The table and the JSON are written by report.py.
-grade.py runs pytest with --grade-profile and --grade-progress (progress.py), and grades restarts.
+Under --grade-profile, once an item is lost its other tests are not run (they could not change
+it; an unfinished submission fails fast). grade.py adds --grade-budget: past it no test starts,
+and an item with a test the budget cut is "not assessed", never earned on a part; a skip then
+fails unless its reason holds a --grade-excuse (the grader lacks the real MNIST, say).
 """
 import ast
 import importlib.util
 import os
+import time
 
 import pytest
 
-from tests.grading.profile import collects, in_profile
-from tests.grading.progress import Progress
+from tests.grading.profile import collects, in_profile, is_hidden
 from tests.grading.report import (
     BY_PERSON,
     OUTCOMES,
+    failure_text,
+    skip_reason,
     tests_count,
     totals,
     write_atomically,
@@ -52,8 +57,11 @@ def pytest_addoption(parser):
                     help="list the tests of every rubric item")
     group.addoption("--grade-profile", action="store_true",
                     help="run only the grading profile (tests/grading/profile.py)")
-    group.addoption("--grade-progress", metavar="PATH",
-                    help="append each collection, start and outcome to PATH as it happens")
+    group.addoption("--grade-budget", type=float, metavar="S",
+                    help="grade.py's run: no test starts after S seconds, and a skip fails "
+                    "unless excused")
+    group.addoption("--grade-excuse", action="append", default=[], metavar="TEXT",
+                    help="under --grade-budget, a skip whose reason holds TEXT does not fail")
 
 
 def pytest_configure(config):
@@ -62,10 +70,10 @@ def pytest_configure(config):
                                        "(tests/grading/rubric.py)")
     report = config.getoption("grade_report")
     grading = Grading(load_rubric(config.getoption("rubric")), report and os.path.abspath(report))
+    grading.profile = config.getoption("grade_profile")
+    grading.budget_s = config.getoption("grade_budget")
+    grading.excuses = config.getoption("grade_excuse")
     config.pluginmanager.register(grading, "grading-run")
-    progress = config.getoption("grade_progress")
-    if progress and not hasattr(config, "workerinput"):
-        config.pluginmanager.register(Progress(progress, grading, outcome_of), "grading-progress")
 
 
 def pytest_ignore_collect(collection_path, config):
@@ -164,6 +172,16 @@ class Grading:
         self.broken_modules = []  # node ids of modules that could not be collected
         self.deselected = set()  # node ids deselected by -k or -m
         self.outcomes = {}  # node id -> passed, failed or skipped
+        self.outputs = {}  # node id -> its failure, or why it was skipped or not run
+        self.durations = {}  # node id -> seconds, over its phases
+        self.broken_output = {}  # module node id -> why it could not be collected
+        self.not_run = set()  # node ids the run chose not to run (below)
+        self.budget_cut = set()
+        self.lost = set()  # item ids a failed test lost
+        self.profile = False
+        self.budget_s = None
+        self.excuses = []
+        self.started = time.monotonic()
         self.report = None
         self.write_error = None
 
@@ -229,15 +247,46 @@ class Grading:
         """Remember the modules that could not be collected."""
         if report.failed:
             self.broken_modules.append(report.nodeid)
+            self.broken_output[report.nodeid] = report.longreprtext
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item):
+        """Under the grading profile, a test is not run once its items are lost, nor under
+        --grade-budget once the budget is spent."""
+        ids = set(self.members.get(item.nodeid, ()))
+        why = None
+        if self.budget_s and time.monotonic() - self.started > self.budget_s:
+            self.budget_cut.add(item.nodeid)
+            why = f"not run: the grading budget of {self.budget_s:g} s ran out before this test"
+        elif self.profile and ids and ids <= self.lost:
+            why = f"not run: {', '.join(sorted(ids))} already lost to a failed test"
+        if why:
+            self.not_run.add(item.nodeid)
+            self.outputs[item.nodeid] = why
+            pytest.skip(why)
 
     def pytest_runtest_logreport(self, report):
-        """Record a test's outcome; a failure in any phase wins."""
+        """Record a test's outcome (a failure in any phase wins), time and output."""
+        nodeid = report.nodeid
         ids = tuple(value for key, value in report.user_properties if key == "rubric_item")
         if ids:
-            self.members.setdefault(report.nodeid, ids)
+            self.members.setdefault(nodeid, ids)
+        self.durations[nodeid] = self.durations.get(nodeid, 0.0) + report.duration
+        if nodeid in self.not_run:
+            return
         outcome = outcome_of(report, ("rubric_strict_xfail", True) in report.user_properties)
-        if outcome and self.outcomes.get(report.nodeid) != "failed":
-            self.outcomes[report.nodeid] = outcome
+        output = failure_text(report) if report.failed else \
+            skip_reason(report) if report.skipped else None
+        if outcome == "skipped" and self.budget_s and not any(excuse in output
+                                                              for excuse in self.excuses):
+            outcome, output = "failed", ("skipped, and under the grader a test may not skip "
+                                         f"(only for a resource the grader lacks): {output}")
+        if outcome == "failed":
+            self.lost.update(ids)
+        if output:
+            self.outputs[nodeid] = (self.outputs.get(nodeid, "") + "\n" + output).strip()
+        if outcome and self.outcomes.get(nodeid) != "failed":
+            self.outcomes[nodeid] = outcome
 
     def pytest_sessionfinish(self, session, exitstatus):
         """Grade the run and write the report (not on xdist workers or --collect-only)."""
@@ -256,34 +305,64 @@ class Grading:
     def grade(self, reasons):
         """The grade report: every item graded, the totals, and why it may be incomplete."""
         items = [self.grade_item(item) for item in self.rubric.items.values()]
-        not_run = [nodeid for nodeid in self.members if nodeid not in self.outcomes]
+        not_run = [nodeid for nodeid in self.members
+                   if nodeid not in self.outcomes and nodeid not in self.not_run]
         deselected = sum(nodeid in self.deselected for nodeid in not_run)
         if deselected:
             reasons.append(f"{tests_count(deselected)} of the rubric deselected")
         if len(not_run) > deselected:
             reasons.append(f"{tests_count(len(not_run) - deselected)} of the rubric never run")
+        if self.budget_cut:
+            reasons.append(f"the budget ran out: {tests_count(len(self.budget_cut))} not run")
         if self.broken_modules:
             reasons.append(f"could not collect {', '.join(self.broken_modules)}")
         return {
             **totals(items),
             "complete": not reasons, "incomplete_because": reasons,
             "items": items,
+            "tests": self.test_entries(),
             "tests_outside_the_rubric": self.outside,
             "rubric": self.rubric.path,
         }
+
+    def test_entries(self):
+        """Every graded test with its items, outcome, time and, unless it passed, its output;
+        and each module that could not be collected, with the items it counts for."""
+        entries = []
+        for nodeid, ids in self.members.items():
+            outcome = "not_run" if nodeid in self.not_run else \
+                self.outcomes.get(nodeid, "not_run")
+            entry = {"nodeid": nodeid, "items": list(ids), "outcome": outcome,
+                     "duration_s": round(self.durations.get(nodeid, 0.0), 2),
+                     "hidden": is_hidden(nodeid)}
+            if outcome != "passed":
+                entry["output"] = self.outputs.get(nodeid, "")
+            entries.append(entry)
+        for module in self.broken_modules:
+            entries.append({"nodeid": module, "items": self.rubric.items_of_module(module),
+                            "outcome": "failed", "duration_s": 0.0, "hidden": is_hidden(module),
+                            "output": "could not be collected:\n"
+                                      + self.broken_output.get(module, "")})
+        return entries
 
     def grade_item(self, item):
         """One item's entry: its tests by outcome, its status and the marks it earned."""
         tests = {outcome: [] for outcome in OUTCOMES}
         for nodeid, ids in self.members.items():
-            if item.id in ids:
+            if item.id in ids and nodeid in self.not_run:
+                tests["not_run"].append(nodeid)
+            elif item.id in ids:
                 tests[self.outcomes.get(nodeid, "not_run")].append(nodeid)
         tests["failed"] += [module for module in self.broken_modules
                             if item.id in self.rubric.items_of_module(module)]
         status = "lost" if tests["failed"] else "earned" if tests["passed"] else "not assessed"
-        if self.rubric.by_person(item.id):  # no rule gives it tests (checked at load time)
+        because = {}
+        if status == "earned" and self.budget_cut.intersection(tests["not_run"]):
+            status = "not assessed"  # a test the budget cut proves nothing either way
+            because = {"because": "the grading budget ran out before some of its tests"}
+        if self.rubric.by_person(item.id):  # no test counts for it (checked at load time)
             status = BY_PERSON
-        return {"id": item.id, "title": item.title, "marks": item.marks,
+        return {**because, "id": item.id, "title": item.title, "marks": item.marks,
                 "earned": {"earned": item.marks, "lost": 0}.get(status), "status": status,
                 "graded_by": graded_by(item), "builds_on": list(builds_on(item)),
                 "tests": tests,

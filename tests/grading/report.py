@@ -11,6 +11,7 @@ import textwrap
 OUTCOMES = ("passed", "failed", "skipped", "not_run")
 BY_PERSON = "graded by a person"  # the status of an item no test earns
 NEEDS_HUMAN_WIDTH = 60  # characters of an item's needs_human in the table
+OUTPUT_LIMIT = 6000  # characters of a failure kept: a student's code may print from every rank
 
 
 def write_atomically(path, document):
@@ -94,3 +95,26 @@ def first_few(names, count=3):
     """The first `count` names, and how many more."""
     more = f" and {len(names) - count} more" if len(names) > count else ""
     return ", ".join(names[:count]) + more
+
+
+def failure_text(report):
+    """A failed phase as pytest prints it, then what the test printed: each cut to its end."""
+    parts = [tail(report.longreprtext)]
+    for title, content in report.sections:
+        if content.strip():
+            parts.append(f"--- {title} ---\n{tail(content)}")
+    return "\n".join(parts)
+
+
+def skip_reason(report):
+    """Why a test was skipped: pytest keeps (file, line, reason) for a skip."""
+    if isinstance(report.longrepr, tuple):
+        return report.longrepr[2]
+    return tail(report.longreprtext)
+
+
+def tail(text, limit=OUTPUT_LIMIT):
+    """The last `limit` characters of `text`, saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    return f"[... {len(text) - limit} characters cut ...]\n{text[-limit:]}"

@@ -15,6 +15,9 @@ from checks of what a child did:
 - After each launch and each test, every process of that user is killed (nothing of a test
   outlives it), and links it left in its folders are removed (settle()), so what the judge reads
   there afterwards is a file of that user's, not a path to the judge's.
+- Under grade.py, with or without root, each test has a deadline: a launch still running at it is
+  killed with its descendants and the test fails (TestTimedOut). The judge runs no student code,
+  so a hang or a crash of it ends its own test, never the run.
 """
 import contextlib
 import importlib
@@ -49,11 +52,17 @@ KILL_WITHIN_S = 10
 SHARED_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue")
 
 
+class TestTimedOut(Exception):
+    """The current test's time ran out while its children ran: they were killed."""
+
+
 class Child:
     """Who the current test's children are: a uid, and the home made for them (None: as the
-    judge, in the sandbox)."""
+    judge, in the sandbox); and when the test's time runs out (None: never)."""
     uid = None
     home = None
+    deadline = None  # time.monotonic()
+    timeout_s = None
     handed_over = []  # the folders given to uid (home included), settled after each launch
     module_uids = {}  # test module -> uid
 
@@ -63,8 +72,11 @@ def identity():
     return (Child.uid, Child.home) if Child.uid is not None else None
 
 
-def begin_test(module):
-    """As the judge, before a test of `module` sets up: its module's user, and a fresh home."""
+def begin_test(module, timeout_s=None):
+    """As the judge, before a test of `module` sets up: its deadline, `timeout_s` from now; its
+    module's user, and a fresh home."""
+    Child.timeout_s = timeout_s
+    Child.deadline = None if timeout_s is None else time.monotonic() + timeout_s
     if not UIDS:
         return
     first, count = UIDS
@@ -77,6 +89,7 @@ def begin_test(module):
 
 def end_test():
     """As the judge, after a test's teardown: its children gone, its home removed."""
+    Child.deadline = None
     if Child.uid is None:
         return
     settle()
@@ -181,6 +194,49 @@ def remove_files_of(*uids):
                     os.unlink(entry.path)
 
 
+def seconds_left(timeout_s=None):
+    """`timeout_s`, or what is left of the current test's time where that is less."""
+    if Child.deadline is None:
+        return timeout_s
+    left = max(0.0, Child.deadline - time.monotonic())
+    return left if timeout_s is None else min(timeout_s, left)
+
+
+def timed_out():
+    """The failure of a test whose time ran out (its children have been killed)."""
+    return TestTimedOut(f"timed out after {Child.timeout_s:g} s (a hang in a collective?): the "
+                        "grader killed the test's processes")
+
+
+def kill_with_descendants(pid):
+    """SIGKILL a process and every process below it, found first."""
+    for process in [*descendants_of(pid), pid]:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(process, signal.SIGKILL)
+
+
+def descendants_of(root):
+    """Every live descendant of `root`, from /proc (empty where there is no /proc)."""
+    children = {}
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as file:
+                stat = file.read()
+        except OSError:
+            continue
+        parent = int(stat[stat.rfind(")") + 2:].split()[1])  # after "pid (comm) state"
+        children.setdefault(parent, []).append(int(name))
+    found = []
+    stack = [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
 def child_process(env=None):
     """subprocess keyword arguments that start a fresh process of student code: in the sandbox,
     as the current test's user where there is one, with `env` (default: the judge's) pointing
@@ -208,14 +264,18 @@ def run_python(arguments, timeout=None, env=None):
 def run(command, timeout=None, **options):
     """subprocess.run(command, capture_output=True, text=True, timeout=timeout, **options), but
     each stream goes to a file, and bounded() of it comes back: a flood of output fills neither
-    the judge's memory nor its log. The child's user is settled after it."""
+    the judge's memory nor its log. The child's user is settled after it. Past the test's
+    deadline, it is killed with its descendants, and the test fails (TestTimedOut)."""
+    limited = seconds_left(timeout)
     with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
         process = subprocess.Popen(command, stdout=stdout, stderr=stderr, **options)
         try:
-            process.wait(timeout=timeout)
+            process.wait(timeout=limited)
         except subprocess.TimeoutExpired:
-            process.kill()
+            kill_with_descendants(process.pid)
             process.wait()
+            if limited != timeout:
+                raise timed_out() from None
             raise
         finally:
             settle()

@@ -1,8 +1,8 @@
 """A tiny assignment for tests/test_grade.py: an instructor's repository and a submission.
 
 The instructor's repository has the real grading plugin with a small rubric (one item of it
-graded by a person) and profile, and tests that pass, fail, hang, crash or fail slowly; the tests
-call the submission's module in a child process, as the real ones do (STUDENT_CODE); the
+graded by a person) and profile, and tests that pass or fail, or whose child hangs or crashes; the
+tests call the submission's module in a child process, as the real ones do (STUDENT_CODE); the
 submission has that module, and what a submission must not be able to do: a conftest.py that
 would skip every test, and its own copy of a test file.
 """
@@ -31,7 +31,7 @@ ITEMS.append(Item("doc.prose", "The prose", 2, "", "Read the document: is it arg
                   graded_by="person"))
 """
 ITEM_MARKS = (("core.fast", 2), ("core.hang", 3), ("core.crash", 1), ("core.fail", 4),
-              ("core.later", 5), ("core.slow", 1))
+              ("core.later", 5))
 
 CONFTEST = """
 pytest_plugins = ["tests.grading.plugin"]
@@ -73,11 +73,6 @@ TESTS = {
             assert False
     """,
     "test_hang.py": """
-        import os
-        import subprocess
-        import sys
-        import time
-
         import pytest
 
         from tests.grading.sandbox import run_python
@@ -85,32 +80,39 @@ TESTS = {
 
         pytestmark = pytest.mark.rubric("core.hang")
 
+        # a file of the child user's left in /tmp, and a grandchild in a session of its own
+        HANG = f\"\"\"
+        import os, subprocess, sys, time
+        open({LEFT_BY_A_HUNG_TEST!r}, 'w').close()
+        child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'],
+                                 start_new_session=True)
+        with open(os.environ['CHILD_PID_FILE'], 'w') as file:
+            file.write(str(child.pid))
+        time.sleep(600)
+        \"\"\"
+
 
         def test_hangs_with_a_child_in_its_own_session():
-            # a file of the child user's, left in /tmp by a test that will be killed
-            run_python(["-c", f"open({LEFT_BY_A_HUNG_TEST!r}, 'w').close()"], timeout=60)
-            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
-                                     start_new_session=True)
-            with open(os.environ["CHILD_PID_FILE"], "w") as file:
-                file.write(str(child.pid))
-            time.sleep(600)
+            run_python(["-c", HANG], timeout=600)
 
 
         def test_hangs_as_well():
-            time.sleep(600)
+            run_python(["-c", "import time; time.sleep(600)"], timeout=600)
     """,
     "test_crash.py": """
-        import os
         import signal
 
         import pytest
+
+        from tests.grading.sandbox import run_python
 
         pytestmark = pytest.mark.rubric("core.fast")
 
 
         @pytest.mark.rubric("core.crash")
         def test_dies():
-            os.kill(os.getpid(), signal.SIGSEGV)
+            done = run_python(["-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"])
+            assert done.returncode == 0, f"killed by {signal.Signals(-done.returncode).name}"
 
 
         def test_survives():
@@ -142,22 +144,6 @@ TESTS = {
             print("printed by the later test")
     """,
     "test_not_in_profile.py": "import no_such_module\n",
-    "test_slow.py": """
-        import time
-
-        import pytest
-
-        pytestmark = pytest.mark.rubric("core.slow")
-
-
-        def test_fails_after_most_of_its_timeout():  # as a collective's own timeout does
-            time.sleep(2.5)
-            assert False
-
-
-        def test_would_fail_slowly_too():
-            time.sleep(2.5)
-    """,
 }
 
 SUBMISSION = {
@@ -171,6 +157,9 @@ SUBMISSION = {
 PROFILE = """
 HIDDEN_TESTS = ("tests/test_integrity.py",)
 TASK_FILES = ()
+PROFILE = LEFT_OUT = TIMEOUTS = ()
+DEFAULT_TIMEOUT_S = 60
+BUDGET_S = 300
 
 
 def in_profile(nodeid):
@@ -179,6 +168,14 @@ def in_profile(nodeid):
 
 def collects(path):
     return path != "tests/test_not_in_profile.py"
+
+
+def timeout_for(nodeid, default):
+    return default
+
+
+def is_hidden(nodeid):
+    return nodeid.startswith(HIDDEN_TESTS)
 """
 
 
