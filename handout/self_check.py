@@ -43,7 +43,7 @@ def solution_files(source, handout):
 
 def hung_tests(report):
     """The tests the grader killed at their timeout."""
-    return [test["name"] for test in report.get("tests", [])
+    return [test["nodeid"] for test in report.get("tests", [])
             if "timed out" in (test.get("output") or "")]
 
 
