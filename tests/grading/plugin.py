@@ -166,8 +166,8 @@ class Grading:
     def __init__(self, rubric, report_path):
         self.rubric = rubric
         self.report_path = report_path
-        # node id -> item ids, every graded test (collected here, or seen in a report)
-        self.members = {}
+        self.members = {}  # node id -> item ids, every graded test
+        self.strict_xfail = set()  # node ids
         self.outside = []  # node ids outside the rubric
         self.broken_modules = []  # node ids of modules that could not be collected
         self.deselected = set()  # node ids deselected by -k or -m
@@ -228,15 +228,13 @@ class Grading:
             raise pytest.UsageError("; ".join(problems))
 
     def classify(self, test, ids):
-        """Record a test's rubric items, in its keywords and its reports."""
+        """Record a test's rubric items, also as keywords (-k core.ring)."""
         if not ids:
             self.outside.append(test.nodeid)
         else:
             test.extra_keyword_matches.update(ids)
-            # Reports carry the items, so a controller that never saw the test (xdist) can grade it.
-            test.user_properties.extend(("rubric_item", item_id) for item_id in ids)
             if xfail_is_strict(test):
-                test.user_properties.append(("rubric_strict_xfail", True))
+                self.strict_xfail.add(test.nodeid)
             self.members[test.nodeid] = ids
 
     def pytest_deselected(self, items):
@@ -268,13 +266,11 @@ class Grading:
     def pytest_runtest_logreport(self, report):
         """Record a test's outcome (a failure in any phase wins), time and output."""
         nodeid = report.nodeid
-        ids = tuple(value for key, value in report.user_properties if key == "rubric_item")
-        if ids:
-            self.members.setdefault(nodeid, ids)
+        ids = self.members.get(nodeid, ())
         self.durations[nodeid] = self.durations.get(nodeid, 0.0) + report.duration
         if nodeid in self.not_run:
             return
-        outcome = outcome_of(report, ("rubric_strict_xfail", True) in report.user_properties)
+        outcome = outcome_of(report, nodeid in self.strict_xfail)
         output = failure_text(report) if report.failed else \
             skip_reason(report) if report.skipped else None
         if outcome == "skipped" and self.budget_s and not any(excuse in output
@@ -289,10 +285,9 @@ class Grading:
             self.outcomes[nodeid] = outcome
 
     def pytest_sessionfinish(self, session, exitstatus):
-        """Grade the run and write the report (not on xdist workers or --collect-only)."""
+        """Grade the run and write the report (not under --collect-only)."""
         config = session.config
-        worker = hasattr(config, "workerinput")  # xdist: the controller grades
-        if worker or config.option.collectonly or exitstatus == pytest.ExitCode.USAGE_ERROR:
+        if config.option.collectonly or exitstatus == pytest.ExitCode.USAGE_ERROR:
             return
         self.report = self.grade(incomplete_because(session, exitstatus))
         if self.report_path:
