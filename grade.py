@@ -194,7 +194,7 @@ def grade(submission, timeout_s, budget_s, instructor=None, stretch=1.0):
         make_judge(instructor, judge)
         os.makedirs(private)
         os.makedirs(scratch)
-        env.update(GRADE_SANDBOX=sandbox, GRADE_SCRATCH=scratch)
+        env.update(GRADE_SANDBOX=sandbox, GRADE_SCRATCH=scratch, GRADE_STRETCH=f"{stretch:g}")
         uids, more_notes = contain(work, private, judge, sandbox, scratch, env)
         notes += more_notes
         # Whether the real MNIST is there is the grader's to say, not a variable student code

@@ -24,11 +24,12 @@ import os
 import platform
 import signal
 import sys
+import tempfile
 import time
 
 import torch
 
-from runtime import checkpoint, data
+from runtime import checkpoint, collective_record, data, faults
 from runtime.across_ranks import gather, sum_over_ranks
 from runtime.guards import TrainingDiverged
 from runtime.launch import (
@@ -86,7 +87,10 @@ def main(argv=None):
         if fork:
             import torch._dynamo  # noqa: F401
 
-        failure = launch_local(run_rank, world_size, args, args.master_port, fork=fork)
+        with tempfile.TemporaryDirectory(prefix="collective-record-") as record:
+            os.environ[collective_record.FOLDER_VARIABLE] = record  # the ranks inherit it
+            failure = launch_local(run_rank, world_size, args, args.master_port, fork=fork)
+            verdict = collective_record.verdict_once(record) if failure else ""
     except (data.DataError, LaunchError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -98,6 +102,7 @@ def main(argv=None):
         if code != 2:  # a rank that exits 2 has already said what was wrong with the input
             print(f"error: rank {rank} failed (exit code {code}); the other ranks were stopped",
                   file=sys.stderr)
+        print(verdict, file=sys.stderr, end="")
         return code if code and code > 0 else 1
     return 0
 
@@ -111,6 +116,8 @@ def run_rank(placement, args):
     raise Stopped here."""
     try:
         train_rank(placement, args)
+        if placement.launcher in ("torchrun", "slurm"):  # a local launch removes its folder
+            collective_record.discard()
         if placement.launcher != "single":
             exit_now(0, placement)
     except (data.DataError, LaunchError) as error:
@@ -142,6 +149,7 @@ def train_rank(placement, args):
     with process_group(placement, backend, args.timeout):
         device = device_for(backend, placement.local_rank)
         dataset = prepare_data(placement, args)
+        record_collectives(placement, args)  # from here on: a download is no hang
         model = build_model(args.model, args.hidden_sizes, args.dropout).to(device)
         parameters = count_parameters(model)  # before a sharded wrapper cuts it up
         timer = StepTimer(device, args.warmup_steps, args.trace_steps if args.trace else 0)
@@ -160,6 +168,17 @@ def train_rank(placement, args):
             write_results(args, environment, outcome, time.perf_counter() - started)
             if args.save_model:
                 checkpoint.save_atomic(final_state, args.save_model)
+
+
+def record_collectives(placement, args):
+    """Every collective this rank starts goes into its record (runtime/collective_record.py),
+    and a hang longer than --hang-timeout ends the run with the record's verdict."""
+    if placement.world_size == 1:
+        return
+    collective_record.install(collective_record.run_folder(), placement.rank,
+                              placement.world_size, args.hang_timeout)
+    if args.debug_skip_all_reduce and placement.rank == args.debug_exit_rank:
+        faults.skip_an_all_reduce(args.debug_skip_all_reduce, placement.rank)
 
 
 def prepare_data(placement, args):

@@ -1,11 +1,16 @@
-"""Faults injected on purpose, for the tests: a rank that dies, a rank that lags.
+"""Faults injected on purpose, for the tests: a rank that dies, a rank that lags, a rank that
+skips an all-reduce.
 
-The options are hidden from --help: --debug-exit-rank with --debug-exit-step, and
---debug-slow-rank.
+The options are hidden from --help: --debug-exit-rank with --debug-exit-step, --debug-slow-rank,
+and --debug-skip-all-reduce N with --debug-exit-rank.
 """
+import itertools
 import os
 import sys
 import time
+
+import torch
+import torch.distributed as dist
 
 
 class FaultInjection:
@@ -29,3 +34,36 @@ class FaultInjection:
         """On the slow rank, 10 ms more work per micro-batch: a straggler the timing must show."""
         if self.slow:
             time.sleep(0.010)
+
+
+def skip_an_all_reduce(number, rank):
+    """From now on, this rank's `number`-th call of dist.all_reduce sends nothing and returns at
+    once, as a strategy that forgot one on one rank would."""
+    original = dist.all_reduce
+    calls = itertools.count(1)
+
+    def all_reduce(tensor, *args, **kwargs):
+        if next(calls) != number:
+            return original(tensor, *args, **kwargs)
+        print(f"rank {rank}: skipping all_reduce #{number} (--debug-skip-all-reduce)",
+              file=sys.stderr, flush=True)
+        if not kwargs.get("async_op"):
+            return None
+        done = torch.futures.Future()
+        done.set_result([tensor])
+        return Skipped(done)
+
+    dist.all_reduce = all_reduce
+
+
+class Skipped:
+    """The work of an all-reduce that was skipped: done at once."""
+
+    def __init__(self, future):
+        self.future = future
+
+    def wait(self, timeout=None):
+        return True
+
+    def get_future(self):
+        return self.future

@@ -1,5 +1,7 @@
-"""Stopping a run whose numbers went bad: a loss that became NaN or infinite on any rank, or a
-gradient that overflowed float16 on the wire."""
+"""Stopping a run whose numbers went bad: a loss that became NaN or infinite on any rank, a
+gradient that overflowed float16 on the wire, or ranks whose parameters drifted apart."""
+import hashlib
+
 import torch
 import torch.distributed as dist
 
@@ -50,3 +52,36 @@ class DivergenceGuard:
             raise TrainingDiverged(f"a gradient overflowed float16 on the wire at step {step} "
                                    "(not finite once averaged; largest float16: 65504); use "
                                    "--compress bf16, or --amp fp16 for loss scaling")
+
+
+class RanksDrifted(TrainingDiverged):
+    """Ranks that must hold the same parameters do not: a gradient the sync left out."""
+
+
+def fingerprints(tensors):
+    """A 64-bit fingerprint of each tensor's bytes (BLAKE2b): equal on two ranks exactly when
+    the values are, to the bit."""
+    found = []
+    for tensor in tensors:
+        data = tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy()
+        digest = hashlib.blake2b(memoryview(data), digest_size=8).digest()
+        found.append(int.from_bytes(digest, "little", signed=True))
+    return found
+
+
+def check_in_sync(named_tensors, step, device):
+    """Every rank's fingerprints of `named_tensors` (the same names on every rank), compared: the
+    first that differs raises RanksDrifted on every rank, naming it and the step."""
+    names = [name for name, _ in named_tensors]
+    mine = torch.tensor(fingerprints(tensor for _, tensor in named_tensors), dtype=torch.int64,
+                        device=device)
+    everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, mine)
+    table = torch.stack(everyone).cpu()
+    differs = (table != table[0]).any(dim=0).nonzero()
+    if differs.numel():
+        index = differs[0].item()
+        ranks = [rank for rank in range(len(everyone)) if table[rank, index] != table[0, index]]
+        raise RanksDrifted(f"after step {step} the ranks' parameters differ, first '{names[index]}'"
+                           f" (rank {', '.join(map(str, ranks))} against rank 0): a gradient the "
+                           "synchronisation left out? (--check-sync-every)")

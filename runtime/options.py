@@ -133,6 +133,9 @@ def build_parser(description):
         help="auto: NCCL when each local rank has a GPU")
     add("--timeout", type=bounded(float, 0, low_open=True), default=120.0,
         help="seconds a collective may wait for a peer")
+    add("--hang-timeout", type=bounded(float, 0), default=30.0,
+        help="seconds a collective may be in flight before the rank stops, naming where the "
+             "ranks' collectives part ways (0: never; runtime/collective_record.py)")
     add("--threads", type=bounded(int, 0), default=0,
         help="torch threads per rank (0: cores / local ranks)")
     add("--master-port", type=bounded(int, 1, 65535), default=None,
@@ -162,6 +165,7 @@ def build_parser(description):
     add("--debug-exit-rank", type=bounded(int, 0), default=0, help=argparse.SUPPRESS)
     add("--debug-exit-step", type=bounded(int, 0), default=None, help=argparse.SUPPRESS)
     add("--debug-slow-rank", type=bounded(int, 0), default=None, help=argparse.SUPPRESS)
+    add("--debug-skip-all-reduce", type=bounded(int, 1), default=None, help=argparse.SUPPRESS)
     return parser
 
 

@@ -133,7 +133,14 @@ class ChildFailed(Exception):
     """The code under test raised, or died, in a child process: the child's own traceback."""
 
 
-def run_in_processes(world_size, function, *args, timeout_s=60, recorded=False):
+# How long a collective of the tests may wait: every launch's ranks do small, equal work, so a
+# longer wait is a deadlock, which then fails within seconds; stretched where grade.py's
+# calibration found the machine slower.
+COLLECTIVE_TIMEOUT_S = 15 * float(os.environ.get("GRADE_STRETCH", 1))
+
+
+def run_in_processes(world_size, function, *args, timeout_s=COLLECTIVE_TIMEOUT_S,
+                     recorded=False):
     """`function(rank, world_size, *args)` on every rank, each a child process joined to the others
     by a gloo process group (`recorded`: one that reports each operation it carries,
     tests/recorded_group.py), with the code under test imported from SANDBOX; returns the list of
@@ -145,7 +152,8 @@ def run_in_processes(world_size, function, *args, timeout_s=60, recorded=False):
     return _launch(world_size, function, args, timeout_s, backend)
 
 
-def run_measuring_writes(world_size, function, *args, timeout_s=60, recorded=False):
+def run_measuring_writes(world_size, function, *args, timeout_s=COLLECTIVE_TIMEOUT_S,
+                         recorded=False):
     """run_in_processes, with the bytes each rank's process wrote beside its result: [(result,
     bytes), ...]. The count is the kernel's (/proc/PID/io's wchar: every write to a socket, a
     pipe or a file, its threads' and reaped children's included), read by this process while the
@@ -178,16 +186,21 @@ def _launch(world_size, function, args, timeout_s, backend, measure=False):
                        timeout_s, backend, measure)
         context = multiprocessing.start_processes(_worker, args=worker_args, nprocs=world_size,
                                                   join=False, start_method=START_METHOD)
+        failure = None
         try:
             written = wait_for(context, folder, world_size, measure)
         except ProcessException as error:
-            raise ChildFailed(str(error).strip()) from None
+            failure = ChildFailed(str(error).strip())
+        except sandbox.TestTimedOut as error:
+            failure = error
         finally:
             for process in context.processes:  # past the deadline, or beside a rank that failed
                 if process.is_alive():
                     sandbox.kill_with_descendants(process.pid)
             sandbox.settle()
             print_what_they_printed(folder, world_size)
+        if failure:  # read after settle(), as the output: what is there is the ranks' own
+            raise type(failure)(f"{failure}{verdict(folder)}") from None
         results = [torch.load(os.path.join(folder, f"{rank}.pt"), weights_only=True)
                    for rank in range(world_size)]
         return list(zip(results, written)) if measure else results
@@ -216,6 +229,14 @@ def wait_for(context, folder, world_size, measure):
         if own_files(folder, rank) != files:
             raise ChildFailed(f"rank {rank} wrote its result after its writes were counted")
     return [written - sum(size for size, _ in files) for written, files in counted]
+
+
+def verdict(folder):
+    """Where the ranks' collectives parted ways (runtime/collective_record.py), as a line to add
+    to a failure; "" where they agree."""
+    from runtime import collective_record
+    found = collective_record.compare(collective_record.read_records(folder))
+    return f"\nthe ranks' collectives: {found}" if found else ""
 
 
 def bytes_written(pid):
@@ -274,6 +295,7 @@ def _worker(rank, world_size, port, folder, child, target, args, timeout_s, back
     if backend:
         dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=world_size, timeout=timedelta(seconds=timeout_s))
+        record_collectives(folder, rank, world_size)
     try:
         result = function(rank, world_size, *args) if backend else function(*args)
     finally:
@@ -290,3 +312,13 @@ def _worker(rank, world_size, port, folder, child, target, args, timeout_s, back
     # Skip interpreter teardown, as mlp_ddp.py does: gloo's threads can abort the process there
     # (SIGABRT, pytorch/pytorch#179291), which the parent would report as this rank failing.
     os._exit(0)
+
+
+def record_collectives(folder, rank, world_size):
+    """Each rank's collectives into its record in `folder`, for verdict(): the runtime's recorder,
+    where the code under test has it."""
+    try:
+        from runtime import collective_record
+    except ImportError:
+        return
+    collective_record.install(folder, rank, world_size)

@@ -395,11 +395,12 @@ def largest_difference(got, want):
     return (got.to(torch.float64) - want.to(torch.float64)).abs().max().item()
 
 
-def compare_halves(rank, world_size):
-    """For each dtype, kind of values and padded length: the largest differences of the ring's
-    reduce-scatter and all-gather (a separate shard, and output's own chunk) from the library's,
-    and of their composition from ring_all_reduce; the largest element of the library's sum; what
-    each ring half carried. A piece that raises leaves its error in place of its numbers."""
+def compare_halves(rank, world_size, half):
+    """For each dtype, kind of values and padded length, one half's largest differences from the
+    library's: the ring's reduce-scatter's; its all-gather's (a separate shard, and output's own
+    chunk); or their composition's from ring_all_reduce. With what each ring half carried, and
+    the largest element of the library's sum. A piece that raises leaves its error in place of its
+    numbers; one that hangs, in place of every later piece's too."""
     from manual_sharding import ring_all_gather, ring_reduce_scatter
 
     library_group = dist.new_group(backend="gloo")  # the library's own, beside the recorded one
@@ -412,35 +413,48 @@ def compare_halves(rank, world_size):
                 shard = values(kind, chunk, dtype, rank, 1)
                 library_sum = tensor.clone()
                 dist.all_reduce(library_sum, group=library_group)
-                library_scattered = tensor.new_empty(chunk)
-                dist.reduce_scatter_tensor(library_scattered, tensor.clone(), group=library_group)
-                library_gathered = tensor.new_empty(length)
-                dist.all_gather_into_tensor(library_gathered, shard, group=library_group)
-                scattered = attempt(carrying, ring_reduce_scatter, tensor.new_empty(chunk),
-                                    tensor.clone())
-                gathered = attempt(carrying, ring_all_gather, tensor.new_empty(length), shard)
-                in_place = attempt(gather_in_place, ring_all_gather, shard, world_size, rank)
-                composed = attempt(compose, ring_reduce_scatter, ring_all_gather, tensor.clone())
-                summed = attempt(all_reduce_by_ring, tensor.clone())
-                cases[(dtype, kind, length)] = {
-                    "reduce_scatter": difference(scattered, library_scattered),
-                    "all_gather": difference(gathered, library_gathered),
-                    "all_gather_in_place": difference(in_place, library_gathered),
-                    "composed": difference(composed, summed),
-                    "largest_sum": library_sum.abs().max().item(),
-                    "reduce_scatter_carried": carried(scattered),
-                    "all_gather_carried": carried(gathered)}
+                case = cases[(dtype, kind, length)] = {
+                    "largest_sum": library_sum.abs().max().item()}
+                if half == "reduce_scatter":
+                    library = tensor.new_empty(chunk)
+                    dist.reduce_scatter_single(library, tensor.clone(), group=library_group)
+                    scattered = attempt(carrying, ring_reduce_scatter, tensor.new_empty(chunk),
+                                        tensor.clone())
+                    case.update(reduce_scatter=difference(scattered, library),
+                                reduce_scatter_carried=carried(scattered))
+                elif half == "all_gather":
+                    library = tensor.new_empty(length)
+                    dist.all_gather_single(library, shard, group=library_group)
+                    gathered = attempt(carrying, ring_all_gather, tensor.new_empty(length), shard)
+                    in_place = attempt(gather_in_place, ring_all_gather, shard, world_size, rank)
+                    case.update(all_gather=difference(gathered, library),
+                                all_gather_in_place=difference(in_place, library),
+                                all_gather_carried=carried(gathered))
+                else:
+                    composed = attempt(compose, ring_reduce_scatter, ring_all_gather,
+                                       tensor.clone())
+                    case["composed"] = difference(composed, attempt(all_reduce_by_ring,
+                                                                    tensor.clone()))
     return cases
+
+
+HUNG = []  # in a child: the error of a piece that hung, after which the group is unusable
 
 
 def attempt(function, *args):
     """function(*args), or the end of its traceback: a piece of the lesson that raises (a task not
     done yet) fails only the tests that need it. Every rank raises alike, so none is left waiting
-    in a collective for another."""
+    in a collective for another. After a piece timed out in a collective the group's connections
+    are closed: every later piece gives that error at once."""
+    if HUNG:
+        return HUNG[0]
     try:
         return function(*args)
-    except Exception:  # noqa: BLE001 - the child's error, reported by the tests that need it
-        return traceback.format_exc(limit=-4)
+    except Exception as error:  # noqa: BLE001 - the child's error, for the tests that need it
+        failure = traceback.format_exc(limit=-4)
+        if "timed out" in str(error).lower():
+            HUNG.append(f"{failure}\n(it hung: the later pieces of this launch were not run)")
+        return failure
 
 
 def carrying(half, output, tensor):
@@ -512,11 +526,12 @@ def succeeded(outcome, where):
 
 
 @launch_once
-def halves(world_size):
-    """compare_halves' cases, rank by rank, on the recorded process group: a launch of its own,
-    since fully_shard's device mesh cannot take that group, and every collective through it costs
-    Python (measured: the whole file 17 s with the trainings on gloo, 27 s on it)."""
-    return run_in_processes(world_size, compare_halves, timeout_s=60, recorded=True)
+def halves(world_size, half):
+    """compare_halves' cases of one half, rank by rank, on the recorded process group: a launch of
+    its own, since fully_shard's device mesh cannot take that group, and every collective through
+    it costs Python; and one per half, so that a half that hangs fails its own tests only. Every
+    rank does the same small work, so a collective that waits 10 s waits for a deadlock."""
+    return run_in_processes(world_size, compare_halves, half, timeout_s=10, recorded=True)
 
 
 def name(configuration):
@@ -544,10 +559,10 @@ def summation_tolerance(dtype, world_size, largest):
 @pytest.mark.rubric("core.sharding_collectives")
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 @pytest.mark.parametrize("dtype", HALF_DTYPES)
-def test_ring_reduce_scatter_equals_dist_reduce_scatter_tensor(dtype, world_size):
+def test_ring_reduce_scatter_equals_dist_reduce_scatter_single(dtype, world_size):
     """Rank r's output is chunk r of the sum: exactly the library's on integer values, whose sums
     are exact in every order; within summation order on random ones."""
-    for rank, cases in enumerate(halves(world_size)):
+    for rank, cases in enumerate(halves(world_size, "reduce_scatter")):
         for (case_dtype, kind, length), case in cases.items():
             if case_dtype != dtype:
                 continue
@@ -561,10 +576,10 @@ def test_ring_reduce_scatter_equals_dist_reduce_scatter_tensor(dtype, world_size
 @pytest.mark.rubric("core.sharding_collectives")
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 @pytest.mark.parametrize("dtype", HALF_DTYPES)
-def test_ring_all_gather_equals_dist_all_gather_into_tensor_bit_for_bit(dtype, world_size):
+def test_ring_all_gather_equals_dist_all_gather_single_bit_for_bit(dtype, world_size):
     """An all-gather only copies, so it must agree to the bit, whether the shard is a tensor of
     its own or output's own chunk r."""
-    for rank, cases in enumerate(halves(world_size)):
+    for rank, cases in enumerate(halves(world_size, "all_gather")):
         for (case_dtype, kind, length), case in cases.items():
             if case_dtype != dtype:
                 continue
@@ -581,7 +596,7 @@ def test_reduce_scatter_then_all_gather_is_the_ring_all_reduce(dtype, world_size
     """The lesson's claim: the ring all-reduce is a reduce-scatter then an all-gather. To the bit
     on integer values (every order of addition is exact); within summation order on random ones
     (the all-reduce's chunk r ends on rank r-1, the reduce-scatter's on rank r: other orders)."""
-    for rank, cases in enumerate(halves(world_size)):
+    for rank, cases in enumerate(halves(world_size, "composed")):
         for (case_dtype, kind, length), case in cases.items():
             if case_dtype != dtype:
                 continue
@@ -598,12 +613,12 @@ def test_each_ring_half_sends_n_minus_1_over_n_of_the_tensor_to_its_right_neighb
         world_size):
     """Bandwidth-optimal: each rank sends (n-1) chunks, all to its right neighbour, and receives as
     many from its left; nothing but point-to-point messages."""
-    for rank, cases in enumerate(halves(world_size)):
-        right, left = (rank + 1) % world_size, (rank - 1) % world_size
-        for (dtype, _, length), case in cases.items():
-            size = torch.tensor([], dtype=getattr(torch, dtype)).element_size()
-            expected = (world_size - 1) * length // world_size * size
-            for half in ("reduce_scatter", "all_gather"):
+    for half in ("reduce_scatter", "all_gather"):
+        for rank, cases in enumerate(halves(world_size, half)):
+            right, left = (rank + 1) % world_size, (rank - 1) % world_size
+            for (dtype, _, length), case in cases.items():
+                size = torch.tensor([], dtype=getattr(torch, dtype)).element_size()
+                expected = (world_size - 1) * length // world_size * size
                 carried = succeeded(case[f"{half}_carried"], f"ring_{half} (rank {rank})")
                 assert carried == {f"send {right}": expected, f"recv {left}": expected}, \
                     f"rank {rank}, {half} of {length} {dtype}: {carried}"

@@ -75,8 +75,8 @@ ITEMS = [
          "Judge whether the timing is honest: what each phase measures, and how communication "
          "hidden behind backward is counted."),
     Item("core.sharding_collectives", "The ring's two halves: reduce-scatter and all-gather", 1,
-         "ring_reduce_scatter and ring_all_gather equal dist.reduce_scatter_tensor and "
-         "dist.all_gather_into_tensor at 2 to 4 gloo ranks, in float32, float16 and bfloat16, "
+         "ring_reduce_scatter and ring_all_gather equal dist.reduce_scatter_single and "
+         "dist.all_gather_single at 2 to 4 gloo ranks, in float32, float16 and bfloat16, "
          "each sending (n-1)/n of the buffer by point-to-point messages to its right neighbour "
          "only.",
          "Read manual_sharding.py, section 1: the two halves, and how they make the ring "

@@ -1,0 +1,131 @@
+"""A hang explains itself: every rank's collectives are recorded (runtime/collective_record.py),
+and the first place the ranks part ways is named, in the tests' failures and in a run that stops.
+"""
+import os
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from runtime import collective_record
+from tests.harness import ChildFailed, run_cli, run_in_processes, write_dataset
+
+FLOATS = torch.zeros(1024)
+
+
+def records_of(folder, *ranks):
+    """A Recorder per rank in `folder`, written from this process, as the ranks would."""
+    return [collective_record.Recorder(str(folder), rank, len(ranks)) for rank in ranks]
+
+
+def test_ranks_that_agree_and_wait_for_nothing_give_no_verdict(tmp_path):
+    for rank, recorder in enumerate(records_of(tmp_path, 0, 1)):
+        recorder.finish(recorder.start("all_reduce", FLOATS, None))
+        # a ring's messages differ in size from rank to rank: compared by operation only
+        recorder.finish(recorder.start("isend", torch.zeros(3 + rank), 1 - rank))
+    assert collective_record.compare(collective_record.read_records(tmp_path)) is None
+
+
+def test_the_verdict_names_the_first_collective_where_the_ranks_part_ways(tmp_path):
+    first, second = records_of(tmp_path, 0, 1)
+    for recorder in (first, second):
+        recorder.finish(recorder.start("all_reduce", FLOATS, None))
+    first.start("recv", FLOATS, 1)  # waits
+    second.finish(second.start("reduce_scatter_tensor", FLOATS[:512], None))
+    verdict = collective_record.compare(collective_record.read_records(tmp_path))
+    assert verdict == ("collective #1: rank 0 waits in recv (1,024 float32 from rank 1); "
+                       "rank 1 did reduce_scatter_tensor (512 float32)")
+
+
+def test_a_rank_that_went_no_further_is_named_with_its_last_collective(tmp_path):
+    first, second = records_of(tmp_path, 0, 1)
+    for recorder in (first, second):
+        recorder.finish(recorder.start("all_reduce", FLOATS, None))
+    first.start("all_reduce", FLOATS.half(), None)
+    verdict = collective_record.compare(collective_record.read_records(tmp_path))
+    assert verdict == ("collective #1: rank 0 waits in all_reduce (1,024 float16); "
+                       "rank 1 started no collective after all_reduce #0")
+
+
+def test_only_the_last_entries_are_kept_and_compared(tmp_path):
+    first, second = records_of(tmp_path, 0, 1)
+    for _ in range(collective_record.RING + 5):
+        for recorder in (first, second):
+            recorder.finish(recorder.start("broadcast", FLOATS, None))
+    second.start("barrier", None, None)
+    verdict = collective_record.compare(collective_record.read_records(tmp_path))
+    last = collective_record.RING + 4
+    assert verdict == (f"collective #{last + 1}: rank 0 started no collective after broadcast "
+                       f"#{last}; rank 1 waits in barrier (-)")
+
+
+def test_a_record_that_is_not_a_regular_file_is_not_read(tmp_path):
+    os.mkfifo(tmp_path / "rank-0.record")  # reading it would block the reader
+    (tmp_path / "rank-1.record").symlink_to("/etc/hostname")
+    assert collective_record.read_records(tmp_path) == {}
+
+
+def mismatched(rank, world_size):
+    """Rank 0 all-reduces, rank 1 broadcasts: each waits for the other."""
+    tensor = torch.ones(8)
+    if rank == 0:
+        dist.all_reduce(tensor)
+    else:
+        dist.broadcast(tensor, 1)
+
+
+def test_a_launch_whose_ranks_deadlock_fails_within_its_timeout_naming_where_each_waits():
+    started = time.monotonic()
+    with pytest.raises(ChildFailed) as failure:
+        run_in_processes(2, mismatched, timeout_s=3)
+    assert time.monotonic() - started < 20
+    assert ("the ranks' collectives: collective #0: rank 0 waits in all_reduce (8 float32); "
+            "rank 1 waits in broadcast (8 float32)") in str(failure.value)
+
+
+def waits_alone(rank, world_size, folder):
+    """Rank 0 waits in a collective that rank 1 never joins; rank 0's record watches for it."""
+    collective_record.install(folder, rank, world_size, hang_timeout_s=1)
+    if rank == 0:
+        dist.all_reduce(torch.ones(4))
+    else:
+        time.sleep(30)
+
+
+def test_a_collective_in_flight_past_the_hang_timeout_ends_the_rank_with_the_verdict(
+        tmp_path, capsys):
+    folder = tmp_path / "records"
+    folder.mkdir(mode=0o777)
+    started = time.monotonic()
+    with pytest.raises(ChildFailed, match="exit code 4"):
+        run_in_processes(2, waits_alone, str(folder), timeout_s=30)
+    assert time.monotonic() - started < 20  # not the process group's 30 s
+    printed = capsys.readouterr().out
+    assert "error: rank 0: a collective has waited" in printed
+    assert ("collective #0: rank 0 waits in all_reduce (4 float32); rank 1 started no "
+            "collective") in printed
+
+
+def test_a_run_whose_rank_skips_an_all_reduce_stops_naming_both_ranks_positions(tmp_path):
+    data = write_dataset(str(tmp_path), train=400, test=100)
+    started = time.monotonic()
+    done = run_cli("--data-dir", data, "--mode", "manual", "--sync", "flat", "--world-size", 2,
+                   "--epochs", 1, "--batch-size", 16, "--val-samples", 50, "--warmup-steps", 1,
+                   "--results-dir", tmp_path / "results", "--hang-timeout", 5,
+                   "--debug-exit-rank", 1, "--debug-skip-all-reduce", 3, timeout=120)
+    assert done.returncode != 0
+    assert time.monotonic() - started < 60
+    assert "rank 1: skipping all_reduce #3" in done.stderr
+    verdict = [line for line in done.stderr.splitlines() if line.startswith("collective #")]
+    assert len(verdict) == 1, done.stderr
+    assert "rank 0 " in verdict[0] and "rank 1 " in verdict[0], verdict
+
+
+def test_a_run_that_ends_well_leaves_no_record_and_no_verdict(tmp_path):
+    data = write_dataset(str(tmp_path), train=400, test=100)
+    done = run_cli("--data-dir", data, "--mode", "manual", "--sync", "ring", "--world-size", 2,
+                   "--epochs", 1, "--batch-size", 16, "--val-samples", 50, "--warmup-steps", 1,
+                   "--results-dir", tmp_path / "results", timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "collective #" not in done.stderr
