@@ -368,7 +368,7 @@ def spreads_from(folder):
     """{(model, series, world): the step spread over repeats}, by the loader the plots use."""
     runs, _ = results_folder.load_folder(folder, note=no_notes)
     spreads = {}
-    for configuration, group in results_folder.repeats(runs).items():
+    for configuration, group in results_folder.repeats(runs, "sweep").items():
         model, series, world, bucket_mb = configuration
         if bucket_mb == 25.0:
             spreads[(model, series, world)] = results_folder.across_repeats(group)
