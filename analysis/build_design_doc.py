@@ -77,6 +77,42 @@ OPTIONAL_INPUTS = {"step-bench.json": "python -m benchmarks.step_bench",
                    os.path.join("plots", "*.png"): "python -m analysis.plots"}
 
 
+# Tables that serve as data (per size, per rank, per repeat): CSV files beside the document, built
+# by the same command; the document links them where the table stood.
+DATA_TABLES = {
+    "table.allreduce": "allreduce-points.csv", "table.fits.ring": "allreduce-fits-ring.csv",
+    "table.predict": "predicted-busy.csv", "table.step_bench": "step-bench.csv",
+    "table.bucket_sweep": "bucket-sweep.csv", "table.emulated.fits.ring": "emulated-fits-ring.csv",
+    "table.emulated.ceiling": "emulated-ceiling.csv", "table.sweep.mlp": "sweep-mlp.csv",
+    "table.sweep.cnn": "sweep-cnn.csv", "table.comm.mlp": "messages-mlp.csv",
+    "table.comm.cnn": "messages-cnn.csv", "table.buckets.mlp": "buckets-mlp.csv",
+    "table.buckets.cnn": "buckets-cnn.csv", "table.trace": "trace.csv",
+    "table.one_machine": "one-machine.csv", "table.time_to_accuracy": "time-to-accuracy.csv",
+    "table.crossover": "crossover.csv", "table.emulated.training.mlp": "emulated-mlp.csv",
+    "table.emulated.training.cnn": "emulated-cnn.csv",
+    "table.sharding.side.mlp": "sharding-mlp.csv", "table.sharding.side.cnn": "sharding-cnn.csv",
+    "table.sharding.memory.mlp": "zero-memory-mlp.csv",
+    "table.sharding.memory.cnn": "zero-memory-cnn.csv", "table.sharding.bytes": "zero-bytes.csv",
+    "table.sharding.prefetch": "zero-prefetch.csv",
+    "table.step_bench_verdict": "step-bench-verdicts.csv",
+}
+
+
+def as_data(tables):
+    """{file name: CSV} of each DATA_TABLES table that is a Markdown table; its context entry
+    becomes a link to the file."""
+    files = {}
+    for name, file_name in DATA_TABLES.items():
+        text = tables.get(name, "")
+        lines = [line for line in text.splitlines() if line.startswith("|")]
+        if not lines:
+            continue  # a sentence saying what to run: it stays in the text
+        rows = [[cell.strip() for cell in line.strip("|").split(" | ")]
+                for line in lines if not line.startswith("|---")]
+        files.update(design_numbers.data_file(name, file_name, rows[0], rows[1:], file_name))
+    return files
+
+
 def ignore(note):
     """results_folder.load_folder's notes of skipped files: the build reports only what it needs."""
 
@@ -157,6 +193,7 @@ def build(results_dir, out_dir):
              figures(results_dir, out_dir))
     for part in parts:
         context.update(part)
+    context.update(as_data(context))
     data_files = {name: context.pop(name) for name in list(context) if name.endswith(".csv")}
     context["syntax.placeholder"] = "`{{ name }}`"
     context.update({name: NOT_MEASURED for name in numbers.absent})

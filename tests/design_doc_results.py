@@ -346,6 +346,7 @@ def write_and_build(folder, out_dir, shown_dir):
         with open(os.path.join(shown_dir, f"{name}.md"), "w") as file:
             file.write(f"{{{{ {name} }}}}\n")
     builder.TEMPLATES = shown_dir
+    builder.DATA_TABLES = {}  # the tables as Markdown, whatever the document links as CSV
     shown = builder.build(folder, out_dir)
     return documents, {name: shown[f"{name}.md"] for name in SHOWN}
 
