@@ -38,6 +38,7 @@ from analysis.design_fits import allreduce_section, prediction_section
 from analysis.design_numbers import NOT_MEASURED, REPO, BuildError, Numbers, repo_relative
 from analysis.design_one_machine import one_machine_section
 from analysis.design_performance import sweep_section
+from analysis.design_provenance import provenance_section
 from analysis.design_scaling import projection_section
 from analysis.design_sections import (
     bucketed_first_bucket_mb,
@@ -60,10 +61,10 @@ PLACEHOLDER = re.compile(r"\{\{\s*([\w.\-]+)\s*\}\}")
 MARKERS = re.compile(r"^<!-- BEGIN PROMPT\n.*?^END PROMPT -->\n"
                      r"|^<!-- (?:BEGIN|END) SOLUTION[^\n]*-->\n", re.M | re.S)
 ABOUT = ("every number in the design document: its value, the text shown, and where it came from "
-         "(measured: file + JSON field; derived: formula + inputs, each a number's name or "
-         "file#field; fit: the file the alpha-beta model was fitted to; model/code: how it was "
-         "computed; assumption: a constant of cost_model.py; publication: the paper; file: a "
-         "results file's name)")
+         "(measured: file + JSON field; derived: sources[derived_from], a formula and its inputs, "
+         "each a number's name or file#field; fit: the file the alpha-beta model was fitted "
+         "to; model/code: how it was computed; assumption: a constant of cost_model.py; "
+         "publication: the paper)")
 # numbers.json's numbers are compared at this relative tolerance, its text and the Markdown exactly.
 # Least-squares fits come out a few units in the last place apart on two machines with the same
 # numpy (the BLAS takes another path): up to 2.5e-13 relative, where a difference of two close
@@ -76,18 +77,55 @@ OPTIONAL_INPUTS = {"step-bench.json": "python -m benchmarks.step_bench",
                    os.path.join("plots", "*.png"): "python -m analysis.plots"}
 
 
+# Tables that serve as data (per size, per rank, per repeat): CSV files beside the document, built
+# by the same command; the document links them where the table stood.
+DATA_TABLES = {
+    "table.allreduce": "allreduce-points.csv", "table.fits.ring": "allreduce-fits-ring.csv",
+    "table.predict": "predicted-busy.csv", "table.step_bench": "step-bench.csv",
+    "table.bucket_sweep": "bucket-sweep.csv", "table.emulated.fits.ring": "emulated-fits-ring.csv",
+    "table.emulated.ceiling": "emulated-ceiling.csv", "table.sweep.mlp": "sweep-mlp.csv",
+    "table.sweep.cnn": "sweep-cnn.csv", "table.comm.mlp": "messages-mlp.csv",
+    "table.comm.cnn": "messages-cnn.csv", "table.buckets.mlp": "buckets-mlp.csv",
+    "table.buckets.cnn": "buckets-cnn.csv", "table.trace": "trace.csv",
+    "table.one_machine": "one-machine.csv", "table.time_to_accuracy": "time-to-accuracy.csv",
+    "table.crossover": "crossover.csv", "table.emulated.training.mlp": "emulated-mlp.csv",
+    "table.emulated.training.cnn": "emulated-cnn.csv",
+    "table.sharding.side.mlp": "sharding-mlp.csv", "table.sharding.side.cnn": "sharding-cnn.csv",
+    "table.sharding.memory.mlp": "zero-memory-mlp.csv",
+    "table.sharding.memory.cnn": "zero-memory-cnn.csv", "table.sharding.bytes": "zero-bytes.csv",
+    "table.sharding.prefetch": "zero-prefetch.csv",
+    "table.step_bench_verdict": "step-bench-verdicts.csv",
+}
+
+
+def as_data(tables):
+    """{file name: CSV} of each DATA_TABLES table that is a Markdown table; its context entry
+    becomes a link to the file."""
+    files = {}
+    for name, file_name in DATA_TABLES.items():
+        text = tables.get(name, "")
+        lines = [line for line in text.splitlines() if line.startswith("|")]
+        if not lines:
+            continue  # a sentence saying what to run: it stays in the text
+        rows = [[cell.strip() for cell in line.strip("|").split(" | ")]
+                for line in lines if not line.startswith("|---")]
+        files.update(design_numbers.data_file(name, file_name, rows[0], rows[1:], file_name))
+    return files
+
+
 def ignore(note):
     """results_folder.load_folder's notes of skipped files: the build reports only what it needs."""
 
 
 def required_results(results_dir):
-    """The training runs grouped by configuration, their world sizes above one, and the
+    """The strategy sweep's and the bucket sweep's runs, each grouped by configuration over their
+    rounds (never pooled: both hold the MLP's DDP at 25 MiB), the world sizes above one, and the
     all-reduce benchmark's path; or what to run."""
     if not os.path.isdir(results_dir):
         raise BuildError(f"results folder {results_dir} not found: run python -m analysis.sweep "
                          "and python -m benchmarks.allreduce_bench")
     runs, _ = results_folder.load_folder(results_dir, note=ignore)
-    grouped = results_folder.repeats(runs)
+    grouped = results_folder.repeats(runs, "sweep")
     worlds = sorted({world for _, _, world, _ in grouped if world > 1})
     if not worlds:
         raise BuildError(f"no training runs with more than one rank in {results_dir} "
@@ -96,7 +134,7 @@ def required_results(results_dir):
     if not os.path.exists(bench):
         raise BuildError(f"{bench} not found: run python -m benchmarks.allreduce_bench "
                          "(the cost model is fitted to it)")
-    return grouped, worlds, bench
+    return grouped, results_folder.repeats(runs, "bucket"), worlds, bench
 
 
 def render(context):
@@ -126,11 +164,11 @@ def recorded_input(source):
 def build(results_dir, out_dir):
     """{file name: text} of the whole document: the rendered sections and numbers.json."""
     design_numbers.loaded.clear()
-    grouped, worlds, bench = required_results(results_dir)
+    grouped, bucket_runs, worlds, bench = required_results(results_dir)
     numbers = Numbers()
     layouts = model_facts(numbers)
     first_bucket_mb = bucketed_first_bucket_mb(numbers)
-    mlp_bucket_mbs = {bucket_mb for model, _, _, bucket_mb in grouped if model == "mlp"}
+    mlp_bucket_mbs = {bucket_mb for model, _, _, bucket_mb in bucket_runs if model == "mlp"}
     bucket_mbs = sorted(mlp_bucket_mbs | {DEFAULT_BUCKET_MB})
     context = sweep_section(numbers, grouped, worlds)
     fits, tables = allreduce_section(numbers, bench)
@@ -142,7 +180,7 @@ def build(results_dir, out_dir):
                                 ddp_layouts(results_dir)),
              trace_section(numbers, results_dir),
              step_bench_section(numbers, results_dir),
-             bucket_sweep_section(numbers, grouped),
+             bucket_sweep_section(numbers, bucket_runs),
              # the emulated link's fit first: the projections draw a 1 Gbit/s link with it
              emulated_section(numbers, results_dir, layouts, ddp_layouts(results_dir)),
              projection_section(numbers, results_dir, layouts, first_bucket_mb),
@@ -151,24 +189,76 @@ def build(results_dir, out_dir):
              # after §5's fits: the projection sends its bytes at their links' speeds
              sharding_section(numbers, results_dir),
              reference_commands(numbers),
+             provenance_section(numbers, results_dir),
              figures(results_dir, out_dir))
     for part in parts:
         context.update(part)
+    context.update(as_data(context))
+    data_files = {name: context.pop(name) for name in list(context) if name.endswith(".csv")}
     context["syntax.placeholder"] = "`{{ name }}`"
     context.update({name: NOT_MEASURED for name in numbers.absent})
     context.update({name: entry["text"] for name, entry in numbers.entries.items()})
     documents = render(context)
-    for entry in numbers.entries.values():  # provenance as a reader at the repository's root
-        if entry.get("file"):
+    documents.update(data_files)
+    documents["numbers.json"] = numbers_json(numbers, shown_names(numbers),
+                                             results_dir)
+    return documents
+
+
+def shown_names(numbers):
+    """The registered numbers a reader sees (quoted by a template, or given out by numbers.text
+    for a table, a sentence or a data file) and every number they are derived from."""
+    wanted = set(numbers.shown)
+    for path in glob.glob(os.path.join(TEMPLATES, "*.md")):
+        with open(path) as file:
+            wanted |= set(PLACEHOLDER.findall(file.read()))
+    shown, stack = set(), [name for name in wanted if name in numbers.entries]
+    while stack:
+        name = stack.pop()
+        if name not in shown:
+            shown.add(name)
+            stack += [source for source in numbers.entries[name].get("inputs", [])
+                      if source in numbers.entries]
+    return shown
+
+
+def numbers_json(numbers, shown, results_dir):
+    """numbers.json: each shown number's value, unit, text and provenance; a derived number's
+    formula and inputs stored once in `sources` (its `derived_from`), shared by the numbers
+    computed together."""
+    entries, sources, ids = {}, {}, {}
+    for name, entry in numbers.entries.items():
+        if name not in shown:
+            continue
+        entry = dict(entry)
+        if entry.get("file"):  # provenance as a reader at the repository's root
             entry["file"] = repo_relative(entry["file"])
         if "inputs" in entry:
-            entry["inputs"] = [recorded_input(source) for source in entry["inputs"]]
-    documents["numbers.json"] = json.dumps({
-        "about": ABOUT,
-        "results_dir": repo_relative(results_dir),
-        "numbers": numbers.entries,
-        "not_measured": sorted(set(numbers.absent))}, indent=1, ensure_ascii=False) + "\n"
-    return documents
+            source = {"formula": entry.pop("formula"),
+                      "inputs": [recorded_input(source) for source in entry.pop("inputs")]}
+            identity = json.dumps(source, sort_keys=True)
+            if identity not in ids:
+                ids[identity] = f"s{len(ids) + 1}"
+                sources[ids[identity]] = source
+            entry["derived_from"] = ids[identity]
+        entries[name] = entry
+    document = {"about": ABOUT, "results_dir": repo_relative(results_dir), "numbers": entries,
+                "sources": sources, "not_measured": sorted(set(numbers.absent))}
+    return one_line_each(document)
+
+
+def one_line_each(document):
+    """JSON with one line per number and per source: short, and a diff shows what changed."""
+    def line(value):
+        return json.dumps(value, ensure_ascii=False)
+    parts = []
+    for key, value in document.items():
+        if isinstance(value, dict):
+            inner = ",\n".join(f"  {line(name)}: {line(item)}" for name, item in value.items())
+            parts.append(f" {line(key)}: {{\n{inner}\n }}")
+        else:
+            parts.append(f" {line(key)}: {line(value)}")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
 def changed_lines(old, new):

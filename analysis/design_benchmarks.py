@@ -3,10 +3,9 @@ and benchmarks/step_bench.py's tables: every configuration in the same processes
 repeats, and the best hand-written strategy's verdict against DDP (§6.3)."""
 import os
 
-from analysis.design_numbers import load, repo_relative, table
+from analysis.design_numbers import load, lookup, repo_relative, table
 from analysis.design_performance import register_run_spreads, slug
 from analysis.results_folder import spread
-from runtime.options import DEFAULT_BUCKET_MB
 
 BUCKETING = ("manual bucketed", "ddp")  # the series whose step depends on --bucket-mb
 STEP_BENCH_SCHEMA = "step-bench/3"
@@ -33,7 +32,18 @@ def mlp_bucketing_runs(grouped):
     return chosen
 
 
-def best_size_takeaway(numbers, series, sizes):
+def compare_sizes(numbers, runs, series, best, size):
+    """The verdict of `series`' step at bucket size `best` against size `size`, paired by round."""
+    world = max(world for _, _, world, _ in runs)
+    name = f"bucket.{slug(series)}.{best:g}-vs-{size:g}"
+    numbers.paired_ratio(name, runs.get(("mlp", series, world, best), []),
+                         runs.get(("mlp", series, world, size), []),
+                         "timing.across_ranks.step.mean", formula="the step at one size / another")
+    numbers.verdict(f"{name}.verdict", name)
+    return numbers.text(f"{name}.verdict")  # the takeaway says it
+
+
+def best_size_takeaway(numbers, runs, series, sizes):
     """What may be said of `series`' bucket sizes: the size of the smallest median step, and which
     sizes it beats beyond both spreads (none: no size is told apart from another)."""
     name = f"bucket.{slug(series)}"
@@ -46,8 +56,7 @@ def best_size_takeaway(numbers, series, sizes):
     if best is None:
         return ""
     beaten = [size for size in sizes if size != best and medians[size] is not None
-              and numbers.verdict(f"{name}.{best:g}-vs-{size:g}", f"{name}.{best:g}.step",
-                                  f"{name}.{size:g}.step") == "faster"]
+              and compare_sizes(numbers, runs, series, best, size) == "faster"]
     if not beaten:
         return f"{slug(series)}: no size is told apart from another"
     return (f"{slug(series)}: {best:g} MiB is faster than "
@@ -58,8 +67,7 @@ def bucket_sweep_section(numbers, grouped):
     """The MLP's step against the bucket size at the bucket runs' world size, with the best
     size's verdict."""
     runs = mlp_bucketing_runs(grouped)
-    # the bucket sweep's runs are those at a size other than the default
-    swept_worlds = [world for _, _, world, bucket_mb in runs if bucket_mb != DEFAULT_BUCKET_MB]
+    swept_worlds = [world for _, _, world, _ in runs]
     sizes = []
     if swept_worlds:
         sizes = sorted({bucket_mb for _, _, world, bucket_mb in runs
@@ -76,7 +84,7 @@ def bucket_sweep_section(numbers, grouped):
                                  runs.get(("mlp", series, world, size), []))
         rows.append([f"{size:g} MiB"] + [numbers.spread_text(f"bucket.{slug(series)}.{size:g}.step")
                                          for series in BUCKETING])
-    takeaways = [best_size_takeaway(numbers, series, sizes) for series in BUCKETING]
+    takeaways = [best_size_takeaway(numbers, runs, series, sizes) for series in BUCKETING]
     said = "; ".join(takeaway for takeaway in takeaways if takeaway)
     columns = ["--bucket-mb", "manual bucketed: step", "torch DDP: step"]
     return {"table.bucket_sweep": table(columns, rows), "text.bucket_takeaway": said + "."}
@@ -136,8 +144,8 @@ def repeat_spread_text(numbers, key, path, indices, field, unit):
 def register_step_verdicts(numbers, path, report):
     """Per model and world size, 'stepbench.<model>.w<n>.best' (the best hand-written strategy)
     and, against DDP ('.vs_ddp') and DDP on the same transport ('.vs_same'), the step ratio's
-    '.median', '.min', '.max' and '.n', the DDP configuration '.ddp', the '.verdict' and the
-    '.claim' a sentence may quote. The MLP and CNN at 2 and 4 ranks are always registered (not
+    '.median', '.min', '.max', '.n', '.low' and '.high', the DDP configuration '.ddp' and the
+    '.verdict'. The MLP and CNN at 2 and 4 ranks are always registered (not
     measured without a report). Returns the verdict table's rows."""
     where = {(entry["model"], entry["world_size"]): index for index, entry in enumerate(report)}
     quoted = [(model, world) for model in ("mlp", "cnn") for world in (2, 4)]
@@ -148,8 +156,7 @@ def register_step_verdicts(numbers, path, report):
         entry = f"verdict.per_world_size_and_model[{index}]"
         name = f"stepbench.{model}.w{world}"
         numbers.measured(f"{name}.best", source, f"{entry}.best_strategy", "name")
-        vs_ddp, vs_same = [register_side(numbers, f"{name}.{short}", source, f"{entry}.{side}",
-                                         f"{entry}.repeats")
+        vs_ddp, vs_same = [register_side(numbers, f"{name}.{short}", source, f"{entry}.{side}")
                            for short, side in STEP_VERDICT_SIDES.items()]
         if index is not None:
             rows.append([model, world, numbers.text(f"{name}.best"), *vs_ddp,
@@ -157,16 +164,16 @@ def register_step_verdicts(numbers, path, report):
     return rows
 
 
-def register_side(numbers, key, source, side, repeats):
+def register_side(numbers, key, source, side):
     """One comparison of the best strategy with a DDP configuration (`side`, a JSON path in
-    `source`); returns its table cells: the ratio's 'median (min–max)' and the verdict."""
-    for statistic in ("median", "min", "max"):
-        numbers.measured(f"{key}.{statistic}", source, f"{side}.step_ratio.{statistic}", "ratio")
-    numbers.measured(f"{key}.n", source, repeats, "count")
+    `source`): the step ratio within each repeat, its spread and interval, and the verdict by the
+    document's one rule (results_folder.verdict, not the file's own); returns its table cells."""
     numbers.measured(f"{key}.ddp", source, f"{side}.ddp", "name")
-    verdict = numbers.measured(f"{key}.verdict", source, f"{side}.verdict", "name")
-    ratio_text = numbers.spread_text(key)
-    numbers.add(f"{key}.claim", verdict and f"{ratio_text}: {verdict}", "name", kind="derived",
-                inputs=[f"{key}.{field}" for field in ("median", "min", "max", "verdict")],
-                formula="the ratio's median (min–max) over the repeats, then the verdict")
-    return [ratio_text, numbers.text(f"{key}.verdict")]
+    ratios = [f"{source}#{side}.step_ratio.per_repeat[{index}]"
+              for index in range(len(lookup(load(source), f"{side}.step_ratio.per_repeat")))
+              ] if source else []
+    numbers.paired_values(key, ratios, "ratio", 1.0,
+                          "the best strategy's step / DDP's, within each repeat",
+                          already_ratios=True)
+    numbers.verdict(f"{key}.verdict", key)
+    return [numbers.spread_text(key), numbers.text(f"{key}.verdict")]

@@ -257,8 +257,7 @@ def overlap_numbers(numbers, grouped, model):
                          runs_of(grouped, model, "manual bucketed", 2),
                          runs_of(grouped, model, "manual flat", 2), EXPOSED,
                          formula="bucketed's exposed / flat's, in the same round, 2 nodes x 1")
-    numbers.verdict(f"emulated.{model}.exposed_verdict", f"{bucketed}.comm_exposed",
-                    f"{flat}.comm_exposed")
+    numbers.verdict(f"emulated.{model}.exposed_verdict", f"emulated.{model}.exposed_ratio")
     numbers.derived(f"emulated.{model}.hidden_share", unchanged,
                     [f"{bucketed}.overlap.median"], "percent",
                     "bucketed's median hidden / busy, 2 nodes x 1 rank")
@@ -277,5 +276,4 @@ def smaller_buckets(numbers, folder):
         name = f"emulated.bucket4.{series.replace('manual ', '')}"
         numbers.paired_ratio(f"{name}.exposed_ratio", found[series], found["manual flat"],
                              EXPOSED, formula=f"{series}'s exposed / flat's, in the same round")
-        numbers.verdict(f"{name}.exposed_verdict", f"{name}.comm_exposed",
-                        "emulated.bucket4.flat.comm_exposed")
+        numbers.verdict(f"{name}.exposed_verdict", f"{name}.exposed_ratio")

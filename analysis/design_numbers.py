@@ -1,15 +1,17 @@
 """The registry of every number the design document quotes: its value, how it is shown, and where
 it came from."""
+import csv
+import io
 import json
 import math
 import os
 import re
 
-from analysis.results_folder import clearly_less, spread
+from analysis import results_folder
+from analysis.results_folder import spread
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOT_MEASURED = "not measured"
-SPREAD_STATS = ("median", "min", "max")
 
 
 class BuildError(Exception):
@@ -149,6 +151,7 @@ class Numbers:
     def __init__(self):
         self.entries = {}  # name -> {value, unit, text, provenance...}
         self.absent = []  # names of numbers whose inputs are missing: "not measured"
+        self.shown = set()  # names whose text the build gave out: numbers a reader sees
 
     def add(self, name, value, unit, **provenance):
         """Register `name`; a None value is absent (not measured)."""
@@ -207,26 +210,36 @@ class Numbers:
                                    f"results_folder.spread over the repeats of {formula}")
 
     def paired_ratio(self, key, runs, others, field, unit="ratio", scale=1.0, formula="ratio"):
-        """`key.median`, `.min`, `.max`, `.n`: the spread over repeats of `field` of each of `runs`
-        over the same field of the run of `others` made in the same round (both oldest first, as
-        results_folder.repeats orders them), times `scale`. A ratio within one round, never
-        across rounds or sweeps; absent unless both have runs."""
-        pairs = list(zip(runs, others))
+        """`key.median`, `.min`, `.max`, `.n` and the interval `.low`, `.high` the verdict reads
+        (results_folder.interval): `field` of each of `runs` over the same field of the run of
+        `others` made in the same round (results_folder.paired), times `scale`. A ratio within
+        one round, never across rounds or sweeps; absent unless both have runs."""
+        pairs = results_folder.paired(runs, others)
         inputs = [f"{run['path']}#{field}" for pair in pairs for run in pair]
+        return self.paired_values(key, inputs, unit, scale,
+                                  f"{formula}, within each round; spread and interval over rounds")
 
+    def paired_values(self, key, inputs, unit, scale, formula, already_ratios=False):
+        """paired_ratio's numbers over `inputs`: mine, theirs, mine, theirs... one pair a round;
+        or, `already_ratios`, one ratio a round."""
         def over_rounds(*values):
-            ratios = [scale * mine / theirs for mine, theirs in zip(values[0::2], values[1::2])
-                      if theirs]
-            return spread(ratios) or {}
-        units = {"median": unit, "min": unit, "max": unit, "n": "count"}
-        return self.derived_fields(key, over_rounds, inputs, units,
-                                   f"results_folder.spread over the rounds of {formula}")
+            pairs = [(value, 1) for value in values] if already_ratios else zip(values[0::2],
+                                                                                 values[1::2])
+            ratios = [scale * mine / theirs for mine, theirs in pairs if theirs]
+            if not ratios:
+                return {}
+            low, high = results_folder.interval(ratios)
+            return dict(spread(ratios), low=low, high=high)
+        units = {"median": unit, "min": unit, "max": unit, "n": "count", "low": unit,
+                 "high": unit}
+        return self.derived_fields(key, over_rounds, inputs, units, formula)
 
     def spread_text(self, key):
         """'median (min–max)' as a reader sees it, the unit written once ('7.49 ms (7.05–7.60)');
         just the median for one run."""
         if self.value(f"{key}.median") is None:
             return NOT_MEASURED
+        self.shown.add(f"{key}.n")
         median = self.text(f"{key}.median")
         if self.value(f"{key}.n") == 1:
             return median + " (one run)"
@@ -236,22 +249,20 @@ class Numbers:
             low, high = low.removesuffix(unit), high.removesuffix(unit)
         return f"{median} ({low}–{high})"
 
-    def verdict(self, name, first, second):
-        """'faster', 'slower' or 'indistinguishable': `first` against `second`, two keys
-        registered by `over_repeats`, by results_folder.clearly_less (a gap of medians larger than
-        both spreads)."""
-        def compare(first_median, first_min, first_max, second_median, second_min, second_max):
-            first_spread = {"median": first_median, "min": first_min, "max": first_max}
-            second_spread = {"median": second_median, "min": second_min, "max": second_max}
-            if clearly_less(first_spread, second_spread):
-                return "faster"
-            if clearly_less(second_spread, first_spread):
-                return "slower"
-            return "indistinguishable"
-        inputs = [f"{key}.{stat}" for key in (first, second) for stat in SPREAD_STATS]
-        return self.derived(name, compare, inputs, "name",
-                            "results_folder.clearly_less of the two spreads: "
-                            "faster only where the gap of medians exceeds both")
+    def verdict(self, name, ratios):
+        """'faster', 'slower' or 'indistinguishable' by the document's one rule
+        (results_folder.verdict) over `ratios`, a key registered by paired_ratio (first / second
+        within each round)."""
+        return self.derived(name, results_folder.verdict, [f"{ratios}.low", f"{ratios}.high"],
+                            "name", "results_folder.verdict: faster or slower only where every "
+                            "paired ratio agrees, or a bootstrap interval over 5 or more rounds "
+                            "excludes 1")
+
+    def claim(self, ratios, verdict):
+        """'0.95× (0.93–0.97), faster': a paired ratio's spread and its verdict."""
+        if self.value(verdict) is None:
+            return NOT_MEASURED
+        return f"{self.spread_text(ratios)}, {self.text(verdict)}"
 
     def value(self, name):
         """The value registered as `name`, or None."""
@@ -259,7 +270,18 @@ class Numbers:
 
     def text(self, name):
         """How `name` reads in the document: its text, or 'not measured'."""
+        self.shown.add(name)
         return self.entries[name]["text"] if name in self.entries else NOT_MEASURED
+
+
+def data_file(name, file_name, header, rows, caption):
+    """{file_name: the rows as CSV, name: a Markdown link to it}: a table that serves as data sits
+    beside the document, built by the same command."""
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return {file_name: text.getvalue(), name: f"[{caption}]({file_name})"}
 
 
 def table(header, rows):

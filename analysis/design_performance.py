@@ -3,9 +3,9 @@ repeats, the verdicts between strategies, the compute baseline and the ceiling i
 efficiency. Every ratio is taken within one round of the sweep (Numbers.paired_ratio) and shown
 with its spread over the rounds.
 
-Every table reads the runs that results_folder.load_folder finds, grouped by
+Every table reads the strategy sweep's runs that results_folder.load_folder finds, grouped by
 results_folder.repeats (the plots read the same); a strategy is called faster than another only
-where results_folder.clearly_less holds.
+by results_folder.verdict over ratios paired within each round.
 """
 
 from analysis.design_numbers import ratio, smallest, table, unchanged
@@ -38,13 +38,19 @@ def key(model, series, world):
     return f"sweep.{model}.{slug(series)}.w{world}"
 
 
-def sentence(first, second, verdict):
-    """What the document claims about `first` against `second`, given their verdict."""
-    if verdict == "faster":
-        return f"{slug(first)} faster"
-    if verdict == "slower":
-        return f"{slug(second)} faster"
-    return "indistinguishable"
+def joined(names):
+    """'a', 'a and b', 'a, b and c'."""
+    names = list(names)
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
+
+
+def compare(numbers, name, runs, others, field="timing.across_ranks.step.mean", what="step"):
+    """`name` (the paired ratio of `field`, runs over others, within each round) and
+    `name.verdict`; returns the claim a table shows."""
+    numbers.paired_ratio(name, runs, others, field, formula=f"the first's mean {what} / the "
+                         "second's")
+    numbers.verdict(f"{name}.verdict", name)
+    return numbers.claim(name, f"{name}.verdict")
 
 
 def label(series, world):
@@ -132,15 +138,18 @@ def sweep_section(numbers, grouped, worlds):
             numbers.paired_ratio(f"{name}.efficiency", runs, single_runs,
                                  "throughput_samples_per_s", "percent", scale=1 / world,
                                  formula="throughput / (ranks x one process's throughput)")
-        rows = [row(numbers, model, "single", 1)]
+        rows = [row(numbers, grouped, model, "single", 1)]
         for world in worlds:
-            rows += [row(numbers, model, series, world) for series in SERIES if series != "single"]
-        pairs += [pair_row(numbers, model, top, first, second) for first, second in PAIRS]
+            rows += [row(numbers, grouped, model, series, world)
+                     for series in SERIES if series != "single"]
+        pairs += [pair_row(numbers, grouped, model, top, first, second)
+                  for first, second in PAIRS]
         tables[f"table.sweep.{model}"] = table(SWEEP_COLUMNS, rows)
         tables[f"table.baseline.{model}"] = baseline_table(numbers, model, worlds, grouped)
         summary(numbers, model, top)
         register_aliases(numbers, model, top)
-    tables["table.pairs"] = table(["model", "ranks", "first", "second", "verdict"], pairs)
+    tables["table.pairs"] = table(["model", "ranks", "first", "second",
+                                   "first's step / second's, per round"], pairs)
     lessons = [overlap_lesson(numbers, model, top) for model in ("mlp", "cnn")]
     tables["text.overlap_lesson"] = "; it ".join(lessons)
     counted = [name for name in numbers.entries
@@ -150,10 +159,15 @@ def sweep_section(numbers, grouped, worlds):
     return tables
 
 
-def row(numbers, model, series, world):
+def runs_of(grouped, model, series, world):
+    """The strategy sweep's runs of one configuration at the default bucket size."""
+    return grouped.get((model, series, world, DEFAULT_BUCKET_MB), [])
+
+
+def row(numbers, grouped, model, series, world):
     """A configuration's row of the sweep table: its step, exposed communication and overlap,
-    its efficiency and its verdict against flat at the same world size (compute, busy time,
-    throughput and the straggler are in numbers.json and the figures)."""
+    its efficiency and its step over flat's at the same world size, paired within each round
+    (compute, busy time, throughput and the straggler are in numbers.json and the figures)."""
     name = key(model, series, world)
     cells = [numbers.spread_text(f"{name}.step")]
     if series in QUIET:
@@ -162,21 +176,19 @@ def row(numbers, model, series, world):
         cells += [numbers.spread_text(f"{name}.{field}") for field in ("comm_exposed", "overlap")]
     against = "—"
     if series in COMMUNICATING and series != REFERENCE:
-        against = numbers.verdict(f"verdict.{model}.w{world}.{slug(series)}", f"{name}.step",
-                                  key(model, REFERENCE, world) + ".step") or "not measured"
+        against = compare(numbers, f"verdict.{model}.w{world}.{slug(series)}",
+                          runs_of(grouped, model, series, world),
+                          runs_of(grouped, model, REFERENCE, world))
     efficiency = "—" if world == 1 else numbers.spread_text(f"{name}.efficiency")
     return [label(series, world)] + cells + [efficiency, against]
 
 
-def pair_row(numbers, model, world, first, second):
-    """One of the PAIRS compared at one world size: the claim results_folder.clearly_less allows."""
-    first_step = key(model, first, world) + ".step"
-    second_step = key(model, second, world) + ".step"
-    verdict = numbers.verdict(f"verdict.{model}.w{world}.{slug(first)}-vs-{slug(second)}",
-                              first_step, second_step)
-    claim = sentence(first, second, verdict) if verdict else "not measured"
-    return [model.upper(), world, f"{slug(first)}: {numbers.spread_text(first_step)}",
-            f"{slug(second)}: {numbers.spread_text(second_step)}", claim]
+def pair_row(numbers, grouped, model, world, first, second):
+    """One of the PAIRS compared at one world size: the step ratio within each round and the
+    verdict."""
+    claim = compare(numbers, f"verdict.{model}.w{world}.{slug(first)}-vs-{slug(second)}",
+                    runs_of(grouped, model, first, world), runs_of(grouped, model, second, world))
+    return [model.upper(), world, slug(first), slug(second), claim]
 
 
 def overlap_lesson(numbers, model, world):
@@ -184,7 +196,7 @@ def overlap_lesson(numbers, model, world):
     time, verdict."""
     bucketed = key(model, "manual bucketed", world)
     flat = key(model, "manual flat", world)
-    verdict = numbers.value(f"verdict.{model}.w{world}.bucketed-vs-flat")
+    verdict = numbers.value(f"verdict.{model}.w{world}.bucketed-vs-flat.verdict")
     step = {"faster": "shorter than", "slower": "longer than"}.get(verdict,
                                                                    "indistinguishable from")
     return (f"hides {numbers.text(bucketed + '.overlap.median')} of the {model.upper()}'s "
@@ -192,20 +204,17 @@ def overlap_lesson(numbers, model, world):
             f"flat's {numbers.text(flat + '.comm_busy.median')}: its step is {step} flat's")
 
 
-def is_or_are(names):
-    """The names joined, with the verb that agrees with them."""
-    return f"{', '.join(names)} {'is' if len(names) == 1 else 'are'}"
-
-
 def summary(numbers, model, top):
     """One sentence about the largest world size: each strategy's verdict against flat."""
-    verdicts = {series: numbers.value(f"verdict.{model}.w{top}.{slug(series)}")
+    verdicts = {series: numbers.value(f"verdict.{model}.w{top}.{slug(series)}.verdict")
                 for series in COMMUNICATING if series != REFERENCE}
     groups = {verdict: [slug(series) for series, said in verdicts.items() if said == verdict]
               for verdict in ("faster", "indistinguishable", "slower")}
-    parts = [f"{', '.join(names)} {verdict}" for verdict, names in groups.items() if names]
+    parts = [f"{joined(names)} {'is' if len(names) == 1 else 'are'} "
+             f"{'indistinguishable from' if verdict[0] == 'i' else verdict + ' than'} flat"
+             for verdict, names in groups.items() if names]
     numbers.add(f"sweep.{model}.summary", "; ".join(parts) or None, "name", kind="derived",
-                inputs=[f"verdict.{model}.w{top}.{slug(series)}" for series in verdicts],
+                inputs=[f"verdict.{model}.w{top}.{slug(series)}.verdict" for series in verdicts],
                 formula="the verdicts against flat at the largest world size")
 
 

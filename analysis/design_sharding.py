@@ -146,6 +146,10 @@ def register_spread(numbers, name, path, indices, field, unit):
     `field`; absent without rows, or where the field is None (no DDP to compare with)."""
     inputs = [f"{path}#measurements[{index}].{field}" for index in indices]
     units = {"median": unit, "min": unit, "max": unit, "n": "count"}
+    if field == "step_ratio_to_ddp":  # a ratio within each repeat: with the verdict's interval
+        numbers.paired_values(name, inputs, unit, 1.0, "the step / DDP's in the same repeat",
+                              already_ratios=True)
+        return
     numbers.derived_fields(name, lambda *values: spread(values), inputs, units,
                            f"results_folder.spread over the repeats of {field}")
 
@@ -208,10 +212,7 @@ def register_comparisons(numbers, path, rows, where, model, world):
     prefix = f"sharding.{model}.w{world}"
     for configuration in list(NAMES)[1:]:
         numbers.verdict(f"{key(model, world, configuration)}.vs_ddp",
-                        f"{key(model, world, configuration)}.step",
-                        f"{key(model, world, 'ddp')}.step")
-    numbers.verdict(f"{prefix}.prefetch", f"{key(model, world, 'zero3')}.step",
-                    f"{key(model, world, 'zero3-no-prefetch')}.step")
+                        f"{key(model, world, configuration)}.step_ratio")
     with_prefetch = {rows[index]["repeat"]: index
                      for index in where.get((model, world, "zero3"), [])}
     without = {rows[index]["repeat"]: index
@@ -219,12 +220,9 @@ def register_comparisons(numbers, path, rows, where, model, world):
     inputs = [f"{path}#measurements[{indices[repeat]}].median_step_s"
               for repeat in sorted(set(with_prefetch) & set(without))
               for indices in (with_prefetch, without)]
-    units = {"median": "ratio", "min": "ratio", "max": "ratio", "n": "count"}
-    numbers.derived_fields(f"{prefix}.prefetch_ratio",
-                           lambda *steps: spread([mine / theirs for mine, theirs
-                                                  in zip(steps[0::2], steps[1::2])]),
-                           inputs, units, "results_folder.spread over the repeats of ZeRO-3's "
-                           "step over ZeRO-3's without prefetch, in the same repeat")
+    numbers.paired_values(f"{prefix}.prefetch_ratio", inputs, "ratio", 1.0,
+                          "ZeRO-3's step / ZeRO-3's without prefetch, in the same repeat")
+    numbers.verdict(f"{prefix}.prefetch", f"{prefix}.prefetch_ratio")
     numbers.derived(f"{prefix}.sent_ratio", lambda mine, theirs: mine / theirs,
                     [f"{key(model, world, 'zero3')}.sent.median",
                      f"{key(model, world, 'ddp')}.sent.median"] if world > 1 else [],

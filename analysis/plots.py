@@ -40,7 +40,7 @@ from analysis.plot_communication import plot_allreduce, plot_bucket_sweep
 from analysis.plot_learning import plot_curves, plot_scaling
 from analysis.plot_projection import plot_projection, projection_inputs
 from analysis.plot_timeline import plot_timeline, read_traces
-from analysis.results_folder import load_folder, repeats
+from analysis.results_folder import load_folder, repeats, sweep_of
 
 ALLREDUCE_SCHEMA = "allreduce-bench/1"
 STEP_BENCH_SCHEMA = "step-bench/3"
@@ -72,6 +72,14 @@ def strategy_groups(groups, model):
     return chosen
 
 
+def of_sweep(runs, sweep):
+    """The runs of one sweep grouped over their rounds (results_folder.repeats): two sweeps'
+    runs of one configuration are never pooled. All runs where none is named for a sweep."""
+    if any(sweep_of(run) == sweep for run in runs):
+        return repeats(runs, sweep)
+    return repeats(runs)
+
+
 def main(argv=None):
     """Draw every figure the results folder has data for; returns the paths written."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -81,7 +89,7 @@ def main(argv=None):
     out_dir = args.out_dir or os.path.join(args.results_dir, "plots")
     os.makedirs(out_dir, exist_ok=True)
     runs, benchmarks = load_folder(args.results_dir)
-    groups = repeats(runs)
+    groups = of_sweep(runs, "sweep")
     written = []
     for model in sorted({model for model, _, _, _ in groups}):
         model_groups = strategy_groups(groups, model)
@@ -91,7 +99,7 @@ def main(argv=None):
     for name, plot, schema in BENCHMARKS:
         rows = benchmarks.get(schema)
         save(plot(rows) if rows else None, out_dir, name, written)
-    save(plot_bucket_sweep(groups), out_dir, "bucket-sweep.png", written)
+    save(plot_bucket_sweep(of_sweep(runs, "bucket")), out_dir, "bucket-sweep.png", written)
     save(plot_timeline(read_traces(args.results_dir)), out_dir, "timeline.png", written)
     save(plot_projection(projection_inputs(args.results_dir)), out_dir, "projection.png", written)
     for path in written:

@@ -1,9 +1,12 @@
 """A folder of results files as the plots and the design document read it: the training runs
-(results/<run>.json, checked by runtime/results.py) grouped by configuration over their repeats,
-each run's means per step, and their spread (median, min, max) over the repeats."""
+(results/<run>.json, checked by runtime/results.py) grouped by sweep and configuration over their
+rounds, each run's means per step, their spread (median, min, max) over the rounds, and the one
+rule by which the document calls a configuration faster or slower than another."""
 import glob
 import json
 import os
+import random
+import re
 import statistics
 
 from runtime.results import SCHEMA, overlap, validate
@@ -73,12 +76,77 @@ def load_folder(folder, note=print):
     return runs, benchmarks
 
 
-def repeats(runs):
-    """{configuration: [runs, oldest first]}: the repeated runs of each configuration together."""
+# analysis/sweep.py names a run <sweep>-<model>-...-r<round>: sweep-mlp-ddp-w4-r2,
+# bucket-mlp-ddp-25mb-w4-r1. Two sweeps may hold the same configuration (the bucket sweep's 25 MiB
+# DDP is the strategy sweep's DDP); their runs are never pooled.
+RUN_NAME = re.compile(r"^(?P<sweep>[a-z]+)-(?:mlp|cnn)-.*?(?:-r(?P<round>\d+))?$")
+
+
+def run_name(run):
+    """A run's name as its results file is named (the run_name it was given), else as recorded."""
+    if run.get("path"):
+        return os.path.splitext(os.path.basename(run["path"]))[0]
+    return run.get("run_name") or ""
+
+
+def sweep_of(run):
+    """The sweep that made a run ('sweep', 'bucket', 'slurm'), or '' for a run named otherwise."""
+    match = RUN_NAME.match(run_name(run))
+    return match.group("sweep") if match else ""
+
+
+def round_of(run):
+    """The round of its sweep a run belongs to (the -r<round> of its name), or None."""
+    match = RUN_NAME.match(run_name(run))
+    return int(match.group("round")) if match and match.group("round") else None
+
+
+def repeats(runs, sweep=None):
+    """{configuration: [runs by round, then oldest first]}: the rounds of each configuration
+    together, only those of `sweep` (sweep_of) if given."""
     grouped = {}
-    for run in sorted(runs, key=lambda run: run.get("created", "")):
+    chosen = [run for run in runs if sweep is None or sweep_of(run) == sweep]
+    for run in sorted(chosen, key=lambda run: (round_of(run) or 0, run.get("created", ""))):
         grouped.setdefault(configuration(run), []).append(run)
     return grouped
+
+
+def paired(runs, others):
+    """[(run, other)] of the same round: by round number where both are named with one, else in
+    order (both oldest first)."""
+    rounds = {round_of(other): other for other in others}
+    if None in rounds or any(round_of(run) is None for run in runs):
+        return list(zip(runs, others))
+    return [(run, rounds[round_of(run)]) for run in runs if round_of(run) in rounds]
+
+
+# The document's one verdict rule (stated in §4.1): a ratio of two configurations is taken within
+# each round, and one is faster (ratio below 1) or slower only where every paired ratio agrees, or,
+# with BOOTSTRAP_FROM rounds or more, where a bootstrap 95 % interval of their median excludes 1.
+BOOTSTRAP_FROM = 5
+BOOTSTRAP_SAMPLES = 2000
+
+
+def interval(ratios):
+    """(low, high) the verdict reads: the range of the paired ratios, or with BOOTSTRAP_FROM or
+    more the 2.5 and 97.5 percentiles of their bootstrapped median (a fixed seed: the build is
+    reproducible)."""
+    if len(ratios) < BOOTSTRAP_FROM:
+        return min(ratios), max(ratios)
+    draw = random.Random(0)
+    medians = sorted(statistics.median(draw.choices(ratios, k=len(ratios)))
+                     for _ in range(BOOTSTRAP_SAMPLES))
+    return medians[int(0.025 * BOOTSTRAP_SAMPLES)], medians[int(0.975 * BOOTSTRAP_SAMPLES) - 1]
+
+
+def verdict(low, high):
+    """'faster' (the first's time below the second's), 'slower' or 'indistinguishable', from the
+    interval of the paired ratios first / second."""
+    if high < 1:
+        return "faster"
+    if low > 1:
+        return "slower"
+    return "indistinguishable"
 
 
 def spread(values):
@@ -88,13 +156,6 @@ def spread(values):
         return None
     return {"median": statistics.median(values), "min": min(values), "max": max(values),
             "n": len(values)}
-
-
-def clearly_less(lower, higher):
-    """Whether spread `lower` is below spread `higher` by more than either's own spread (max - min):
-    only then is a difference between two configurations called real on a noisy machine."""
-    gap = higher["median"] - lower["median"]
-    return gap > lower["max"] - lower["min"] and gap > higher["max"] - higher["min"]
 
 
 def per_step(run):

@@ -346,6 +346,7 @@ def write_and_build(folder, out_dir, shown_dir):
         with open(os.path.join(shown_dir, f"{name}.md"), "w") as file:
             file.write(f"{{{{ {name} }}}}\n")
     builder.TEMPLATES = shown_dir
+    builder.DATA_TABLES = {}  # the tables as Markdown, whatever the document links as CSV
     shown = builder.build(folder, out_dir)
     return documents, {name: shown[f"{name}.md"] for name in SHOWN}
 
@@ -368,7 +369,7 @@ def spreads_from(folder):
     """{(model, series, world): the step spread over repeats}, by the loader the plots use."""
     runs, _ = results_folder.load_folder(folder, note=no_notes)
     spreads = {}
-    for configuration, group in results_folder.repeats(runs).items():
+    for configuration, group in results_folder.repeats(runs, "sweep").items():
         model, series, world, bucket_mb = configuration
         if bucket_mb == 25.0:
             spreads[(model, series, world)] = results_folder.across_repeats(group)

@@ -212,7 +212,7 @@ def assert_traceable(numbers_json, base):
         if entry["kind"] == "measured":
             assert resolve(entry["field"], read(entry["file"])) == entry["value"], name
         elif entry["kind"] == "derived":
-            for source in entry["inputs"]:
+            for source in numbers_json["sources"][entry["derived_from"]]["inputs"]:
                 if "#" in source:
                     path, field = source.split("#")
                     resolve(field, read(path))

@@ -23,8 +23,8 @@ from tests.harness import run_alone
 
 pytestmark = pytest.mark.rubric("design.numbers")
 
-# | MLP | 4 | flat: 18.0 ms (16.2–18.1) | per-param: 56.6 ms (52.9–57.1) | flat faster |
-PAIR_ROW = re.compile(r"^\| (MLP|CNN) \| (\d+) \| ([\w-]+): [^|]+ \| ([\w-]+): [^|]+ \| (.+) \|$")
+# | MLP | 4 | flat | per-param | 0.317× (0.305–0.317), faster |
+PAIR_ROW = re.compile(r"^\| (MLP|CNN) \| (\d+) \| ([\w-]+) \| ([\w-]+) \| (.+) \|$")
 
 
 def full_name(slug):
@@ -35,7 +35,7 @@ def full_name(slug):
 def throughputs_by_round(folder, model, series, world):
     """The throughput of each repeat of a configuration, oldest first (one per round)."""
     runs, _ = results_folder.load_folder(folder, note=no_notes)
-    grouped = results_folder.repeats(runs)
+    grouped = results_folder.repeats(runs, "sweep")
     return [run["throughput_samples_per_s"] for run in grouped[(model, series, world, 25.0)]]
 
 
@@ -74,51 +74,80 @@ def test_the_synthetic_steps_add_up_as_timing_records_do(synthetic):
     assert any(series == "ddp-no-sync" for _, series, _, _ in counts)
 
 
-def test_a_strategy_is_called_faster_only_where_clearly_less_holds_and_indistinguishable_otherwise(
-        synthetic):
-    spreads = spreads_from(synthetic.folder)
+def steps_by_round(folder, model, series, world):
+    """{round: the run's mean step} of one configuration of the strategy sweep."""
+    runs, _ = results_folder.load_folder(folder, note=no_notes)
+    grouped = results_folder.repeats(runs, "sweep")
+    return {int(run["path"].removesuffix(".json").rsplit("-r", 1)[1]):
+            run["timing"]["across_ranks"]["step"]["mean"]
+            for run in grouped.get((model, series, world, 25.0), [])}
+
+
+def expected_verdict(mine, theirs):
+    """The document's rule with fewer than five rounds: faster or slower only where every ratio
+    of the same round agrees."""
+    ratios = [mine[round_] / theirs[round_] for round_ in mine if round_ in theirs]
+    assert len(ratios) == REPEATS
+    if all(ratio < 1 for ratio in ratios):
+        return "faster"
+    if all(ratio > 1 for ratio in ratios):
+        return "slower"
+    return "indistinguishable"
+
+
+def test_a_strategy_is_faster_or_slower_only_where_every_ratio_within_a_round_agrees(synthetic):
     claims = [PAIR_ROW.match(line).groups() for line in synthetic.shown["table.pairs"].splitlines()
               if PAIR_ROW.match(line)]
     # the CNN's ring at the largest world size
     assert [claim for *_, claim in claims if claim == "not measured"] == ["not measured"]
     claims = [claim for claim in claims if claim[-1] != "not measured"]
     assert len(claims) == 2 * 4 - 1  # models x pairs at the largest world size, less the CNN's ring
-    said = {"faster": 0, "indistinguishable": 0}
+    said = set()
     for model, world, first, second, claim in claims:
-        assert world == "4"
-        steps = steps_at(spreads, model.lower(), int(world))
-        first, second = full_name(first), full_name(second)
-        if claim.endswith(" faster"):
-            faster = full_name(claim.removesuffix(" faster"))
-            slower = second if faster == first else first
-            # the claim is made only where the gap of medians exceeds both spreads
-            assert results_folder.clearly_less(steps[faster], steps[slower]), claim
-            said["faster"] += 1
-        else:
-            assert claim == "indistinguishable"
-            assert not results_folder.clearly_less(steps[first], steps[second]), claim
-            assert not results_folder.clearly_less(steps[second], steps[first]), claim
-            said["indistinguishable"] += 1
-    # the synthetic results exercise both verdicts
-    assert said["faster"] and said["indistinguishable"]
+        mine, theirs = (steps_by_round(synthetic.folder, model.lower(), full_name(series),
+                                       int(world)) for series in (first, second))
+        # the claim quotes the paired ratios' spread, then the verdict they allow
+        assert claim.endswith(", " + expected_verdict(mine, theirs)), claim
+        said.add(claim.rsplit(", ", 1)[1])
+    # the synthetic results exercise a verdict and its absence
+    assert "indistinguishable" in said and said - {"indistinguishable"}
 
 
-def test_the_verdicts_against_flat_follow_the_spreads(synthetic):
-    spreads = spreads_from(synthetic.folder)
+def test_the_verdicts_against_flat_pair_each_round_with_flats(synthetic):
     numbers = numbers_of(synthetic.documents)
     for model in ("mlp", "cnn"):
         for world in (2, 4):
-            steps = steps_at(spreads, model, world)
-            flat = steps.pop("manual flat")
-            for series, step in steps.items():
-                if series == "ddp-no-sync":  # the compute baseline has no verdict
+            flat = steps_by_round(synthetic.folder, model, "manual flat", world)
+            for series in ("ddp", "manual per-param", "manual bucketed", "manual ring"):
+                mine = steps_by_round(synthetic.folder, model, series, world)
+                if not mine:  # the run the synthetic sweep leaves out
                     continue
                 slug = series.replace("manual ", "")
-                verdict = numbers[f"verdict.{model}.w{world}.{slug}"]["value"]
-                expected = ("faster" if results_folder.clearly_less(step, flat) else
-                            "slower" if results_folder.clearly_less(flat, step) else
-                            "indistinguishable")
-                assert verdict == expected, (model, world, series)
+                verdict = numbers[f"verdict.{model}.w{world}.{slug}.verdict"]["value"]
+                assert verdict == expected_verdict(mine, flat), (model, world, series)
+
+
+def test_the_verdict_rule_reads_every_pair_below_five_rounds_and_a_bootstrap_from_five():
+    # three rounds: one ratio on the other side of 1 is enough to withhold a verdict
+    assert results_folder.verdict(*results_folder.interval([0.9, 0.95, 1.01])) == \
+        "indistinguishable"
+    assert results_folder.verdict(*results_folder.interval([0.9, 0.95, 0.99])) == "faster"
+    assert results_folder.verdict(*results_folder.interval([1.1, 1.2, 1.3])) == "slower"
+    # eight rounds, one outlier: the bootstrap interval of the median still excludes 1
+    low, high = results_folder.interval([0.8, 0.82, 0.81, 0.79, 0.83, 0.8, 0.81, 1.05])
+    assert high < 1 and results_folder.verdict(low, high) == "faster"
+
+
+def test_runs_of_two_sweeps_are_never_pooled_and_pair_by_round(synthetic):
+    runs, _ = results_folder.load_folder(synthetic.folder, note=no_notes)
+    # the bucket sweep's 25 MiB DDP is the strategy sweep's DDP configuration: apart, REPEATS each
+    for sweep in ("sweep", "bucket"):
+        grouped = results_folder.repeats(runs, sweep)
+        assert len(grouped[("mlp", "ddp", 4, 25.0)]) == REPEATS
+    grouped = results_folder.repeats(runs, "sweep")
+    mine, theirs = grouped[("mlp", "ddp", 4, 25.0)], grouped[("mlp", "single", 1, 25.0)]
+    for run, other in results_folder.paired(list(reversed(mine)), theirs):
+        assert results_folder.round_of(run) == results_folder.round_of(other)
 
 
 def test_efficiency_ceiling_and_overlap_are_recomputed_from_the_results_round_by_round(synthetic):

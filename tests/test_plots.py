@@ -14,7 +14,7 @@ import pytest
 from analysis import plots
 from analysis.plot_breakdown import plot_step_bench, plot_time_breakdown
 from analysis.plot_common import bucket_variant
-from analysis.results_folder import clearly_less, load_folder, per_step, repeats, spread
+from analysis.results_folder import load_folder, per_step, repeats, spread
 from runtime.options import DEFAULT_BUCKET_MB
 from runtime.results import SCHEMA, validate
 from runtime.timing import FIELDS
@@ -145,15 +145,6 @@ def test_the_median_of_an_even_count_of_repeats_is_the_mean_of_the_two_middle_on
     assert spread([0.4, 0.1, 0.3, 0.2]) == {"median": 0.25, "min": 0.1, "max": 0.4, "n": 4}
     assert spread([0.3, 0.1, 0.2])["median"] == 0.2
     assert spread([]) is None
-
-
-def test_a_difference_is_clear_only_where_the_gap_of_medians_exceeds_both_spreads():
-    tight = spread([1.0, 1.1])
-    # a gap of 1.0 against spreads of 0.1 and 0.5: clear, one way only
-    assert clearly_less(tight, spread([1.8, 2.05, 2.3]))
-    assert not clearly_less(spread([1.8, 2.05, 2.3]), tight)
-    # a gap of 0.5 inside a spread of 1.0: not clear
-    assert not clearly_less(tight, spread([1.1, 1.6, 2.1]))
 
 
 def test_a_runs_overlap_is_hidden_over_busy_and_none_without_communication():

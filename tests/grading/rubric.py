@@ -122,25 +122,29 @@ ITEMS = [
          "Nothing more: each section's prose is read in its own task, by a person.",
          builds_on=("core.mlp",)),
     Item("design.architecture", "Design document: system architecture", 1, "",
-         "Read design_doc/1-architecture.md: the modules, why one training loop serves every "
-         "mode with the gradient sync passed in, and where the processes come from.",
+         "Read design_doc/1-architecture.md: does each section open with its answer; the "
+         "modules, why one training loop serves every mode with the gradient sync passed in, and "
+         "where the processes come from.",
          graded_by="person"),
     Item("design.data_flow", "Design document: data flow", 1, "",
-         "Read design_doc/2-data-flow.md: the path of a batch from file to averaged gradient in "
-         "each mode, and what each rank holds.", graded_by="person"),
+         "Read design_doc/2-data-flow.md: answers first; the path of a batch from file to "
+         "averaged gradient in each mode, and what each rank holds.", graded_by="person"),
     Item("design.communication", "Design document: communication patterns", 1, "",
-         "Read design_doc/3-communication.md: each strategy's collectives, message steps and "
-         "bytes, their timing against backward, and what compression changes.",
+         "Read design_doc/3-communication.md: answers first; each strategy's collectives, "
+         "message steps and bytes (data linked as CSV), their timing against backward, and what "
+         "compression changes.",
          graded_by="person"),
     Item("design.performance", "Design document: performance analysis", 1, "",
-         "Read design_doc/4-performance.md: are the measurements explained (compute against "
-         "communication, exposed against hidden, the bucket size), not restated?",
+         "Read design_doc/4-performance.md: does each section open with its answer, is every "
+         "verdict from ratios paired within a round under one stated rule, and are the "
+         "measurements explained (compute against communication, exposed against hidden), not "
+         "restated?",
          graded_by="person"),
     Item("design.scalability", "Design document: scalability discussion", 1, "",
-         "Read design_doc/5-scalability.md: are the projections argued from the fitted model, "
-         "with their assumptions stated?", graded_by="person"),
+         "Read design_doc/5-scalability.md: answers first; are the projections argued from the "
+         "fitted model, with their assumptions stated?", graded_by="person"),
     Item("design.sharding", "Design document: sharding", 1, "",
-         "Read design_doc/7-sharding.md: memory per rank and time per step side by side for DDP "
+         "Read design_doc/7-sharding.md: answers first; memory per rank and time per step for DDP "
          "and the three ZeRO levels; the trade, ZeRO-3's 1.5x the bytes for 1/n of the memory; "
          "what prefetching hides, and how that is measured honestly; where each level wins; the "
          "projection to a model that does not fit one rank.", graded_by="person"),
