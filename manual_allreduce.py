@@ -57,17 +57,10 @@ def all_reduce(tensor):
     return dist.all_reduce(tensor, async_op=True).get_future()
 
 
-def completed(tensor):
-    """A future that is already complete: what a collective that blocks until done returns."""
-    done = torch.futures.Future()
-    done.set_result(tensor)
-    return done
-
-
 class PerParameterSync:
     """After backward, one blocking all-reduce per gradient, as `average_gradients`: simple, one
     message per tensor. `all_reduce(tensor)` sums in place and returns a future, as the one
-    above."""
+    above. Every strategy divides before the sum, as DDP's hooks do: float16 overflows less."""
 
     def __init__(self, params, all_reduce=all_reduce):
         self.params = params
@@ -77,8 +70,8 @@ class PerParameterSync:
         """A gradient is final: nothing to do until backward is over."""
 
     def finish(self):
-        """After backward, every parameter holding a gradient: average each one on its own,
-        dividing before the sum (as DDP's hooks: float16 overflows less) and waiting for it."""
+        """After backward: divide each gradient by the world size, then sum it with
+        self.all_reduce and wait."""
         # BEGIN SOLUTION Task 3: per-parameter sync
         for param in self.params:
             param.grad /= dist.get_world_size()
@@ -112,8 +105,7 @@ class FlatSync(PerParameterSync):
         self.buffer = flat_buffer(params)
 
     def finish(self):
-        """After backward: pack every gradient into self.buffer, average it as PerParameterSync
-        averages one gradient, unpack."""
+        """After backward: pack every gradient into self.buffer, average it likewise, unpack."""
         # BEGIN SOLUTION Task 4: flat sync
         grads = [param.grad for param in self.params]
         pack(grads, self.buffer)
@@ -204,10 +196,10 @@ class BucketedSync(PerParameterSync):
 
 # --- 5. Compression: half the bytes on the wire ------------------------------------------------
 def compressed(all_reduce, wire_dtype):
-    """A layer: an all-reduce that sums a copy in the 16-bit `wire_dtype` with `all_reduce` and
-    copies the sum back into the tensor, as DDP's fp16_compress_hook and bf16_compress_hook do.
-    float16 keeps 11 significant bits but overflows past 65504 (the trainer stops on an infinite
-    gradient, or the loss scaler skips the step); bfloat16 keeps 8, with float32's range."""
+    """A layer: `all_reduce` of a copy in the 16-bit `wire_dtype`, the sum copied back into the
+    tensor, as DDP's fp16_compress_hook and bf16_compress_hook do. float16 keeps 11 significant
+    bits but overflows past 65504 (the trainer stops on an infinite gradient, or the loss scaler
+    skips the step); bfloat16 keeps 8, with float32's range."""
 
     def all_reduce_compressed(tensor):
         # BEGIN SOLUTION Task 7: compression
@@ -222,6 +214,14 @@ def compressed(all_reduce, wire_dtype):
         # END SOLUTION
 
     return all_reduce_compressed
+
+
+# --- Blocking collectives: the ring and shared memory of manual_collectives.py, sharding's ring ---
+def completed(tensor):
+    """A future that is already complete: what a collective that blocks until done returns."""
+    done = torch.futures.Future()
+    done.set_result(tensor)
+    return done
 
 
 # --sync, in the order built here; ring and shm are the flat strategy, summed by the ring or the
