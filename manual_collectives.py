@@ -80,8 +80,8 @@ def _exchange(send, right, receive, left):
 
 
 # --- 7. Within one host: an all-reduce through shared memory ----------------------------------
-# gloo moves bytes between ranks of one machine over loopback TCP: the MLP's 2.27 MB gradient at
-# about 0.4 GB/s. Ranks that share memory can sum at memory speed instead.
+# gloo moves bytes between ranks of one machine over loopback TCP, at about 0.4 GB/s on a 2-core
+# machine (`python -m benchmarks.allreduce_bench`). Ranks that share memory can sum at memory speed.
 SHM_PREFIX = "mnist-ddp-shm-"  # every segment's name starts so (a test checks none is left over)
 SLOT_BYTES = 8 * 2**20  # per rank; a larger tensor goes through in pieces of this size
 HEADER_ROW = 8  # int64 per rank: arrivals, pid, pid namespace; 64 bytes, a cache line of its own

@@ -517,7 +517,7 @@ def succeeded(outcome, where):
 def halves(world_size):
     """compare_halves' cases, rank by rank, on the recorded process group: a launch of its own,
     since fully_shard's device mesh cannot take that group, and every collective through it costs
-    Python (measured: the whole file 17 s with the trainings on gloo, 27 s on it)."""
+    Python, which the trainings, on gloo, need not pay."""
     return run_in_processes(world_size, compare_halves, timeout_s=60, recorded=True)
 
 
