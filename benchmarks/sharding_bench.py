@@ -168,9 +168,11 @@ class Run:
 
     def shards(self):
         """{name, numel, padded_numel} of each flat shard (none for DDP): the padding."""
-        owner = getattr(self.wrapped, "optimizer", None) or self.wrapped  # ZeRO-1/2 or ZeRO-3
-        return [{"name": shard.name, "numel": shard.numel, "padded_numel": shard.padded_numel}
-                for shard in getattr(owner, "shards", [])]
+        optimizer = getattr(self.wrapped, "optimizer", None)  # ZeRO-1/2's; ZeRO-3 shards units
+        owner, what = (optimizer, "bucket") if optimizer is not None else (self.wrapped, "unit")
+        return [{"name": f"{what} {index}", "numel": shard.numel,
+                 "padded_numel": shard.padded_numel}
+                for index, shard in enumerate(getattr(owner, "shards", []))]
 
 
 def reset_peak_rss():
