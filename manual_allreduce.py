@@ -13,19 +13,16 @@ up to what DDP really does, in this order:
   4. bucketed     buckets all-reduced while backward is still running, so communication
                   overlaps the rest of backward (DDP's design)
   5. compression  a layer around any all-reduce: fp16 or bf16 on the wire, half the bytes
-  6. ring         the collective itself replaced: `ring_all_reduce`, point-to-point messages
-  7. shm          the flat buffer summed through memory shared by the ranks of a host
 Every strategy has the same two methods: `grad_ready(param)`, called as each gradient becomes
 final during backward, and `finish()`, called after backward, which leaves every rank the mean.
-runtime/manual_ddp.py puts them behind the interface of torch's DDP: it registers the hooks and
-handles no_sync(), unused parameters and misuse. runtime/timing.py adds one more layer around the
-all-reduce, which times it. Sections 6 and 7 are how the bytes move: their collectives are in
-manual_collectives.py; read it after this file.
+Each sums with `self.all_reduce(tensor)`, which it is given: the library's by default; the
+runtime (runtime/manual_ddp.py) passes one with timing and compression around it, or a
+hand-written one (manual_collectives.py, read it after this file: `--sync ring` and `--sync shm`
+are the flat strategy over its ring and its shared memory). runtime/manual_ddp.py also puts the
+strategies behind the interface of torch's DDP: hooks, no_sync(), unused parameters and misuse.
 """
 import torch
 import torch.distributed as dist
-
-from manual_collectives import SLOT_BYTES, SharedMemoryAllReduce, ring_all_reduce
 
 DEFAULT_BUCKET_MB = 25.0  # as DDP's bucket_cap_mb
 FIRST_BUCKET_MB = 1.0  # as DDP: a small first bucket, so the first all-reduce starts early
@@ -53,40 +50,32 @@ def broadcast_parameters(module, src=0):
 
 
 # --- 2. The simplest strategy: one all-reduce per parameter ------------------------------------
-def all_reduce(tensor, name):
+def all_reduce(tensor):
     """Start summing `tensor` over the ranks in place with the library's all-reduce, without
     waiting: returns a future that completes once the sum is in `tensor` (and raises the
-    collective's error where it is waited for). `name` says what is summed, for layers that
-    record it (runtime/timing.py)."""
+    collective's error where it is waited for)."""
     return dist.all_reduce(tensor, async_op=True).get_future()
 
 
-def average(tensor, all_reduce, name):
-    """Replace `tensor` by its average over the ranks; blocking."""
-    tensor.div_(dist.get_world_size())  # before the sum, as DDP's hooks: float16 overflows less
-    all_reduce(tensor, name).wait()
-
-
 class PerParameterSync:
-    """After backward, one blocking all-reduce per gradient: simple, one message per tensor.
-    Every strategy takes the same arguments (`bucket_mb` is for section 4's)."""
+    """After backward, one blocking all-reduce per gradient, as `average_gradients`: simple, one
+    message per tensor. `all_reduce(tensor)` sums in place and returns a future, as the one
+    above. Every strategy divides before the sum, as DDP's hooks do: float16 overflows less."""
 
-    collective = staticmethod(all_reduce)  # sections 6 and 7 replace it
-
-    def __init__(self, params, bucket_mb=DEFAULT_BUCKET_MB, layers=()):
+    def __init__(self, params, all_reduce=all_reduce):
         self.params = params
-        # what the caller adds around the collective: compression (section 5), timing
-        self.all_reduce = with_layers(self.collective, layers)
+        self.all_reduce = all_reduce
 
     def grad_ready(self, param):
         """A gradient is final: nothing to do until backward is over."""
 
     def finish(self):
-        """After backward, every parameter holding a gradient: average each one on its own,
-        named "param <index>"."""
+        """After backward: divide each gradient by the world size, then sum it with
+        self.all_reduce and wait."""
         # BEGIN SOLUTION Task 3: per-parameter sync
-        for index, param in enumerate(self.params):
-            average(param.grad, self.all_reduce, f"param {index}")
+        for param in self.params:
+            param.grad /= dist.get_world_size()
+            self.all_reduce(param.grad).wait()
         # END SOLUTION
 
 
@@ -111,16 +100,17 @@ def unpack(buffer, grads):
 class FlatSync(PerParameterSync):
     """After backward, every gradient packed into one contiguous buffer: one all-reduce."""
 
-    def __init__(self, params, bucket_mb=DEFAULT_BUCKET_MB, layers=()):
-        super().__init__(params, bucket_mb, layers)
+    def __init__(self, params, all_reduce=all_reduce):
+        super().__init__(params, all_reduce)
         self.buffer = flat_buffer(params)
 
     def finish(self):
-        """After backward: pack every gradient into self.buffer, average it as "flat", unpack."""
+        """After backward: pack every gradient into self.buffer, average it likewise, unpack."""
         # BEGIN SOLUTION Task 4: flat sync
         grads = [param.grad for param in self.params]
         pack(grads, self.buffer)
-        average(self.buffer, self.all_reduce, "flat")
+        self.buffer /= dist.get_world_size()
+        self.all_reduce(self.buffer).wait()
         unpack(self.buffer, grads)
         # END SOLUTION
 
@@ -168,17 +158,17 @@ class BucketedSync(PerParameterSync):
     caller reports each gradient with `grad_ready` (from autograd's hook: call_when_ready);
     `finish()` waits for the sums."""
 
-    def __init__(self, params, bucket_mb=DEFAULT_BUCKET_MB, layers=()):
-        super().__init__(params, bucket_mb, layers)
+    def __init__(self, params, all_reduce=all_reduce, bucket_mb=DEFAULT_BUCKET_MB):
+        super().__init__(params, all_reduce)
         self.buckets = [Bucket(group) for group in bucket_layout(params, bucket_mb)]
         self.bucket_of = {param: bucket for bucket in self.buckets for param in bucket.params}
         self.next_to_start = 0
 
     def grad_ready(self, param):
         """Count `param`'s gradient in its bucket, then start each next bucket whose gradients
-        are all ready: pack, divide, and start its all-reduce as "bucket <index>" without
-        waiting. Strictly in index order, so every rank issues the same collectives in the same
-        order even where a hook fires early."""
+        are all ready: pack, divide, and start its all-reduce without waiting. Strictly in index
+        order, so every rank issues the same collectives in the same order even where a hook
+        fires early."""
         # BEGIN SOLUTION Task 5: the bucket hook
         self.bucket_of[param].ready += 1
         while self.next_to_start < len(self.buckets):
@@ -186,8 +176,8 @@ class BucketedSync(PerParameterSync):
             if bucket.ready < len(bucket.params):
                 return
             pack([param.grad for param in bucket.params], bucket.buffer)
-            bucket.buffer.div_(dist.get_world_size())  # as in `average`
-            bucket.summed = self.all_reduce(bucket.buffer, f"bucket {self.next_to_start}")
+            bucket.buffer /= dist.get_world_size()
+            bucket.summed = self.all_reduce(bucket.buffer)
             self.next_to_start += 1
         # END SOLUTION
 
@@ -205,21 +195,13 @@ class BucketedSync(PerParameterSync):
 
 
 # --- 5. Compression: half the bytes on the wire ------------------------------------------------
-def with_layers(all_reduce, layers):
-    """`all_reduce` inside `layers`: functions that each take an all-reduce and return one doing
-    more around it (section 5's compression, runtime/timing.py's timing), the first innermost."""
-    for layer in layers:
-        all_reduce = layer(all_reduce)
-    return all_reduce
-
-
 def compressed(all_reduce, wire_dtype):
     """A layer: `all_reduce` of a copy in the 16-bit `wire_dtype`, the sum copied back into the
     tensor, as DDP's fp16_compress_hook and bf16_compress_hook do. float16 keeps 11 significant
     bits but overflows past 65504 (the trainer stops on an infinite gradient, or the loss scaler
     skips the step); bfloat16 keeps 8, with float32's range."""
 
-    def all_reduce_compressed(tensor, name):
+    def all_reduce_compressed(tensor):
         # BEGIN SOLUTION Task 7: compression
         wire = tensor.to(wire_dtype)
 
@@ -228,13 +210,13 @@ def compressed(all_reduce, wire_dtype):
             tensor.copy_(wire)
             return tensor
 
-        return all_reduce(wire, name).then(copy_back)
+        return all_reduce(wire).then(copy_back)
         # END SOLUTION
 
     return all_reduce_compressed
 
 
-# --- 6. Replacing the collective itself: the ring (manual_collectives.py) ---------------------
+# --- Blocking collectives: the ring and shared memory of manual_collectives.py, sharding's ring ---
 def completed(tensor):
     """A future that is already complete: what a collective that blocks until done returns."""
     done = torch.futures.Future()
@@ -242,36 +224,7 @@ def completed(tensor):
     return done
 
 
-def all_reduce_by_ring(tensor, name):
-    """Sum `tensor` around the ring; blocking, so the future returned is already complete."""
-    ring_all_reduce(tensor)
-    return completed(tensor)
-
-
-class RingSync(FlatSync):
-    """The flat buffer, summed by `ring_all_reduce` instead of the library's all-reduce."""
-
-    collective = staticmethod(all_reduce_by_ring)
-
-
-# --- 7. Within one host: shared memory instead of sockets (manual_collectives.py) -------------
-class SharedMemorySync(FlatSync):
-    """The flat buffer, summed through a segment of memory shared by the ranks of each host:
-    no bytes through loopback TCP (between hosts, through the library)."""
-
-    def __init__(self, params, bucket_mb=DEFAULT_BUCKET_MB, layers=()):
-        super().__init__(params, bucket_mb, layers)
-        buffer_bytes = self.buffer.numel() * self.buffer.element_size()
-        # a collective: every rank builds it at once, with a slot that holds the whole buffer
-        self.shared = SharedMemoryAllReduce(slot_bytes=max(SLOT_BYTES, -(-buffer_bytes // 64) * 64))
-        # the buffer kept in this rank's slot: packing the gradients is writing the slot
-        self.buffer = self.shared.own_slot(self.buffer.dtype, self.buffer.numel())
-
-    def collective(self, tensor, name):
-        """Sum `tensor` through shared memory; blocking, so the future returned is complete."""
-        self.shared.all_reduce(tensor)
-        return completed(tensor)
-
-
+# --sync, in the order built here; ring and shm are the flat strategy, summed by the ring or the
+# shared memory of manual_collectives.py (the runtime passes that all-reduce instead)
 STRATEGIES = {"per-param": PerParameterSync, "flat": FlatSync, "bucketed": BucketedSync,
-              "ring": RingSync, "shm": SharedMemorySync}  # --sync, in the order built here
+              "ring": FlatSync, "shm": FlatSync}

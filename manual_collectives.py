@@ -56,8 +56,8 @@ _receive_buffers = {}
 
 
 def receive_buffer(like):
-    """A scratch tensor the size of `like`, kept between calls: allocating 64 MiB afresh for
-    each all-reduce costs page faults (measured: 0.71x gloo's bus bandwidth, 1.12x without)."""
+    """A scratch tensor the size of `like`, kept between calls: a buffer allocated afresh for
+    each all-reduce pays its page faults again on every call."""
     key = (like.dtype, like.device)
     if key not in _receive_buffers or _receive_buffers[key].numel() < like.numel():
         _receive_buffers[key] = torch.empty(like.numel(), dtype=like.dtype, device=like.device)
@@ -80,8 +80,8 @@ def _exchange(send, right, receive, left):
 
 
 # --- 7. Within one host: an all-reduce through shared memory ----------------------------------
-# gloo moves bytes between ranks of one machine over loopback TCP: the MLP's 2.27 MB gradient at
-# about 0.4 GB/s. Ranks that share memory can sum at memory speed instead.
+# gloo moves bytes between ranks of one machine over loopback TCP, at about 0.4 GB/s on a 2-core
+# machine (`python -m benchmarks.allreduce_bench`). Ranks that share memory can sum at memory speed.
 SHM_PREFIX = "mnist-ddp-shm-"  # every segment's name starts so (a test checks none is left over)
 SLOT_BYTES = 8 * 2**20  # per rank; a larger tensor goes through in pieces of this size
 HEADER_ROW = 8  # int64 per rank: arrivals, pid, pid namespace; 64 bytes, a cache line of its own
@@ -248,7 +248,7 @@ class SharedMemoryAllReduce:
         result = self.region(world, piece.dtype, length)
         begin = length * self.local_rank // world
         end = length * (self.local_rank + 1) // world
-        if end > begin and world == 2:  # measured: one add is 20% faster than a sum of 2 rows
+        if end > begin and world == 2:  # one add: no reduction over a dimension of two rows
             torch.add(slots[0, begin:end], slots[1, begin:end], out=result[begin:end])
         elif end > begin:  # one pass over every slot's chunk, straight into the result
             torch.sum(slots[:, begin:end], dim=0, out=result[begin:end])

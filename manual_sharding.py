@@ -24,16 +24,15 @@ rank own one chunk of the model between them:
 Bytes sent per rank and step, P the parameter bytes and n the ranks: DDP's all-reduce 2P(n-1)/n;
 ZeRO-1 and ZeRO-2 the same (a reduce-scatter and an all-gather, P(n-1)/n each); ZeRO-3 3P(n-1)/n
 (a second all-gather, for backward). runtime/sharded.py puts these behind the training loop's
-interface. It imports only torch and the standard library.
+interface, with what a run needs besides: the library's collectives, timed; the optimizer state
+gathered for checkpoints; an optimizer that learning-rate schedulers accept. It imports only torch
+and manual_allreduce.py.
 """
-import threading
-from contextlib import contextmanager
-
 import torch
 import torch.distributed as dist
 from torch import nn
 
-DEFAULT_BUCKET_MB = 25.0  # ZeRO-2's buckets, as DDP's bucket_cap_mb
+from manual_allreduce import DEFAULT_BUCKET_MB, completed
 
 
 # --- 1. The ring's two halves ------------------------------------------------------------------
@@ -92,65 +91,17 @@ def ring_all_gather(output, shard):
     # END SOLUTION
 
 
-def completed(tensor):
-    """A future that is already complete: what a collective that blocks returns."""
-    done = torch.futures.Future()
-    done.set_result(tensor)
-    return done
-
-
-# Every collective below is called as `collective(output, input, name)` and returns a future, so
-# that a layer (runtime/timing.py's timing) can wrap it; `name` says what moves.
-def reduce_scatter(output, tensor, name):
-    """The library's reduce-scatter (gloo or NCCL), started without waiting."""
-    return future_of(dist.reduce_scatter_single(output, tensor, async_op=True), output)
-
-
-def all_gather(output, shard, name):
-    """The library's all-gather, started without waiting."""
-    return dist.all_gather_single(output, shard, async_op=True).get_future()
-
-
-def future_of(work, result):
-    """A future completed with `result` when the library's `work` is: gloo's reduce-scatter offers
-    none of its own, so a thread waits for it (and completes the future as it ends)."""
-    try:
-        return work.get_future()
-    except RuntimeError:
-        pass
-    future = torch.futures.Future()
-
-    def wait():
-        try:
-            work.wait()
-            future.set_result(result)
-        except Exception as error:  # noqa: BLE001 - the collective's error, raised where waited
-            future.set_exception(error)
-
-    threading.Thread(target=wait, daemon=True).start()
-    return future
-
-
-def reduce_scatter_by_ring(output, tensor, name):
-    """Section 1's reduce-scatter; blocking, so the future returned is already complete."""
+# The classes below take their two collectives as arguments, each called as
+# `collective(output, input)` and returning a future: section 1's by default; the runtime passes
+# the library's, timed (runtime/sharded.py).
+def reduce_scatter_by_ring(output, tensor):
+    """Section 1's reduce-scatter, returning a future (complete: the ring blocks)."""
     return completed(ring_reduce_scatter(output, tensor))
 
 
-def all_gather_by_ring(output, shard, name):
-    """Section 1's all-gather; blocking."""
+def all_gather_by_ring(output, shard):
+    """Section 1's all-gather, returning a future (complete)."""
     return completed(ring_all_gather(output, shard))
-
-
-COLLECTIVES = {"library": (reduce_scatter, all_gather),
-               "ring": (reduce_scatter_by_ring, all_gather_by_ring)}
-
-
-def with_layers(collective, layers):
-    """`collective` inside `layers` (functions that take a collective and return one doing more
-    around it), the first innermost, as manual_allreduce.with_layers."""
-    for layer in layers:
-        collective = layer(collective)
-    return collective
 
 
 # --- 2. The shard: rank r owns one equal, contiguous piece of the flat parameters ---------------
@@ -169,9 +120,8 @@ class FlatShard:
     n equal shards: rank r owns elements [r S, (r+1) S), S = ceil(numel / n). `master` is this
     rank's shard of the float32 values, the only copy the optimizer steps."""
 
-    def __init__(self, params, name):
+    def __init__(self, params):
         self.params = params
-        self.name = name
         self.world, self.rank = dist.get_world_size(), dist.get_rank()
         self.numel = sum(param.numel() for param in params)
         self.shard_numel = -(-self.numel // self.world)
@@ -201,38 +151,8 @@ class FlatShard:
         return flat[self.rank * self.shard_numel:(self.rank + 1) * self.shard_numel]
 
 
-def gather_state(shards, state_dict, all_gather_shard):
-    """`state_dict` (an optimizer's, over one tensor per FlatShard) with every per-element tensor
-    gathered whole and cut to the shard's real length, so it loads at any world size."""
-    full = {"param_groups": state_dict["param_groups"], "state": {}}
-    for index, values in state_dict["state"].items():
-        shard = shards[index]
-        full["state"][index] = {}
-        for key, value in values.items():
-            if torch.is_tensor(value) and value.dim() == 1 and value.numel() == shard.shard_numel:
-                whole = value.new_empty(shard.padded_numel)
-                all_gather_shard(whole, value.contiguous(), f"all-gather state {shard.name}").wait()
-                value = whole[:shard.numel].clone()
-            full["state"][index][key] = value
-    return full
-
-
-def scatter_state(shards, full):
-    """gather_state's inverse on one rank: each per-element tensor padded and cut to this rank's
-    shard."""
-    local = {"param_groups": full["param_groups"], "state": {}}
-    for index, values in full["state"].items():
-        shard = shards[int(index)]
-        local["state"][int(index)] = {
-            key: shard.own(torch.nn.functional.pad(value, (0, shard.padded_numel - shard.numel)))
-            .clone() if torch.is_tensor(value) and value.dim() == 1 and value.numel() == shard.numel
-            else value
-            for key, value in values.items()}
-    return local
-
-
 # --- 3 and 4. ZeRO-1: each rank steps only its shard; ZeRO-2: and keeps only its gradients ------
-class ShardedOptimizer(torch.optim.Optimizer):  # a learning-rate scheduler takes only those
+class ShardedOptimizer:
     """`ShardedOptimizer(model.parameters(), torch.optim.AdamW, lr=1e-3)` where code says
     `ZeroRedundancyOptimizer(...)`: any torch.optim class, stepping only this rank's shard, so
     each rank holds 1/n of the optimizer state. Use it on a plain (unwrapped) model whose ranks
@@ -248,7 +168,8 @@ class ShardedOptimizer(torch.optim.Optimizer):  # a learning-rate scheduler take
     """
 
     def __init__(self, params, optimizer_class, *, shard_gradients=False,
-                 bucket_mb=DEFAULT_BUCKET_MB, collectives="library", layers=(), **defaults):
+                 bucket_mb=DEFAULT_BUCKET_MB, reduce_scatter=reduce_scatter_by_ring,
+                 all_gather=all_gather_by_ring, **defaults):
         params = list(params)
         if any(isinstance(param, dict) for param in params):
             raise TypeError("ShardedOptimizer takes parameters, not parameter groups: one flat "
@@ -258,10 +179,9 @@ class ShardedOptimizer(torch.optim.Optimizer):  # a learning-rate scheduler take
             raise ValueError("ShardedOptimizer got no parameter that requires a gradient")
         self.shard_gradients = shard_gradients
         groups = buckets(params, bucket_mb) if shard_gradients else [params]
-        self.shards = [FlatShard(group, f"bucket {index}") for index, group in enumerate(groups)]
-        scatter, gather = COLLECTIVES[collectives]
-        self.reduce_scatter = with_layers(scatter, layers)
-        self.all_gather = with_layers(gather, layers)
+        self.shards = [FlatShard(group) for group in groups]
+        self.reduce_scatter = reduce_scatter
+        self.all_gather = all_gather
         self.flat_params = []
         self.flat_grads = []
         for shard in self.shards:
@@ -288,19 +208,6 @@ class ShardedOptimizer(torch.optim.Optimizer):  # a learning-rate scheduler take
             for param in params:
                 param.register_post_accumulate_grad_hook(self._grad_ready)
 
-    @property
-    def param_groups(self):
-        """The inner optimizer's groups (learning-rate schedulers change them)."""
-        return self.optimizer.param_groups
-
-    @property
-    def defaults(self):
-        return self.optimizer.defaults
-
-    @property
-    def state(self):
-        return self.optimizer.state
-
     def start_reduce_scatter(self, index, grad_flat):
         """Average shard `index`'s flat gradient `grad_flat`: divide it (before the sum, as DDP),
         and start its reduce-scatter. ZeRO-1 sums in place, into this rank's own shard of the
@@ -310,8 +217,7 @@ class ShardedOptimizer(torch.optim.Optimizer):  # a learning-rate scheduler take
         # Divide grad_flat by the world size in place. The output: ZeRO-1 (not
         # self.shard_gradients) this rank's own shard of grad_flat (FlatShard.own), ZeRO-2 a new
         # tensor of the shard's shard_numel elements (self.shards[index]). Start
-        # self.reduce_scatter into it, named "reduce-scatter <shard name>"; append
-        # (index, future, output) to self.pending.
+        # self.reduce_scatter into it; append (index, future, output) to self.pending.
         # END PROMPT
         # BEGIN SOLUTION Task 11: starting a gradient's reduce-scatter
         shard = self.shards[index]
@@ -320,7 +226,7 @@ class ShardedOptimizer(torch.optim.Optimizer):  # a learning-rate scheduler take
             output = grad_flat.new_empty(shard.shard_numel)
         else:
             output = shard.own(grad_flat)
-        future = self.reduce_scatter(output, grad_flat, f"reduce-scatter {shard.name}")
+        future = self.reduce_scatter(output, grad_flat)
         self.pending.append((index, future, output))
         # END SOLUTION
 
@@ -381,13 +287,12 @@ class ShardedOptimizer(torch.optim.Optimizer):  # a learning-rate scheduler take
             self.reduce_gradients()
         # BEGIN PROMPT
         # Step the inner optimizer (self.optimizer), then all-gather each master shard (detached)
-        # into its flat parameter buffer, self.flat_params[index] ("all-gather <shard name>"),
-        # waiting for each.
+        # into its flat parameter buffer, self.flat_params[index], waiting for each.
         # END PROMPT
         # BEGIN SOLUTION Task 11: stepping the shards
         self.optimizer.step()
-        for shard, master, flat in zip(self.shards, self.masters, self.flat_params):
-            self.all_gather(flat, master.detach(), f"all-gather {shard.name}").wait()
+        for master, flat in zip(self.masters, self.flat_params):
+            self.all_gather(flat, master.detach()).wait()
         # END SOLUTION
         self.reduced = False
 
@@ -402,16 +307,6 @@ class ShardedOptimizer(torch.optim.Optimizer):  # a learning-rate scheduler take
                     param.grad = None
         for master in self.masters:
             master.grad = None
-
-    def state_dict(self):
-        """The optimizer state gathered whole (a collective: every rank calls it), keyed as the
-        inner optimizer's: it loads at any world size."""
-        return gather_state(self.shards, self.optimizer.state_dict(), self.all_gather)
-
-    def load_state_dict(self, full):
-        """Keep this rank's shard of `state_dict()`'s whole state."""
-        self.optimizer.load_state_dict(scatter_state(self.shards, full))
-
 
 def buckets(params, bucket_mb):
     """ZeRO-2's buckets: consecutive parameters in reverse (backward makes the last layer's
@@ -449,20 +344,19 @@ class FullyShardedModel(nn.Module):
     """
 
     def __init__(self, module, units=None, compute_dtype=None, prefetch=True,
-                 collectives="library", layers=()):
+                 reduce_scatter=reduce_scatter_by_ring, all_gather=all_gather_by_ring):
         super().__init__()
         self.module = module
         self.compute_dtype = compute_dtype
         self.prefetch = prefetch
-        scatter, gather = COLLECTIVES[collectives]
-        self.reduce_scatter = with_layers(scatter, layers)
-        self.all_gather = with_layers(gather, layers)
+        self.reduce_scatter = reduce_scatter
+        self.all_gather = all_gather
         self.units = units if units is not None else layer_units(module)
         self.shards = []
         self.masters = []
         for index, modules in enumerate(self.units):
             params = trainable(param for each in modules for param in each.parameters())
-            shard = FlatShard(params, f"unit {index}")
+            shard = FlatShard(params)
             with torch.no_grad():
                 master = shard.own(shard.flatten(params, torch.float32)).clone()
             self.shards.append(shard)
@@ -512,8 +406,7 @@ class FullyShardedModel(nn.Module):
         # has elements: free() leaves none). Otherwise: a new flat buffer of the shard's
         # padded_numel elements in `dtype` (default: self.compute_dtype, else float32) on the
         # master's device; start self.all_gather into it of the master shard, detached and cast
-        # to that dtype ("all-gather <shard name>"); keep (future, buffer) in
-        # self.gathering[index].
+        # to that dtype; keep (future, buffer) in self.gathering[index].
         # END PROMPT
         # BEGIN SOLUTION Task 12: starting a unit's all-gather
         shard = self.shards[index]
@@ -522,7 +415,7 @@ class FullyShardedModel(nn.Module):
         dtype = dtype or self.compute_dtype or torch.float32
         flat = torch.empty(shard.padded_numel, dtype=dtype, device=self.masters[index].device)
         mine = self.masters[index].detach().to(dtype)
-        self.gathering[index] = (self.all_gather(flat, mine, f"all-gather {shard.name}"), flat)
+        self.gathering[index] = (self.all_gather(flat, mine), flat)
         # END SOLUTION
 
     def gather(self, index, dtype=None):
@@ -596,16 +489,15 @@ class FullyShardedModel(nn.Module):
         # BEGIN PROMPT
         # Flatten the unit's gradients (FlatShard.flatten, in the compute dtype, float32 without
         # one), divide by the world size, start self.reduce_scatter into a new tensor of the
-        # shard's shard_numel elements ("reduce-scatter <shard name>"), and append (index, future,
-        # output) to self.pending; then set each parameter's .grad to None and free the unit.
+        # shard's shard_numel elements, and append (index, future, output) to self.pending; then
+        # set each parameter's .grad to None and free the unit.
         # END PROMPT
         # BEGIN SOLUTION Task 12: a unit's gradients reduce-scattered
         shard = self.shards[index]
         grads = [param.grad for param in shard.params]
         flat = shard.flatten(grads, self.compute_dtype or torch.float32).div_(shard.world)
         output = flat.new_empty(shard.shard_numel)
-        self.pending.append((index, self.reduce_scatter(output, flat, f"reduce-scatter "
-                                                        f"{shard.name}"), output))
+        self.pending.append((index, self.reduce_scatter(output, flat), output))
         for param in shard.params:
             param.grad = None
         self.free(index)
@@ -628,50 +520,6 @@ class FullyShardedModel(nn.Module):
             else:
                 master.grad += grad
         self.pending = []
-
-    @contextmanager
-    def no_sync(self):
-        """Accumulation without sync is not offered: each backward's gradients are reduce-scattered
-        and add up in the shards' .grad, which is the same sum at n times the messages."""
-        yield
-
-    @contextmanager
-    def whole(self):
-        """Every parameter gathered whole in float32 inside the block: for a checkpoint of the full
-        model (a collective: every rank enters it)."""
-        for index in range(len(self.units)):
-            self.gather(index, torch.float32)
-        try:
-            yield self.module
-        finally:
-            for index in range(len(self.units)):
-                self.free(index)
-
-    def full_state_dict(self):
-        """The whole model's state_dict in float32, on every rank (a collective)."""
-        with self.whole() as module:
-            return {key: value.clone() for key, value in module.state_dict().items()}
-
-    def load_full_state_dict(self, state):
-        """Take each unit's shard of a full state_dict (full_state_dict's)."""
-        names = {param: name for name, param in self.module.named_parameters()}
-        with torch.no_grad():
-            for shard, master in zip(self.shards, self.masters):
-                values = [state[names[param]] for param in shard.params]
-                master.copy_(shard.own(shard.flatten(values, torch.float32)))
-            own_state = self.module.state_dict()
-            for name, value in state.items():  # buffers and frozen parameters, whole everywhere
-                if name in own_state and own_state[name].numel():
-                    own_state[name].copy_(value)
-
-    def optimizer_state_dict(self, optimizer):
-        """`optimizer`'s state (an optimizer over sharded_parameters()) gathered whole: loads at any
-        world size."""
-        return gather_state(self.shards, optimizer.state_dict(), self.all_gather)
-
-    def load_optimizer_state_dict(self, optimizer, full):
-        optimizer.load_state_dict(scatter_state(self.shards, full))
-
 
 def layer_units(module):
     """FSDP's default wrapping, per layer: each submodule holding trainable parameters of its own,

@@ -162,7 +162,7 @@ def train_rank(placement, args):
         outcome = trainer.fit()
         hosts = sorted(set(gather(host_name())))
         # every rank: a sharded model is gathered whole
-        final_state = checkpoint.model_state(wrapped) if args.save_model else None
+        final_state = wrapped.full_state_dict() if args.save_model else None
         if placement.rank == 0:
             environment = describe_environment(placement, backend, device, hosts, parameters)
             write_results(args, environment, outcome, time.perf_counter() - started)

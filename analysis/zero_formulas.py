@@ -50,7 +50,7 @@ PROJECTED_WORLD_SIZE = 64  # the paper's Figure 1 example's data-parallel degree
 
 def collective_kind(name):
     """The kind of a collective from the name the timing layer recorded: 'reduce-scatter unit 0',
-    'all-gather bucket 0'; anything else is a DDP bucket's all-reduce ('bucket 0')."""
+    'all-gather bucket 0'; anything else is an all-reduce ('all-reduce bucket 0')."""
     for kind in ("reduce-scatter", "all-gather"):
         if name.startswith(kind):
             return kind

@@ -38,7 +38,6 @@ import tempfile
 import threading
 import time
 from datetime import timedelta
-from functools import partial
 from statistics import median
 
 import torch
@@ -62,7 +61,7 @@ from runtime.options import DEFAULT_BUCKET_MB, OneLineParser
 from runtime.results import write_json_atomic
 from runtime.sharded import wrap_sharded
 from runtime.step import Precision, TrainingStep
-from runtime.timing import FIELDS, CommRecorder, StepTimer, summarize_ranks, timed, watch_gradients
+from runtime.timing import FIELDS, CommRecorder, StepTimer, summarize_ranks, watch_gradients
 from runtime.wrappers import SyncOptions, wrap_model
 
 SCHEMA = "sharding-bench/1"
@@ -149,7 +148,7 @@ class Run:
             level, prefetch = SHARDING[configuration]
             watch_gradients(self.model, recorder)  # before the wrapper's own hooks, as wrap_model
             wrapped = wrap_sharded(self.model, level, args.bucket_mb, prefetch=prefetch,
-                                   layers=[partial(timed, recorder=recorder)])
+                                   recorder=recorder)
             optimizer = wrapped.make_optimizer(torch.optim.AdamW, **adamw)
         self.wrapped = wrapped
         self.watch = MemoryWatch(wrapped, optimizer)
@@ -169,9 +168,11 @@ class Run:
 
     def shards(self):
         """{name, numel, padded_numel} of each flat shard (none for DDP): the padding."""
-        owner = getattr(self.wrapped, "optimizer", None) or self.wrapped  # ZeRO-1/2 or ZeRO-3
-        return [{"name": shard.name, "numel": shard.numel, "padded_numel": shard.padded_numel}
-                for shard in getattr(owner, "shards", [])]
+        optimizer = getattr(self.wrapped, "optimizer", None)  # ZeRO-1/2's; ZeRO-3 shards units
+        owner, what = (optimizer, "bucket") if optimizer is not None else (self.wrapped, "unit")
+        return [{"name": f"{what} {index}", "numel": shard.numel,
+                 "padded_numel": shard.padded_numel}
+                for index, shard in enumerate(getattr(owner, "shards", []))]
 
 
 def reset_peak_rss():

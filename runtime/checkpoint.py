@@ -9,7 +9,8 @@ the same dropout masks as an uninterrupted one.
 every rank takes part in gathering them whole (collectives), so its checkpoint holds the whole
 model, which loads in any mode, and the whole optimizer state, which loads at any world size;
 each rank keeps its shard of it. That state is per flat shard, not per parameter: it resumes
-with the same --shard (`optimizer_layout`), and a mismatch is one clear line.
+with the same --shard (`optimizer_layout`), and a mismatch is one clear line. Every mode's wrapper
+says how through runtime/wrappers.WrappedModel's methods.
 """
 import glob
 import os
@@ -21,8 +22,7 @@ import torch
 
 from runtime.atomic import write_atomic
 from runtime.launch import LaunchError
-
-PER_PARAMETER = "tensors per parameter (--mode single, ddp or manual)"  # a torch optimizer's
+from runtime.wrappers import PER_PARAMETER
 
 NAME = re.compile(r"ckpt-e(\d+)-s(\d+)\.pt$")
 
@@ -85,37 +85,15 @@ def load_latest(folder, device):
     return None, None
 
 
-def model_state(model):
-    """The whole model's state_dict, unwrapped, from `model` (a --mode wrapper). A collective
-    for a sharded model: every rank calls it."""
-    if hasattr(model, "full_state_dict"):
-        return model.full_state_dict()
-    return model.module.state_dict()
-
-
-def optimizer_state(model, optimizer):
-    """The whole optimizer's state_dict; a collective for a sharded model (every rank calls it)."""
-    if hasattr(model, "optimizer_state_dict"):
-        return model.optimizer_state_dict(optimizer)
-    return optimizer.state_dict()
-
-
-def optimizer_layout(model):
-    """How the optimizer's state is laid out; a checkpoint resumes only into the same."""
-    if hasattr(model, "optimizer_layout"):
-        return model.optimizer_layout()
-    return PER_PARAMETER
-
-
 def training_state(trainer, rng_per_rank, world_size):
     """Everything a resumed run needs: the unwrapped model, optimizer, scheduler, loss scaler, the
     progress and every rank's RNG state. Every rank calls it (a sharded model and optimizer are
     gathered); rank 0 saves it."""
     progress = trainer.progress
     return {
-        "model": model_state(trainer.model),
-        "optimizer": optimizer_state(trainer.model, trainer.optimizer),
-        "optimizer_layout": optimizer_layout(trainer.model),
+        "model": trainer.model.full_state_dict(),
+        "optimizer": trainer.model.optimizer_state_dict(trainer.optimizer),
+        "optimizer_layout": trainer.model.optimizer_layout(),
         "scheduler": trainer.schedule.state_dict(),
         "scaler": trainer.scaler.state_dict(),
         "epoch": progress.epoch,
@@ -133,18 +111,14 @@ def restore_training(trainer, state, rank, world_size, path=""):
     Progress it had saved. A sharded model and optimizer keep this rank's shard of it."""
     model = trainer.model
     saved_layout = state.get("optimizer_layout", PER_PARAMETER)  # older checkpoints: per parameter
-    if saved_layout != optimizer_layout(model):
+    if saved_layout != model.optimizer_layout():
         raise LaunchError(f"--resume: {path or 'the checkpoint'} holds optimizer state in "
-                          f"{saved_layout}; this run keeps it in {optimizer_layout(model)}: "
+                          f"{saved_layout}; this run keeps it in {model.optimizer_layout()}: "
                           "resume with the options it was saved with, or use another "
                           "--checkpoint-dir")
     model_state = {key.removeprefix("module."): value for key, value in state["model"].items()}
-    if hasattr(model, "load_full_state_dict"):
-        model.load_full_state_dict(model_state)
-        model.load_optimizer_state_dict(trainer.optimizer, state["optimizer"])
-    else:
-        model.module.load_state_dict(model_state)
-        trainer.optimizer.load_state_dict(state["optimizer"])
+    model.load_full_state_dict(model_state)
+    model.load_optimizer_state_dict(trainer.optimizer, state["optimizer"])
     trainer.schedule.load_state_dict(state["scheduler"])
     if state.get("scaler"):
         trainer.scaler.load_state_dict(state["scaler"])

@@ -12,7 +12,15 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils._pytree import tree_leaves
 
-from manual_allreduce import DEFAULT_BUCKET_MB, STRATEGIES, broadcast_parameters, call_when_ready
+from manual_allreduce import (
+    DEFAULT_BUCKET_MB,
+    STRATEGIES,
+    BucketedSync,
+    all_reduce,
+    broadcast_parameters,
+    call_when_ready,
+)
+from runtime.wrappers import WrappedModel, all_reduce_by_ring, shared_memory_all_reduce
 
 
 def trainable_parameters(module):
@@ -39,10 +47,33 @@ def parameters_reached(output):
     return reached
 
 
-class ManualDDP(nn.Module):
+def build_strategy(params, strategy, bucket_mb=DEFAULT_BUCKET_MB, layers=()):
+    """The strategy `strategy` (a name of the lesson's STRATEGIES, or a class with their
+    constructor and methods) over `params`, given the all-reduce its --sync name sums with (the
+    library's, the ring, shared memory) inside `layers`: functions that each take an all-reduce
+    and return one doing more around it (compression, timing), the first innermost."""
+    strategy_class = STRATEGIES[strategy] if isinstance(strategy, str) else strategy
+    shared = None
+    if strategy == "ring":
+        collective = all_reduce_by_ring
+    elif strategy == "shm":  # a slot that holds the whole flat buffer, in 64-byte lines
+        buffer_bytes = sum(param.numel() * param.element_size() for param in params)
+        collective, shared = shared_memory_all_reduce(-(-buffer_bytes // 64) * 64)
+    else:
+        collective = all_reduce
+    for layer in layers:
+        collective = layer(collective)
+    options = {"bucket_mb": bucket_mb} if issubclass(strategy_class, BucketedSync) else {}
+    sync = strategy_class(params, collective, **options)
+    if shared is not None:  # the flat buffer kept in this rank's slot: packing writes the slot
+        sync.buffer = shared.own_slot(sync.buffer.dtype, sync.buffer.numel())
+    return sync
+
+
+class ManualDDP(WrappedModel, nn.Module):
     """`ManualDDP(model, "bucketed")` where code says `DistributedDataParallel(model)`, with DDP's
     keyword arguments, defaults and semantics; `layers` go around the strategy's all-reduce
-    (manual_allreduce.compressed, runtime/timing.py's timed).
+    (manual_allreduce.compressed, runtime/timing.py's timed: see build_strategy).
 
     The constructor broadcasts rank 0's parameters and buffers; with `broadcast_buffers` (the
     default) `forward` broadcasts rank 0's buffers again before each forward that follows a
@@ -73,9 +104,7 @@ class ManualDDP(nn.Module):
         self.ready = set()  # parameters whose gradient arrived since the last forward
         self.unused = set()  # parameters this forward's graph does not reach (find_unused)
         self.zero_filled = set()  # parameters given zeros to send in this step
-        # a name of the lesson's STRATEGIES, or a class with their constructor and methods
-        strategy_class = STRATEGIES[strategy] if isinstance(strategy, str) else strategy
-        self.sync = strategy_class(self.params, bucket_mb, layers)
+        self.sync = build_strategy(self.params, strategy, bucket_mb, layers)
         call_when_ready(self.params, self._grad_ready)
 
     def _grad_ready(self, param):

@@ -53,8 +53,8 @@ def one_cycle(total_steps, warmup_fraction=0.25, start=1 / 25, end=1 / 25e4):
 
 def build_optimizer(model, args, steps_per_epoch):
     """The --optimizer over the model's parameters, and its --lr-schedule as a Schedule. `model`
-    is the wrapped model (or the plain one, for every mode but sharded): a sharded one builds the
-    optimizer over what this rank owns (`make_optimizer`).
+    is the wrapped model (runtime/wrappers.WrappedModel), which builds the optimizer over what
+    this rank steps (a sharded one: what it owns).
 
     onecycle: warm-up to --lr over the first quarter of the run, then cosine decay (one_cycle),
     moved after every optimizer step. step: StepLR, the rate x --lr-gamma every --lr-step epochs
@@ -65,10 +65,7 @@ def build_optimizer(model, args, steps_per_epoch):
     else:
         optimizer_class = torch.optim.SGD
         options = dict(lr=args.lr, momentum=args.momentum, fused=True)
-    if hasattr(model, "make_optimizer"):
-        optimizer = model.make_optimizer(optimizer_class, **options)
-    else:
-        optimizer = optimizer_class(model.parameters(), **options)
+    optimizer = model.make_optimizer(optimizer_class, **options)
     if args.lr_schedule == "onecycle":
         # Reaches a given accuracy in fewer samples than StepLR here (time_to_accuracy.py).
         factor = one_cycle(args.epochs * steps_per_epoch)

@@ -6,15 +6,17 @@ import argparse
 import os
 import tempfile
 
+from manual_allreduce import DEFAULT_BUCKET_MB, STRATEGIES
 from runtime import emulated_network
 from runtime.data import DATASETS
 from runtime.optimizers import SCHEDULES
 
 MODES = ("single", "ddp", "manual", "ddp-no-sync", "sharded")  # runtime/wrappers.py
-STRATEGY_NAMES = ("per-param", "flat", "bucketed", "ring", "shm")  # manual_allreduce.STRATEGIES
-SHARD_LEVELS = ("optimizer", "gradients", "parameters")  # ZeRO-1, 2, 3: manual_sharding.LEVELS
+STRATEGY_NAMES = tuple(STRATEGIES)  # --sync
+# ZeRO-1, 2, 3: manual_sharding.LEVELS, not imported here (a test checks they are the same), so
+# that a run that shards nothing never loads the sharding lesson
+SHARD_LEVELS = ("optimizer", "gradients", "parameters")
 COMPUTE_DTYPES = ("fp32", "fp16", "bf16")  # --compute-dtype: runtime/sharded.COMPUTE_DTYPES
-DEFAULT_BUCKET_MB = 25.0  # as DDP's bucket_cap_mb, and manual_allreduce's default
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -26,12 +26,12 @@ synchronize per mark, which would also wait for the communication streams.
 import statistics
 import threading
 import time
+from contextlib import contextmanager
 
 import torch
 
 PHASES = ("data", "forward", "backward", "sync", "optimizer")
-# A trace span's name starts with its collective: manual_sharding names its own ("all-gather unit
-# 0"); an all-reduce is named by what it sends ("bucket 0") and gets the prefix in the trace.
+# A trace span's name starts with its collective, then what it sends: "all-reduce bucket 0"
 COLLECTIVES = ("all-reduce", "reduce-scatter", "all-gather")
 COMM_FIELDS = ("comm_busy", "comm_hidden", "comm_exposed")
 FIELDS = PHASES + ("compute",) + COMM_FIELDS + ("own_work", "step")
@@ -75,7 +75,26 @@ class CommRecorder:
         self.spans = []  # [name, start, end]; end is written from the backend's thread
         self.sizes = []  # bytes of each collective started this step, in launch order
         self.gradients = []  # (parameter name, stamp) as each gradient was accumulated
+        self.sent = {}  # per collective: how many it has started this step
+        self.label = None  # what the collectives started now send, where the runtime says so
         self._lock = threading.Lock()
+
+    @contextmanager
+    def labelled(self, label):
+        """Inside the block, collectives are named as sending `label` ("unit 3")."""
+        self.label = label
+        try:
+            yield
+        finally:
+            self.label = None
+
+    def next_name(self, collective, message):
+        """The trace's name for the next `collective` ("all-gather"): what it sends, as labelled,
+        else `message` numbered in the order of this step's calls ("bucket 2")."""
+        with self._lock:
+            number = self.sent.get(collective, 0)
+            self.sent[collective] = number + 1
+        return f"{collective} {self.label or f'{message} {number}'}"
 
     def started(self, name, nbytes=0):
         """Called just before a collective of `nbytes` starts; returns its span, for
@@ -100,6 +119,7 @@ class CommRecorder:
         with self._lock:
             spans, self.spans = self.spans, []
             sizes, self.sizes = self.sizes, []
+            self.sent = {}
         gradients, self.gradients = self.gradients, []
         return [tuple(span) for span in spans if span[2] is not None], sizes, gradients
 
@@ -128,22 +148,21 @@ class LayoutLog:
             self.layouts.append({"from_step": step, "bytes": list(sizes)})
 
 
-def timed(collective, recorder):
-    """A layer around a collective called as `collective(*tensors, name)` (manual_allreduce's
+def timed(collective, recorder, kind="all-reduce", message="message"):
+    """A layer around a collective called with tensors and returning a future (manual_allreduce's
     all-reduce, manual_sharding's reduce-scatter and all-gather): each call's span goes to
     `recorder`, from just before the call (a collective may do its work inside it) to its
     completion, with the bytes of its largest tensor (the buffer all-reduced, a reduce-scatter's
-    input, an all-gather's output)."""
-    def timed_collective(*args):
-        *tensors, name = args
-        span = recorder.started(name, max(tensor.numel() * tensor.element_size()
-                                          for tensor in tensors))
+    input, an all-gather's output), named `kind` and what it sends (CommRecorder.next_name)."""
+    def timed_collective(*tensors):
+        span = recorder.started(recorder.next_name(kind, message),
+                                max(tensor.numel() * tensor.element_size() for tensor in tensors))
 
         def record_end(done):
             recorder.finished(span)
             return done.value()  # raises the collective's error again, if it failed
 
-        return collective(*args).then(record_end)
+        return collective(*tensors).then(record_end)
 
     return timed_collective
 
@@ -250,18 +269,11 @@ class StepTimer:
             if self.measured <= self.trace_window:
                 self.trace += [(step, phase, before, after)
                                for (_, before), (phase, after) in zip(marks, marks[1:])]
-                self.trace += [(step, collective_name(name), start, end)
-                               for name, start, end in spans]
+                self.trace += [(step, name, start, end) for name, start, end in spans]
                 self.trace += [(step, "gradient " + name, stamp, stamp)
                                for name, stamp in gradients]
         self.pending = []
         return records
-
-
-def collective_name(name):
-    """A collective's span name in the trace: as given when it names its collective already
-    (sharding's "reduce-scatter unit 0"), else an all-reduce's ("all-reduce bucket 0")."""
-    return name if name.startswith(COLLECTIVES) else "all-reduce " + name
 
 
 def summarize(values):

@@ -1,7 +1,5 @@
-"""The --mode values behind one interface, so one training loop serves them all.
-
-Each wraps the model in a module with `forward`, `no_sync()` and
-`finish_gradient_synchronization()`:
+"""The --mode values behind one interface, `WrappedModel`, so one training loop and one
+checkpoint format serve them all:
   single       one process, nothing to synchronise: the baseline
   ddp          torch's DistributedDataParallel, its buckets averaged by a communication hook that
                times each all-reduce; with --comm-hook shm summed by manual_collectives'
@@ -12,7 +10,7 @@ Each wraps the model in a module with `forward`, `no_sync()` and
                communication
   manual       `runtime.manual_ddp.ManualDDP`, the hand-written strategies of manual_allreduce.py
   sharded      runtime/sharded.py: manual_sharding.py's ZeRO-1, 2 or 3 (--shard), which also builds
-               the optimizer (`make_optimizer`) and gathers the model for checkpoints
+               the optimizer and gathers the model for checkpoints
 Every collective goes through the timing layer (timing.timed). --compress is the lesson's
 compression layer for mode manual and torch's fp16_compress_wrapper design for mode ddp: a
 reference mode runs no code of the lesson's but the shared-memory transport it is asked for.
@@ -26,10 +24,52 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from runtime.options import DEFAULT_BUCKET_MB
+from manual_allreduce import DEFAULT_BUCKET_MB, completed
 from runtime.timing import timed, watch_gradients
 
 WIRE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}  # --compress
+PER_PARAMETER = "tensors per parameter (--mode single, ddp or manual)"  # a torch optimizer's
+
+
+class WrappedModel:
+    """What the training loop and the checkpoints expect of a wrapped model, with the defaults of
+    a whole model on every rank (`self.module`, optimized by a torch optimizer). Every --mode
+    wrapper derives from it; the sharded ones override what sharding changes."""
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    def no_sync(self):
+        """A context whose backward passes only accumulate local gradients."""
+        return nullcontext()
+
+    def finish_gradient_synchronization(self):
+        """After backward, before the optimizer step: every gradient averaged over the ranks."""
+
+    def make_optimizer(self, optimizer_class, **options):
+        """The optimizer over what this rank steps."""
+        return optimizer_class(self.module.parameters(), **options)
+
+    def full_state_dict(self):
+        """The whole model's state_dict, unwrapped (no `module.` prefix); a collective where the
+        model is sharded: every rank calls it."""
+        return self.module.state_dict()
+
+    def load_full_state_dict(self, state):
+        """Take a full_state_dict()."""
+        self.module.load_state_dict(state)
+
+    def optimizer_state_dict(self, optimizer):
+        """`optimizer`'s whole state (a collective where it is sharded)."""
+        return optimizer.state_dict()
+
+    def load_optimizer_state_dict(self, optimizer, state):
+        """Take an optimizer_state_dict() (each rank its shard, where it is sharded)."""
+        optimizer.load_state_dict(state)
+
+    def optimizer_layout(self):
+        """How the optimizer's state is laid out: a checkpoint resumes only into the same."""
+        return PER_PARAMETER
 
 
 @dataclass(frozen=True)
@@ -61,35 +101,18 @@ class SyncOptions:
                 or (self.mode == "ddp" and self.comm_hook == "shm"))
 
 
-class SingleProcess(nn.Module):
-    """The model alone, with the wrappers' interface: one process has nothing to synchronise."""
+class SingleProcess(WrappedModel, nn.Module):
+    """The model alone: one process has nothing to synchronise."""
 
     def __init__(self, module):
         super().__init__()
         self.module = module
 
-    def forward(self, *args, **kwargs):
-        return self.module(*args, **kwargs)
 
-    def no_sync(self):
-        """Nothing to skip: a context that does nothing."""
-        return nullcontext()
-
-    def finish_gradient_synchronization(self):
-        """Nothing to wait for."""
-
-
-def completed(tensor):
-    """A future already complete with `tensor`."""
-    done = torch.futures.Future()
-    done.set_result(tensor)
-    return done
-
-
-class HookedDDP(DistributedDataParallel):
-    """torch's DDP, its buckets averaged by `all_reduce` (a function as manual_allreduce's, with
-    the timing layer around it) from a communication hook that does what DDP's default does:
-    divide, then sum. So DDP's all-reduces are timed, and their bytes logged, as every other
+class HookedDDP(DistributedDataParallel, WrappedModel):
+    """torch's DDP, its buckets averaged by `all_reduce` (a tensor in, a future out, with the
+    timing layer around it) from a communication hook that does what DDP's default does: divide,
+    then sum. So DDP's all-reduces are timed, and their bytes logged, as every other
     mode's."""
 
     def __init__(self, module, all_reduce, bucket_mb=DEFAULT_BUCKET_MB, compress=None,
@@ -109,10 +132,7 @@ class HookedDDP(DistributedDataParallel):
             summed.value()  # raises the all-reduce's error again, if it failed
             return buffer
 
-        return self.all_reduce(buffer, f"bucket {bucket.index()}").then(averaged)
-
-    def finish_gradient_synchronization(self):
-        """Nothing to do: DDP's backward already waited for every bucket before returning."""
+        return self.all_reduce(buffer).then(averaged)
 
 
 def compress_wrapper(hook, wire_dtype):
@@ -132,7 +152,7 @@ def compress_wrapper(hook, wire_dtype):
     return compressed_hook
 
 
-class NoSyncDDP(DistributedDataParallel):
+class NoSyncDDP(DistributedDataParallel, WrappedModel):
     """DDP whose every forward runs inside no_sync(), so no backward communicates: the same
     processes and the same backward without communication, the compute baseline."""
 
@@ -140,27 +160,36 @@ class NoSyncDDP(DistributedDataParallel):
         with self.no_sync():
             return super().forward(*args, **kwargs)
 
-    def finish_gradient_synchronization(self):
-        """Nothing to do: no gradient is averaged."""
 
+def shared_memory_all_reduce(slot_bytes=None):
+    """An all-reduce through manual_collectives' shared memory (blocking: its future is complete
+    when it returns), and the SharedMemoryAllReduce behind it. A collective: every rank calls it."""
+    from manual_collectives import SLOT_BYTES, SharedMemoryAllReduce  # the lesson's transport
 
-def shared_memory_all_reduce():
-    """An all-reduce through manual_collectives' shared memory, as manual_allreduce.all_reduce
-    (blocking: its future is complete when it returns). A collective: every rank calls it."""
-    from manual_collectives import SharedMemoryAllReduce  # --comm-hook shm asks for the lesson's
+    shared = SharedMemoryAllReduce(slot_bytes=max(SLOT_BYTES, slot_bytes or 0))
 
-    shared = SharedMemoryAllReduce()
-
-    def all_reduce(tensor, name):
+    def all_reduce_shared(tensor):
         shared.all_reduce(tensor)
         return completed(tensor)
 
-    return all_reduce
+    return all_reduce_shared, shared
 
 
-def library_all_reduce(tensor, name):
-    """The library's all-reduce (gloo or NCCL), started without waiting."""
+def library_all_reduce(tensor):
+    """The library's all-reduce, started without waiting: manual_allreduce.all_reduce, written
+    again so that the reference modes run none of the code they are compared with."""
     return dist.all_reduce(tensor, async_op=True).get_future()
+
+
+def all_reduce_by_ring(tensor):
+    """manual_collectives' ring all-reduce; blocking, so the future returned is complete."""
+    from manual_collectives import ring_all_reduce
+
+    return completed(ring_all_reduce(tensor))
+
+
+# what each --sync's messages are called in the trace, numbered in the order they are sent
+MESSAGES = {"per-param": "param", "bucketed": "bucket"}
 
 
 def wrap_model(model, options, recorder=None, device_ids=None):
@@ -174,18 +203,19 @@ def wrap_model(model, options, recorder=None, device_ids=None):
         return NoSyncDDP(model, device_ids=device_ids, bucket_cap_mb=options.bucket_mb)
     if options.mode == "ddp":
         shm = options.comm_hook == "shm"
-        all_reduce = shared_memory_all_reduce() if shm else library_all_reduce
+        collective = shared_memory_all_reduce()[0] if shm else library_all_reduce
         if recorder:
-            all_reduce = timed(all_reduce, recorder)
-        return HookedDDP(model, all_reduce, options.bucket_mb, options.compress, device_ids)
-    timing = [partial(timed, recorder=recorder)] if recorder else []
+            collective = timed(collective, recorder, message="bucket")  # DDP's, in index order
+        return HookedDDP(model, collective, options.bucket_mb, options.compress, device_ids)
     if options.mode == "sharded":
-        from runtime.sharded import wrap_sharded  # the lesson only here, as for mode manual
+        from runtime.sharded import wrap_sharded  # the lesson's code runs only here, and in manual
 
         return wrap_sharded(model, options.shard, options.bucket_mb, options.compute_dtype,
-                            options.prefetch, options.collectives, timing)
-    from runtime.manual_ddp import ManualDDP  # the lesson only here: see the module's docstring
+                            options.prefetch, options.collectives, recorder)
+    from runtime.manual_ddp import ManualDDP  # the lesson's code: see the module's docstring
 
+    message = MESSAGES.get(options.sync, "flat")
+    timing = [partial(timed, recorder=recorder, message=message)] if recorder else []
     return ManualDDP(model, options.sync, options.bucket_mb,
                      timing + compression_layers(options.compress))
 

@@ -16,12 +16,12 @@ class StrategyAlone:
     parameters."""
 
     def __init__(self, module, strategy, bucket_mb=25.0, layers=()):
-        from manual_allreduce import STRATEGIES, call_when_ready
-        from runtime.manual_ddp import trainable_parameters
+        from manual_allreduce import call_when_ready
+        from runtime.manual_ddp import build_strategy, trainable_parameters
 
         self.module = module
         params = trainable_parameters(module)
-        self.sync = STRATEGIES[strategy](params, bucket_mb, layers)
+        self.sync = build_strategy(params, strategy, bucket_mb, layers)
         call_when_ready(params, self.sync.grad_ready)
 
     def __call__(self, *args):
@@ -36,7 +36,7 @@ class AverageEachAfterBackward:
     the lesson's: after backward every rank gathers every rank's gradient and takes their mean.
     Slower than an all-reduce, and not what the lesson asks for."""
 
-    def __init__(self, params, bucket_mb=None, layers=()):
+    def __init__(self, params, all_reduce=None):
         self.params = params
 
     def grad_ready(self, param):

@@ -6,8 +6,8 @@ than either wire dtype keeps, while their sum over a few ranks is exact in float
 all-reduce that sent float32 would return the exact sum to the bit, and one that rounded to the
 wire cannot. Every case runs in real gloo processes, one launch per world size shared by its
 cases; each rank returns what it sent and what it got back, and the tests compare with the exact
-sum computed here. Needs no piece of the lesson but the layer (with_layers and the library's
-all_reduce around it are given).
+sum computed here. Needs no piece of the lesson but the layer (the library's all_reduce around it
+is given).
 
 The code under test is imported inside the functions that run in the child processes, never at the
 top: this module is also imported by the process that decides the tests (tests/grading/judge.py).
@@ -35,11 +35,11 @@ def values_to_send(rank, wire):
 
 
 def noting(seen):
-    """A layer that notes what each call it wraps carries: (name, dtype, number of elements)."""
+    """A layer that notes what each call it wraps carries: (dtype, number of elements)."""
     def layer(all_reduce):
-        def noted(tensor, name):
-            seen.append((name, str(tensor.dtype).removeprefix("torch."), tensor.numel()))
-            return all_reduce(tensor, name)
+        def noted(tensor):
+            seen.append((str(tensor.dtype).removeprefix("torch."), tensor.numel()))
+            return all_reduce(tensor)
         return noted
     return layer
 
@@ -51,7 +51,7 @@ def sum_once(rank, wire):
 
     tensor = values_to_send(rank, wire)
     sent = tensor.clone()
-    future = compressed(all_reduce, getattr(torch, WIRES[wire]))(tensor, "gradients")
+    future = compressed(all_reduce, getattr(torch, WIRES[wire]))(tensor)
     returned = future.wait()
     return {"sent": sent, "result": tensor.clone(), "returned_the_tensor": returned is tensor,
             "dtype": str(tensor.dtype), "done": future.done()}
@@ -73,9 +73,9 @@ def fail_inside(wire):
 
     timer = threading.Timer(BLOCKING_S, fail)  # a layer that waits inside the call: released
     timer.start()
-    layered = compressed(lambda tensor, name: inner, getattr(torch, WIRES[wire]))
+    layered = compressed(lambda tensor: inner, getattr(torch, WIRES[wire]))
     try:
-        future = layered(torch.ones(4), "gradients")
+        future = layered(torch.ones(4))
     except RuntimeError as error:
         return {"raised_at_the_call": str(error)}
     finally:
@@ -90,9 +90,9 @@ def fail_inside(wire):
 
 
 def with_another_layer(rank, wire):
-    """The compression layer inside and outside a noting layer (manual_allreduce.with_layers): what
+    """The compression layer inside and outside a noting layer, the first listed innermost: what
     each noting layer saw, and each result."""
-    from manual_allreduce import all_reduce, compressed, with_layers
+    from manual_allreduce import all_reduce, compressed
 
     compress = functools.partial(compressed, wire_dtype=getattr(torch, WIRES[wire]))
     outcome = {}
@@ -100,7 +100,10 @@ def with_another_layer(rank, wire):
                           ("noting outside", lambda seen: [compress, noting(seen)])):
         seen = []
         tensor = values_to_send(rank, wire)
-        with_layers(all_reduce, layers(seen))(tensor, "gradients").wait()
+        layered = all_reduce
+        for layer in layers(seen):
+            layered = layer(layered)
+        layered(tensor).wait()
         outcome[order] = {"seen": seen, "result": tensor}
     return outcome
 
@@ -185,8 +188,8 @@ def test_the_layer_composes_with_another_layer_and_passes_the_name_inward(wire):
     for rank, outcome in enumerate(per_rank):
         layers = outcome[wire]["layers"]
         # inside compression a layer sees the wire's tensor, outside it the caller's; both the name
-        assert layers["noting inside"]["seen"] == [("gradients", WIRES[wire], LENGTH)]
-        assert layers["noting outside"]["seen"] == [("gradients", "float32", LENGTH)]
+        assert layers["noting inside"]["seen"] == [(WIRES[wire], LENGTH)]
+        assert layers["noting outside"]["seen"] == [("float32", LENGTH)]
         for order, composed in layers.items():
             error = (composed["result"].double() - exact).abs()
             assert (error <= bound).all(), f"rank {rank}, {order}: not the sum"

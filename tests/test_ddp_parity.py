@@ -300,17 +300,19 @@ def launch_orders(rank, world_size):
     torch.manual_seed(0)
     launched = []
 
-    def noting_names(all_reduce):  # a layer around the all-reduce: the order of the launches
-        def noted(tensor, name):
-            launched.append(name)
-            return all_reduce(tensor, name)
+    def noting_buffers(all_reduce):  # a layer around the all-reduce: the order of the launches
+        def noted(tensor):
+            launched.append(tensor.data_ptr())
+            return all_reduce(tensor)
         return noted
 
-    wrapped = StrategyAlone(RankOrder(), "bucketed", bucket_mb=0.001, layers=[noting_names])
+    wrapped = StrategyAlone(RankOrder(), "bucketed", bucket_mb=0.001, layers=[noting_buffers])
     inputs, labels = batch(rank, 0, "order")
     F.cross_entropy(wrapped(inputs), labels).backward()
     wrapped.finish_gradient_synchronization()
-    return launched, len(wrapped.sync.buckets)
+    buckets = {bucket.buffer.data_ptr(): index
+               for index, bucket in enumerate(wrapped.sync.buckets)}
+    return [f"bucket {buckets[buffer]}" for buffer in launched], len(buckets)
 
 
 @pytest.mark.rubric("core.bucketed")  # the bucketed strategy alone
@@ -378,8 +380,9 @@ def test_an_fp16_overflow_on_the_wire_stops_the_run_or_the_loss_scaler_skips_the
 
 
 # outside the rubric: the runtime's option names are given code, which no task writes
-def test_the_options_name_the_lessons_strategies_default_and_the_wire_dtypes():
+def test_the_options_name_the_lessons_strategies_shard_levels_default_and_the_wire_dtypes():
     import manual_allreduce
+    import manual_sharding
     from runtime import options
 
     (compress,) = [action for action in options.build_parser("")._actions
@@ -387,4 +390,5 @@ def test_the_options_name_the_lessons_strategies_default_and_the_wire_dtypes():
     assert set(compress.choices) - {"none"} == set(WIRE_DTYPES)
     # the runtime's names and default are the lesson's
     assert options.STRATEGY_NAMES == tuple(manual_allreduce.STRATEGIES)
+    assert options.SHARD_LEVELS == manual_sharding.LEVELS
     assert options.DEFAULT_BUCKET_MB == manual_allreduce.DEFAULT_BUCKET_MB

@@ -243,7 +243,7 @@ TRICKS = {
     "forges the grade report": {"student.py": FORGE_THE_REPORT + WRONG_ON_DATA},
     "rewrites the rubric": {"student.py": REWRITE_RUBRIC + WRONG_ON_DATA},
     "registers a pytest plugin": {"student.py": PLUGIN_IN_PROCESS + WRONG_ON_DATA},
-    # the real-data test skips, and its item used to be earned on the other test
+    # the real-data test skips, which must not leave its item earned on the other test alone
     "pops the data variable": {"student.py": "import os\nos.environ.pop('OFFLINE_DATA_DIR')\n"
                                              + WRONG_ON_DATA},
     "links to the rubric": {"student.py": WRONG_ON_DATA, "pyproject.toml": "LINK:rubric"},

@@ -132,13 +132,13 @@ class Recorder:
     def through_layer(self, all_reduce):
         """A layer of the test's own: records each call that passes through it (as a call named
         "layer"), and marks the watched calls made inside it."""
-        def passed(tensor, name):
-            self.calls.append({"name": "layer", "phase": self.phase, "label": name,
+        def passed(tensor):
+            self.calls.append({"name": "layer", "phase": self.phase,
                                "dtype": str(tensor.dtype).removeprefix("torch."),
                                "numel": tensor.numel()})
             self.in_layers += 1
             try:
-                return all_reduce(tensor, name)
+                return all_reduce(tensor)
             finally:
                 self.in_layers -= 1
         return passed
@@ -222,9 +222,9 @@ class AfterBackward:
         from manual_allreduce import all_reduce, compressed
 
         layered = compressed(all_reduce, getattr(torch, self.wire))
-        for index, grad in enumerate(self.grads()):
+        for grad in self.grads():
             grad /= dist.get_world_size()
-            layered(grad, f"param {index}").wait()
+            layered(grad).wait()
 
 
 # --- The checks: each yields what contradicts the claim in one step's calls --------------------

@@ -215,7 +215,8 @@ def wait_for_training(launcher, timeout_s=60):
     pytest.fail(f"no training step within {timeout_s} s")
 
 
-# It was a race once: every attempt must pass. One each here; SIGNAL_ATTEMPTS=20 for a stress run.
+# A race shows only in some attempts: every one must pass. One each here; SIGNAL_ATTEMPTS=20 for a
+# stress run.
 @pytest.mark.parametrize("attempt", range(int(os.environ.get("SIGNAL_ATTEMPTS", 1))))
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_to_the_local_launcher_stops_every_rank_within_10_s(

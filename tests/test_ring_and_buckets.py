@@ -48,13 +48,20 @@ def test_ring_all_reduce_equals_dist_all_reduce_for_awkward_lengths_and_dtypes(w
 
 
 def noting_launches(launches, ready):
-    """A layer around the all-reduce that notes each launch: (its name, gradients ready then)."""
+    """A layer around the all-reduce that notes each launch: (the tensor it sends, gradients ready
+    then)."""
     def layer(all_reduce):
-        def noted(tensor, name):
-            launches.append((name, len(ready)))
-            return all_reduce(tensor, name)
+        def noted(tensor):
+            launches.append((tensor, len(ready)))
+            return all_reduce(tensor)
         return noted
     return layer
+
+
+def named(launches, buckets):
+    """The launches with each tensor named by the bucket whose buffer it is: "bucket <index>"."""
+    index = {bucket.buffer.data_ptr(): number for number, bucket in enumerate(buckets)}
+    return [(f"bucket {index[tensor.data_ptr()]}", ready) for tensor, ready in launches]
 
 
 def record_bucket_launches(rank, world_size):
@@ -79,9 +86,10 @@ def record_bucket_launches(rank, world_size):
         launches.clear()
         ready.clear()
         F.cross_entropy(model(images), torch.zeros(16, dtype=torch.long)).backward()
-        launched_during_backward = list(launches)  # before finish(): from the hooks
+        launched_during_backward = named(launches, model.sync.buckets)  # before finish()
         model.finish_gradient_synchronization()
-        steps.append({"during_backward": launched_during_backward, "all": list(launches),
+        steps.append({"during_backward": launched_during_backward,
+                      "all": named(launches, model.sync.buckets),
                       "buckets": len(model.sync.buckets), "gradients": len(model.sync.params)})
     return steps
 

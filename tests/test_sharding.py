@@ -181,7 +181,7 @@ class Run:
     """Traps (rank 0's seed on every rank) trained by `level`: "zero1", "zero2" or "zero3" of the
     lesson, or torch's "ZeroRedundancyOptimizer" (inside DDP) or "fully_shard"."""
 
-    def __init__(self, level, optimizer_name, collectives="library", compute_dtype=None):
+    def __init__(self, level, optimizer_name, collective_name="library", compute_dtype=None):
         torch.manual_seed(0)
         self.level = level
         self.optimizer_name = optimizer_name
@@ -191,20 +191,22 @@ class Run:
         optimizer_class, options = OPTIMIZERS[optimizer_name]
         self.model = self.module
         if level in ("zero1", "zero2"):
-            from manual_sharding import ShardedOptimizer
+            from runtime.sharded import TorchShardedOptimizer, collectives
 
-            self.optimizer = ShardedOptimizer(self.module.parameters(), optimizer_class,
-                                              shard_gradients=level == "zero2",
-                                              bucket_mb=BUCKET_MB, collectives=collectives,
-                                              **options)
+            # the lesson's ShardedOptimizer, its state gathered for checkpoints by the runtime
+            self.optimizer = TorchShardedOptimizer(self.module.parameters(), optimizer_class,
+                                                   shard_gradients=level == "zero2",
+                                                   bucket_mb=BUCKET_MB,
+                                                   **collectives(collective_name), **options)
             self.shards = self.optimizer.shards
             self.inner = self.optimizer.optimizer
         elif level == "zero3":
-            from manual_sharding import FullyShardedModel
+            from runtime.sharded import FullyShardedTraining, collectives
 
+            # the lesson's FullyShardedModel, gathered for checkpoints by the runtime
             dtype = getattr(torch, compute_dtype) if compute_dtype else None
-            self.model = FullyShardedModel(self.module, compute_dtype=dtype,
-                                           collectives=collectives)
+            self.model = FullyShardedTraining(self.module, compute_dtype=dtype,
+                                              **collectives(collective_name))
             self.optimizer = optimizer_class(self.model.sharded_parameters(), **options)
             self.shards = self.model.shards
             self.inner = self.optimizer

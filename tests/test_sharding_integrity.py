@@ -20,7 +20,7 @@ them: an all-reduce of the whole gradient with every shard stepped locally, a ga
 all-reduce, messages for show beside a renamed collective. A check that cannot fail proves
 nothing. Only the autograder has this file.
 
-Each item's pieces run in a launch of their own, with the library's collectives (the default):
+Each item's pieces run in a launch of their own, with the library's collectives (the runtime's):
 ZeRO's and FSDP's checks need none of the student's ring. The code under test is imported only in
 the child processes: the judge (tests/grading/judge.py) imports this module too. This module is
 self-contained: a hidden test's child gets its code alone (tests/grading/sandbox.py), so it cannot
@@ -168,12 +168,12 @@ class Recorder:
 
 
     def through_layer(self, collective):
-        """A layer of the test's own around one of the lesson's collectives (`layers=`, as
-        runtime/timing.py's timing is): marks the watched calls made inside it."""
-        def passed(output, tensor, name):
+        """A layer of the test's own around one of the lesson's collectives (as runtime/timing.py's
+        timing is): marks the watched calls made inside it."""
+        def passed(output, tensor):
             self.in_layers += 1
             try:
-                return collective(output, tensor, name)
+                return collective(output, tensor)
             finally:
                 self.in_layers -= 1
         return passed
@@ -456,6 +456,14 @@ def step(optimizer, sharded=None):
     optimizer.zero_grad()
 
 
+def through(recorder):
+    """The library's collectives, as runtime/sharded.py passes them, inside the test's own layer:
+    the keyword arguments of the lesson's classes."""
+    from runtime.sharded import collectives
+
+    return collectives("library", layers=[recorder.through_layer])
+
+
 def zero_cases(rank, world_size, labels):
     """{label: (calls, what train() saw held)} of ShardedOptimizer, ZeRO-1 and ZeRO-2 (buckets of
     one parameter each), and of the wrong versions of `labels`."""
@@ -467,7 +475,7 @@ def zero_cases(rank, world_size, labels):
         with Recorder() as recorder:
             counting(model, recorder)
             optimizer = version(model.parameters(), torch.optim.AdamW, lr=LR,
-                                layers=[recorder.through_layer], **options)
+                                **through(recorder), **options)
             held = train(model, model, recorder, functools.partial(step, optimizer))
         recorded[label] = (recorder.calls, held)
     return recorded
@@ -523,7 +531,7 @@ def zero_versions():
 
         def reduce_gradients(self):
             for shard, master, grads in zip(self.shards, self.masters, self.flat_grads):
-                self.reduce_scatter(grads.new_empty(shard.shard_numel), grads.clone(), "").wait()
+                self.reduce_scatter(grads.new_empty(shard.shard_numel), grads.clone()).wait()
                 ALL_REDUCE_UNDER_ANOTHER_NAME(grads)
                 master.grad = shard.own(grads) / shard.world
             self.reduced = True
@@ -533,7 +541,7 @@ def zero_versions():
                 self.reduce_gradients()
             self.optimizer.step()
             for master, flat in zip(self.masters, self.flat_params):
-                self.all_gather(flat, master.detach(), "").wait()
+                self.all_gather(flat, master.detach()).wait()
             self.reduced = False
 
     class AfterBackward(ReduceScatterForShow):
@@ -547,7 +555,7 @@ def zero_versions():
             for shard, master in zip(self.shards, self.masters):
                 flat = shard.flatten([param.grad for param in shard.params]) / shard.world
                 master.grad = flat.new_empty(shard.shard_numel)
-                self.reduce_scatter(master.grad, flat, "").wait()
+                self.reduce_scatter(master.grad, flat).wait()
                 for param in shard.params:
                     param.grad = None
             self.reduced = True
@@ -564,7 +572,7 @@ def zero_versions():
                 self.ready[index] = 0
                 flat = shard.flatten([each.grad for each in shard.params]) / shard.world
                 self.masters[index].grad = flat.new_empty(shard.shard_numel)
-                self.reduce_scatter(self.masters[index].grad, flat, "").wait()
+                self.reduce_scatter(self.masters[index].grad, flat).wait()
 
         def reduce_gradients(self):
             self.reduced = True
@@ -588,7 +596,7 @@ def fsdp_cases(rank, world_size, labels):
         with Recorder() as recorder:
             counting(model, recorder)
             version, options = versions[label]
-            sharded = version(model, layers=[recorder.through_layer], **options)
+            sharded = version(model, **through(recorder), **options)
             optimizer = torch.optim.AdamW(sharded.sharded_parameters(), lr=LR)
             held = train(model, sharded, recorder, functools.partial(step, optimizer, sharded))
         recorded[label] = (recorder.calls, held)
@@ -649,7 +657,7 @@ def fsdp_versions():
             shard = self.shards[index]
             flat = shard.flatten([param.grad for param in shard.params], torch.float32)
             flat.div_(shard.world)
-            self.reduce_scatter(flat.new_empty(shard.shard_numel), flat.clone(), "").wait()
+            self.reduce_scatter(flat.new_empty(shard.shard_numel), flat.clone()).wait()
             ALL_REDUCE_UNDER_ANOTHER_NAME(flat)
             output = shard.own(flat).clone()
             done = torch.futures.Future()

@@ -214,7 +214,7 @@ def asynchronous_all_reduce():
         timer.start_step()
         timer.mark("backward")
         timed_all_reduce = timing.timed(manual_allreduce.all_reduce, timer.comm)
-        done = timed_all_reduce(torch.zeros(1), "bucket 0")
+        done = timed_all_reduce(torch.zeros(1))
         clock.advance(0.004)
         pending.future.set_result([torch.zeros(1)])  # on the backend's thread, really
         done.wait()
@@ -238,7 +238,7 @@ def failed_asynchronous_all_reduce():
 
     with pending_all_reduce() as pending:
         timed_all_reduce = timing.timed(manual_allreduce.all_reduce, timing.CommRecorder())
-        done = timed_all_reduce(torch.zeros(1), "bucket 0")
+        done = timed_all_reduce(torch.zeros(1))
         pending.future.set_exception(RuntimeError("a peer went away"))
         try:
             done.wait()
