@@ -155,6 +155,8 @@ def train_rank(placement, args):
         timer = StepTimer(device, args.warmup_steps, args.trace_steps if args.trace else 0)
         device_ids = [device.index] if device.type == "cuda" else None
         wrapped = wrap_model(model, sync_options, timer.comm, device_ids)
+        if args.debug_unsynced_parameter:
+            faults.leave_out_of_sync(wrapped, args.debug_unsynced_parameter)
         steps = steps_per_epoch(len(dataset.train), args, placement.world_size)
         optimizer, schedule = build_optimizer(wrapped, args, steps)
         started = time.perf_counter()

@@ -6,13 +6,16 @@ order, a barrier before every step: all configurations see the same machine cond
 Configurations: ddp, ddp-shm (DDP whose buckets are summed through shared memory by its comm
 hook: the transport of --sync shm), ddp-no-sync (DDP whose every backward runs inside `no_sync()`:
 the same processes without communication), and every strategy of manual_allreduce.py. The verdict
-sets the fastest strategy against DDP, and against DDP on the same transport (shm: ddp-shm).
+sets the fastest strategy against DDP, and against DDP on the same transport (shm: ddp-shm). With
+--record, every strategy also runs with its collectives recorded as a run records them
+(runtime/collective_record.py: "flat+record"), and the report sets each against itself without.
 
 Data: random tensors of MNIST's shape (N x 1 x 28 x 28, labels 0-9), a pool of batches made
 once per rank. The step's compute does not depend on the pixel values, and this skips the load.
 
     python -m benchmarks.step_bench              # mlp,cnn x world 2,4, 30 steps, 3 repeats
     python -m benchmarks.step_bench --models mlp --world-sizes 2 --steps 60 --bucket-mb 1
+    python -m benchmarks.step_bench --record --strategies per-param,ring --output /tmp/r.json
     python -m benchmarks.step_bench --models mlp --world-sizes 2 --steps 2 --warmup 1 \
         --repeats 1 --output /tmp/s.json
 
@@ -33,6 +36,7 @@ import argparse
 import os
 import platform
 import sys
+import tempfile
 import textwrap
 import time
 from datetime import timedelta
@@ -42,6 +46,7 @@ import torch
 import torch.distributed as dist
 
 from benchmarks.common import int_list, run_world_sizes
+from runtime import collective_record
 from runtime.launch import threads_per_rank
 from runtime.models import build_model, count_parameters
 from runtime.optimizers import Schedule
@@ -61,6 +66,7 @@ BATCH_POOL = 8  # distinct random batches per rank, cycled
 DDP_CONFIGURATIONS = {"ddp": ("ddp", "none"), "ddp-shm": ("ddp", "shm"),
                       "ddp-no-sync": ("ddp-no-sync", "none")}
 SAME_TRANSPORT_DDP = {"shm": "ddp-shm"}  # a strategy -> DDP on its transport (others: ddp)
+RECORDED = "+record"  # a strategy's name with it: its collectives recorded
 
 
 def name_list(choices):
@@ -95,6 +101,8 @@ def parse_args(argv=None):
         help="torch threads per rank (0: cores / ranks, at least 1)")
     add("--seed", type=int, default=0)
     add("--timeout", type=float, default=300.0, help="seconds a collective may wait for a peer")
+    add("--record", action="store_true",
+        help="also run every strategy with its collectives recorded (STRATEGY+record)")
     add("--output", default="results/step-bench.json")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.warmup < 0 or min(args.world_sizes) < 2:
@@ -111,10 +119,12 @@ class Configuration:
     def __init__(self, name, model_name, args):
         torch.manual_seed(args.seed)  # every copy starts from the same weights (as rank 0's)
         self.name = name
+        strategy = name.removesuffix(RECORDED)
+        self.recorded = strategy != name
         self.model = build_model(model_name)
         self.timer = StepTimer(warmup_steps=args.warmup)
         mode, hook = DDP_CONFIGURATIONS.get(name, ("manual", "none"))  # else a strategy
-        options = SyncOptions(mode, name, args.bucket_mb, comm_hook=hook)
+        options = SyncOptions(mode, strategy, args.bucket_mb, comm_hook=hook)
         wrapped = wrap_model(self.model, options, self.timer.comm)
         # mlp_ddp.py's optimizer, at a constant rate
         optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3, fused=True)
@@ -134,6 +144,10 @@ def bench_model(model_name, args, rank):
     """Round-robin over every configuration; returns {name: statistics pooled over ranks} and
     the model's parameter count, on every rank."""
     names = list(DDP_CONFIGURATIONS) + args.strategies
+    names += [name + RECORDED for name in args.strategies] if args.record else []
+    # installed once; switched on for the recorded configurations' steps only
+    recorder = collective_record.install(tempfile.mkdtemp(prefix="step-bench-record-"), rank,
+                                         dist.get_world_size()) if args.record else None
     configurations = [Configuration(name, model_name, args) for name in names]
     generator = torch.Generator().manual_seed(args.seed + rank)  # each rank its own slice
     images = torch.randn(BATCH_POOL, args.batch_size, 1, 28, 28, generator=generator)
@@ -143,7 +157,11 @@ def bench_model(model_name, args, rank):
             # rotate who goes first
             configuration = configurations[(step + turn) % len(configurations)]
             dist.barrier()  # every configuration's step starts with the ranks aligned
+            if recorder:
+                recorder.enabled = configuration.recorded
             configuration.step(images[step % BATCH_POOL], labels[step % BATCH_POOL])
+            if recorder:
+                recorder.enabled = False
     statistics = {}
     for configuration in configurations:
         steps_per_rank = [None] * dist.get_world_size()
@@ -283,7 +301,9 @@ def verdicts(summary):
         report.append({"world_size": world, "model": model, "best_strategy": best,
                        "repeats": mine[best]["repeats"],
                        "against_ddp": against(mine[best], mine["ddp"]),
-                       "against_same_transport_ddp": against(mine[best], mine[same])})
+                       "against_same_transport_ddp": against(mine[best], mine[same]),
+                       "record_cost": [against(mine[name + RECORDED], mine[name])
+                                       for name in manual if name + RECORDED in mine]})
     return report
 
 
@@ -318,6 +338,9 @@ def print_table(summary, report):
                 for side in (verdict["against_ddp"], verdict["against_same_transport_ddp"])]
         print(f"  world {verdict['world_size']} {verdict['model']}: best "
               f"{verdict['best_strategy']}, " + "; ".join(dict.fromkeys(said)))
+        for cost in verdict["record_cost"]:
+            print(f"    recorded vs {cost['ddp']}: {range_text(cost['step_ratio'])}: "
+                  f"{cost['verdict'].replace('than ' + cost['ddp'], 'than without')}")
 
 
 def machine():

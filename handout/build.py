@@ -80,9 +80,10 @@ def is_instructors(path, excluded):
 
 
 def is_generated(path):
-    """The design document a build writes, and the results it is built from."""
+    """The design document a build writes (its pages, data tables and numbers), and the results it
+    is built from."""
     folder, name = os.path.split(path)
-    built = folder == "design_doc" and (name.endswith(".md") or name == "numbers.json")
+    built = folder == "design_doc" and (name.endswith((".md", ".csv")) or name == "numbers.json")
     return built or path.startswith("results/")
 
 

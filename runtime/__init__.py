@@ -4,6 +4,7 @@
     launch.py       where the processes come from (local, torchrun, srun) and the process group
       emulated_network.py  --emulate-link, and the command that takes a cluster's network up/down
         shaped_links.py    the network: ranks or nodes in namespaces behind links shaped by tc
+    collective_record.py  each rank's last collectives; where the ranks part ways on a hang
     data.py         MNIST / FashionMNIST in memory, offline copies, each rank's shard
     models.py       the MLP and the CNN
     wrappers.py     the --mode wrappers: single, ddp, ddp-no-sync, manual (manual_allreduce.py),
@@ -15,7 +16,8 @@
       metrics.py      training loss and accuracy sums, evaluation over a split
       timing.py       where each step's time went: phases, communication busy/hidden/exposed
       memory.py       the bytes of parameters, gradients and optimizer state a rank holds
-      guards.py       a NaN loss or a float16 overflow on the wire stops every rank
+      guards.py       a NaN loss, a float16 overflow on the wire or ranks whose parameters
+                      drifted apart stop every rank
       checkpoint.py   checkpoints and what a resumed run needs
       reporting.py    rank 0's progress and epoch lines, TensorBoard
       faults.py       failures injected on purpose by the tests (hidden --debug-* options)

@@ -61,6 +61,7 @@ class Recorder:
         self.header[0] = (rank, world_size, 0)
         self.lock = threading.Lock()
         self.inside = threading.local()  # a recorded call's own collectives are not recorded
+        self.enabled = True  # off: every call goes straight through (the step benchmark's)
 
     def start(self, operation, tensor, peer):
         """Record the start of a collective; returns its slot."""
@@ -117,7 +118,7 @@ def recorded(recorder, operation, function):
 
     @functools.wraps(function)
     def call(*args, **kwargs):
-        if getattr(recorder.inside, "depth", 0):
+        if not recorder.enabled or getattr(recorder.inside, "depth", 0):
             return function(*args, **kwargs)
         slot = recorder.start(operation, first_tensor(args, kwargs), peer_of(operation, args,
                                                                               kwargs))

@@ -2,7 +2,7 @@
 skips an all-reduce.
 
 The options are hidden from --help: --debug-exit-rank with --debug-exit-step, --debug-slow-rank,
-and --debug-skip-all-reduce N with --debug-exit-rank.
+--debug-skip-all-reduce N with --debug-exit-rank, and --debug-unsynced-parameter NAME.
 """
 import itertools
 import os
@@ -67,3 +67,18 @@ class Skipped:
 
     def get_future(self):
         return self.future
+
+
+def leave_out_of_sync(model, name):
+    """From now on the parameter `name` keeps each rank's own gradient, as a synchronisation that
+    forgot it would: its gradient is put back after every sync (a strategy that sums after
+    backward, such as --sync per-param or flat)."""
+    param = dict(model.module.named_parameters())[name]
+    synchronize = model.finish_gradient_synchronization
+
+    def synchronize_all_but_it():
+        own = param.grad.clone()
+        synchronize()
+        param.grad.copy_(own)
+
+    model.finish_gradient_synchronization = synchronize_all_but_it

@@ -135,6 +135,10 @@ def build_parser(description):
         help="auto: NCCL when each local rank has a GPU")
     add("--timeout", type=bounded(float, 0, low_open=True), default=120.0,
         help="seconds a collective may wait for a peer")
+    add("--check-sync-every", type=bounded(int, 0), default=None, metavar="N",
+        help="compare a fingerprint of every rank's parameters every N steps and at the end, "
+             "stopping at the first that differs (0: never; default 100 in modes manual and "
+             "sharded, else 0)")
     add("--hang-timeout", type=bounded(float, 0), default=30.0,
         help="seconds a collective may be in flight before the rank stops, naming where the "
              "ranks' collectives part ways (0: never; runtime/collective_record.py)")
@@ -168,6 +172,7 @@ def build_parser(description):
     add("--debug-exit-step", type=bounded(int, 0), default=None, help=argparse.SUPPRESS)
     add("--debug-slow-rank", type=bounded(int, 0), default=None, help=argparse.SUPPRESS)
     add("--debug-skip-all-reduce", type=bounded(int, 1), default=None, help=argparse.SUPPRESS)
+    add("--debug-unsynced-parameter", default=None, help=argparse.SUPPRESS)
     return parser
 
 
@@ -177,6 +182,8 @@ def parse_args(argv=None, description=None):
     args = parser.parse_args(argv)
     args.compress = None if args.compress == "none" else args.compress
     args.amp = None if args.amp == "none" else args.amp
+    if args.check_sync_every is None:
+        args.check_sync_every = 100 if args.mode in ("manual", "sharded") else 0
     if args.mode == "single" and (args.world_size or 1) > 1:
         parser.error("--mode single runs one process; use --mode ddp or manual with "
                      "--world-size > 1")

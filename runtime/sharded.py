@@ -215,6 +215,11 @@ class FullyShardedTraining(FullyShardedModel, WrappedModel):
             for index in range(len(self.units)):
                 self.free(index)
 
+    @contextmanager
+    def replicated(self):
+        with self.whole() as module:
+            yield list(module.named_parameters())
+
     def full_state_dict(self):
         """The whole model's state_dict in float32, on every rank (a collective)."""
         with self.whole() as module:

@@ -13,7 +13,7 @@ from runtime import checkpoint
 from runtime.across_ranks import gather, sum_over_ranks
 from runtime.data import shard_indices
 from runtime.faults import FaultInjection
-from runtime.guards import DivergenceGuard
+from runtime.guards import DivergenceGuard, check_in_sync
 from runtime.memory import MemoryWatch
 from runtime.metrics import TrainingSums, evaluate
 from runtime.reporting import ProgressLine, Report
@@ -61,6 +61,8 @@ class Trainer:
         trace_origin = time.perf_counter()
         for epoch in range(self.progress.epoch, self.args.epochs):
             self.run_epoch(epoch)
+        if self.args.check_sync_every:
+            self.check_in_sync()  # the end too, whatever the step
         test_loss, test_accuracy = evaluate(self.model, self.dataset.test, self.placement.rank,
                                             self.placement.world_size, self.device)
         self.report.log(f"test loss {test_loss:.4f} acc {100 * test_accuracy:.2f}%")
@@ -128,6 +130,18 @@ class Trainer:
         every = self.args.checkpoint_every
         if every and self.progress.global_step % every == 0:
             self.save_checkpoint()
+        every = self.args.check_sync_every
+        if every and self.progress.global_step % every == 0:
+            self.check_in_sync()
+
+    def check_in_sync(self):
+        """With --check-sync-every: every rank holds the same parameters, or every rank stops
+        naming the first that differs (guards.check_in_sync)."""
+        if self.placement.world_size == 1:
+            return
+        with self.model.replicated() as named:
+            if named:
+                check_in_sync(named, self.progress.global_step, self.device)
 
     def finish_epoch(self, epoch, steps, sums, train_time):
         """The epoch's record, appended to the history: the training sums of every rank,

@@ -15,7 +15,7 @@ Every collective goes through the timing layer (timing.timed). --compress is the
 compression layer for mode manual and torch's fp16_compress_wrapper design for mode ddp: a
 reference mode runs no code of the lesson's but the shared-memory transport it is asked for.
 """
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 
@@ -70,6 +70,12 @@ class WrappedModel:
     def optimizer_layout(self):
         """How the optimizer's state is laid out: a checkpoint resumes only into the same."""
         return PER_PARAMETER
+
+    @contextmanager
+    def replicated(self):
+        """The (name, tensor) pairs every rank holds alike after a step, for the check that the
+        ranks have not drifted apart (guards.check_in_sync); a collective where it gathers."""
+        yield list(self.module.named_parameters())
 
 
 @dataclass(frozen=True)
@@ -159,6 +165,10 @@ class NoSyncDDP(DistributedDataParallel, WrappedModel):
     def forward(self, *args, **kwargs):
         with self.no_sync():
             return super().forward(*args, **kwargs)
+
+    @contextmanager
+    def replicated(self):
+        yield []  # the ranks drift apart by design
 
 
 def shared_memory_all_reduce(slot_bytes=None):

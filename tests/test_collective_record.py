@@ -1,5 +1,7 @@
-"""A hang explains itself: every rank's collectives are recorded (runtime/collective_record.py),
-and the first place the ranks part ways is named, in the tests' failures and in a run that stops.
+"""When ranks part ways, the run says where: every rank's collectives are recorded
+(runtime/collective_record.py) and the first place they disagree is named, in the tests' failures
+and in a run that hangs; and ranks whose parameters drift apart stop at the next check, naming the
+parameter (runtime/guards.py, --check-sync-every).
 """
 import os
 import time
@@ -129,3 +131,33 @@ def test_a_run_that_ends_well_leaves_no_record_and_no_verdict(tmp_path):
                    "--results-dir", tmp_path / "results", timeout=120)
     assert done.returncode == 0, done.stderr
     assert "collective #" not in done.stderr
+
+
+@pytest.mark.parametrize("mode", [("--mode", "manual", "--sync", "per-param"),
+                                  ("--mode", "manual", "--sync", "flat")])
+def test_a_sync_that_leaves_a_parameter_out_stops_at_the_first_check_naming_it(tmp_path, mode):
+    data = write_dataset(str(tmp_path), train=400, test=100)
+    done = run_cli("--data-dir", data, *mode, "--world-size", 2, "--epochs", 1,
+                   "--batch-size", 16, "--val-samples", 50, "--warmup-steps", 1,
+                   "--results-dir", tmp_path / "results", "--check-sync-every", 4,
+                   "--debug-unsynced-parameter", "layers.4.bias", timeout=120)
+    assert done.returncode == 1
+    assert ("after step 4 the ranks' parameters differ, first 'layers.4.bias' (rank 1 against "
+            "rank 0)") in done.stderr, done.stderr
+    assert not (tmp_path / "results").exists() or not list((tmp_path / "results").iterdir())
+
+
+@pytest.mark.parametrize("level", ["optimizer", "parameters"])
+def test_sharded_runs_whose_ranks_agree_pass_the_check(tmp_path, level):
+    data = write_dataset(str(tmp_path), train=400, test=100)
+    done = run_cli("--data-dir", data, "--mode", "sharded", "--shard", level, "--world-size", 2,
+                   "--epochs", 1, "--batch-size", 16, "--val-samples", 50, "--warmup-steps", 1,
+                   "--results-dir", tmp_path / "results", "--check-sync-every", 3, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_check_is_on_by_default_where_the_sync_is_written_by_hand():
+    from runtime.options import parse_args
+    every = {mode: parse_args(["--mode", mode]).check_sync_every
+             for mode in ("single", "ddp", "manual", "sharded")}
+    assert every == {"single": 0, "ddp": 0, "manual": 100, "sharded": 100}
