@@ -29,7 +29,7 @@ FIRST_BUCKET_MB = 1.0  # as DDP: a small first bucket, so the first all-reduce s
 
 
 def average_gradients(model):
-    """After backward, replace every parameter's gradient (none may be missing) by its mean:
+    """After backward, replace each parameter's gradient (every parameter has one) by its mean:
     sum it over the ranks with the library's all-reduce, then divide by their number."""
     # BEGIN SOLUTION Task 3: average_gradients
     for param in model.parameters():

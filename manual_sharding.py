@@ -39,7 +39,7 @@ from manual_allreduce import DEFAULT_BUCKET_MB, completed
 def ring_reduce_scatter(output, tensor):
     """Sum `tensor` (n equal chunks, n the world size) over the ranks and leave chunk r of the sum
     in rank r's `output`, with point-to-point messages around a ring, as
-    dist.reduce_scatter_tensor does. `tensor` is used as scratch space: its chunks are summed in
+    dist.reduce_scatter_single does. `tensor` is used as scratch space: its chunks are summed in
     place. In n-1 steps every rank sends one chunk to its right neighbour and adds the one
     arriving from its left; each chunk travels the ring once, ending on its owner: (n-1)/n of the
     tensor sent per rank."""
@@ -69,7 +69,7 @@ def ring_reduce_scatter(output, tensor):
 
 def ring_all_gather(output, shard):
     """Every rank's `shard` into `output` (chunk r from rank r) on every rank, around the ring,
-    as dist.all_gather_into_tensor does: in n-1 steps each rank passes on the chunk it received
+    as dist.all_gather_single does: in n-1 steps each rank passes on the chunk it received
     last. (n-1)/n of `output` sent per rank. `shard` may be `output`'s own chunk r."""
     # BEGIN PROMPT
     # Only point-to-point messages, no collective; chunk i is output.view(n, -1)[i]. Copy your

@@ -79,7 +79,7 @@ class Recorder:
         self.entries[slot]["finished"] = time.time()
 
     def oldest_in_flight(self):
-        """(seconds, entry) of the collective in flight the longest, or None."""
+        """How long the collective in flight the longest has been, in seconds; None if none is."""
         started = self.entries["started"][(self.entries["finished"] == 0)
                                           & (self.entries["started"] > 0)]
         return time.time() - started.min() if started.size else None

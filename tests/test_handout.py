@@ -415,3 +415,36 @@ def test_a_solved_grade_cut_short_by_the_budget_fails_the_self_check():
     cut = {"items": items, "tests": [], "incomplete_because": [reason]}
     assert check_solved(cut) == [f"handout with the solution: incomplete: {reason}"]
     assert check_solved({**cut, "incomplete_because": []}) == []
+
+
+SECTION = re.compile(r"(\w+(?:/\w+)*\.py), sections? (\d+)(?: (?:and|to) (\d+))?")
+TORCH_NAME = re.compile(r"\bdist\.(\w+)")
+README_SECTION = re.compile(r"README: ([\w ,'-]+?)[).]")
+
+
+def test_what_the_students_documents_point_at_resolves(out):
+    """A section of a file, a README section or a torch.distributed name that a student's document,
+    a task's docstring or the rubric names exists, and the torch name is not deprecated (its
+    FutureWarning would fill every failure)."""
+    import torch.distributed as dist
+
+    student = os.path.join(out, "student")
+    texts = {name: text_of(os.path.join(student, name))
+             for name in ("README.md", "ASSIGNMENT.md", "GRADING.md", "requirements.txt",
+                          *TASK_FILES)}
+    texts["the rubric"] = "\n".join(f"{item.checks} {item.needs_human}" for item in ITEMS)
+    readme = texts["README.md"]
+    broken = []
+    for where, text in texts.items():
+        for path, first, last in SECTION.findall(text):
+            numbers = range(int(first), int(last or first) + 1)
+            headers = text_of(os.path.join(student, path)) or ""
+            broken += [f"{where}: {path}, section {number}" for number in numbers
+                       if not re.search(rf"^# --- (\d+ and )?{number}[. ]", headers, re.M)]
+        for name in TORCH_NAME.findall(text):
+            function = getattr(dist, name, None)
+            if function is None or getattr(function, "__deprecated__", None):
+                broken.append(f"{where}: dist.{name} is {'deprecated' if function else 'unknown'}")
+        broken += [f"{where}: README: {title}" for title in README_SECTION.findall(text)
+                   if f"# {title}" not in readme]
+    assert broken == []

@@ -98,16 +98,17 @@ def test_a_single_process_reports_no_communication_at_all(tiny_data, tmp_path):
 
 def test_a_slow_rank_shows_as_a_straggler_although_every_step_lasts_as_long(tiny_data, tmp_path):
     # Rank 1 sleeps 10 ms per step. Blocking collectives make rank 0 wait for it, so both ranks'
-    # steps are equally long; their own work (step minus waiting) is not.
+    # steps are equally long; their own work (step minus waiting) is not. Half the sleep is the
+    # margin: on 2 busy cores the other rank's compute stretches while rank 1 sleeps.
     document = run(tmp_path, tiny_data, "slow", "--world-size", 2, *MODES["flat"],
                    "--debug-slow-rank", 1)
     per_rank = document["timing"]["per_rank"]
     own_work = [rank["own_work"]["mean"] for rank in per_rank]
-    assert own_work[1] > own_work[0] + 0.008
+    assert own_work[1] > own_work[0] + 0.005
     assert document["timing"]["straggler"] == pytest.approx(own_work[1] / own_work[0])
     assert per_rank[0]["step"]["mean"] == pytest.approx(per_rank[1]["step"]["mean"], rel=0.1)
     exposed = [rank["comm_exposed"]["mean"] for rank in per_rank]
-    assert exposed[0] > exposed[1] + 0.008  # rank 0 waited
+    assert exposed[0] > exposed[1] + 0.005  # rank 0 waited
 
 
 def test_the_slow_rank_option_is_hidden_from_help():

@@ -44,7 +44,7 @@ ITEMS = [
          "average_gradients and PerParameterSync give every rank the parameters of one process "
          "trained on the global batch, after every step, at 1-4 gloo ranks (a frozen and a shared "
          "parameter included), equal to torch's DDP.",
-         "Read manual_allreduce.py, sections 0 and 2."),
+         "Read manual_allreduce.py: average_gradients, at the top, and section 2."),
     Item("core.flat", "One flat buffer", 1,
          "FlatSync (and the shared-memory strategy built on it) trains exactly as one process "
          "and as torch's DDP, after every step, at 1-4 ranks; one all-reduce of every gradient.",
