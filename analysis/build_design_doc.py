@@ -31,13 +31,11 @@ import re
 import sys
 
 from analysis import design_numbers, results_folder
-from analysis.ddp_layouts import ddp_layouts
-from analysis.design_benchmarks import bucket_sweep_section, step_bench_section
+from analysis.design_benchmarks import one_machine_section, step_bench_section
 from analysis.design_emulated import emulated_section
 from analysis.design_fits import allreduce_section, prediction_section
 from analysis.design_numbers import NOT_MEASURED, REPO, BuildError, Numbers, repo_relative
-from analysis.design_one_machine import one_machine_section
-from analysis.design_performance import sweep_section
+from analysis.design_performance import bucket_sweep_section, sweep_section
 from analysis.design_provenance import provenance_section
 from analysis.design_scaling import projection_section
 from analysis.design_sections import (
@@ -50,6 +48,7 @@ from analysis.design_sections import (
     trace_section,
 )
 from analysis.design_sharding import sharding_section
+from analysis.scaling_inputs import ddp_layouts
 from runtime.atomic import write_atomic
 from runtime.options import DEFAULT_BUCKET_MB
 from runtime.results import SCHEMA

@@ -8,10 +8,8 @@ from analysis import cost_model
 from analysis.design_numbers import (
     NOT_MEASURED,
     BuildError,
-    largest,
     load,
     show_bytes,
-    smallest,
     table,
     unchanged,
 )
@@ -250,7 +248,7 @@ def prediction_section(numbers, layouts, worlds, fits, first_bucket_mb, ddp_sent
                 rows.append([model.upper(), series, world, numbers.text(f"{name}.comm_s"),
                              numbers.spread_text(f"{measured}.comm_busy"),
                              numbers.spread_text(f"{name}.ratio")])
-    for label, pick in (("low", smallest), ("high", largest)):  # medians alone: §4 quotes them
+    for label, pick in (("low", min), ("high", max)):  # medians alone: §4 quotes them
         numbers.derived(f"predict.ratio_{label}", pick,
                         [f"{name}.ratio.median" for _, name, _ in ratios], "ratio",
                         f"the {label}est median measured / predicted")

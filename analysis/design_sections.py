@@ -12,7 +12,7 @@ import re
 
 import torch
 
-from analysis import cost_model, ddp_layouts
+from analysis import cost_model, scaling_inputs
 from analysis.cost_model import FIRST_BUCKET_MB
 from analysis.design_numbers import REPO, BuildError, load, repo_relative, table
 from analysis.traces import typical_step
@@ -115,7 +115,7 @@ def register_ddp_layouts(numbers, sent, results_dir):
     for model, per_cap in sent.items():
         for bucket_mb in per_cap:
             name = f"buckets.{model}.ddp.{bucket_mb:g}"
-            source = ddp_layouts.field_of(model, bucket_mb, results_dir)
+            source = scaling_inputs.ddp_layout_field(model, bucket_mb, results_dir)
             numbers.measured(name, *source.split("#"), "bytes-list")
             numbers.derived(f"{name}.count", len, [name], "count", "the buckets DDP sent")
 
@@ -137,12 +137,12 @@ def communication_section(numbers, layouts, worlds, bucket_mbs, first_bucket_mb,
     """Per model: all-reduces, message steps and bytes each rank sends per step; the bucket
     layouts, DDP's as it sent them (results/ddp-buckets.json)."""
     tables = {}
-    sent = ddp_layouts.ddp_layouts(results_dir)
+    sent = scaling_inputs.ddp_layouts(results_dir)
     if not sent:
-        raise BuildError(f"no {ddp_layouts.FILE} in {repo_relative(results_dir)}: make it with "
-                         "python -m benchmarks.ddp_buckets")
-    numbers.measured("ddp.torch", os.path.join(results_dir, ddp_layouts.FILE), "environment.torch",
-                     "name")
+        raise BuildError(f"no {scaling_inputs.DDP_BUCKETS} in {repo_relative(results_dir)}: "
+                         "make it with python -m benchmarks.ddp_buckets")
+    numbers.measured("ddp.torch", os.path.join(results_dir, scaling_inputs.DDP_BUCKETS),
+                     "environment.torch", "name")
     register_ddp_layouts(numbers, sent, results_dir)
     for model, sizes in layouts.items():
         # shm sends nothing over a network (memory copies and two barriers per call): its cost
