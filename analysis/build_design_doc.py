@@ -5,21 +5,13 @@
     python -m analysis.build_design_doc --results-dir /tmp/r --out-dir /tmp/doc
 
 Each design_doc/templates/*.md becomes design_doc/*.md with every `{{ name }}` replaced by a number
-(formatted with its unit), a table or a figure. Every number is registered with where it came
-from: a field of a results file (measured), a formula over numbers or fields (derived), the
-alpha-beta fit of a results file, the models or the code, a stated assumption or a publication
-(cost_model.py); numbers.json lists them all. A placeholder the build does not define fails the
-build; a run that is missing renders as "not measured". Needs the sweep's training runs and
-results/allreduce-bench.json; step-bench.json, bucket-*.json, trace-*.json and plots/*.png are
-used when present. Training runs are read by results_folder.load_folder and grouped by
-results_folder.repeats, as the plots read them.
-
-What §1-§3 say is in design_sections.py; §4's measurements in design_performance.py (the sweep)
-and design_benchmarks.py (bucket sweep, step benchmark); the α-β fits and their predictions in
-design_fits.py; the projections of §5 in design_scaling.py (all over cost_model.py); §5.7's runs on
-the emulated network (results/emulated/, results/slurm/link-1gbit/) in design_emulated.py; §7's
-sharding benchmark and the ZeRO formulas in design_sharding.py; the registry of numbers and their
-formatting in design_numbers.py.
+(formatted with its unit), a table or a figure; tables that serve as data become CSV files beside
+it. numbers.json records every number a reader sees and where it came from (design_numbers.py). A
+placeholder the build does not define fails the build; a missing run renders as "not measured".
+Needs the sweep's training runs and results/allreduce-bench.json; the other inputs are used when
+present. The sections: §1-§3 design_sections.py, §4 design_performance.py and
+design_benchmarks.py, the α-β fits design_fits.py, §5 design_scaling.py and design_emulated.py
+(over cost_model.py), §7 design_sharding.py.
 """
 import argparse
 import difflib
@@ -31,27 +23,23 @@ import re
 import sys
 
 from analysis import design_numbers, results_folder
-from analysis.ddp_layouts import ddp_layouts
-from analysis.design_benchmarks import bucket_sweep_section, step_bench_section
+from analysis.design_benchmarks import one_machine_section, step_bench_section
 from analysis.design_emulated import emulated_section
 from analysis.design_fits import allreduce_section, prediction_section
 from analysis.design_numbers import NOT_MEASURED, REPO, BuildError, Numbers, repo_relative
-from analysis.design_one_machine import one_machine_section
-from analysis.design_performance import sweep_section
-from analysis.design_provenance import provenance_section
+from analysis.design_performance import bucket_sweep_section, sweep_section
 from analysis.design_scaling import projection_section
 from analysis.design_sections import (
-    bucketed_first_bucket_mb,
     communication_section,
     figures,
     main_job_section,
     model_facts,
+    provenance_section,
     reference_commands,
     trace_section,
 )
 from analysis.design_sharding import sharding_section
 from runtime.atomic import write_atomic
-from runtime.options import DEFAULT_BUCKET_MB
 from runtime.results import SCHEMA
 
 TEMPLATES = os.path.join(REPO, "design_doc", "templates")
@@ -75,10 +63,8 @@ OPTIONAL_INPUTS = {"step-bench.json": "python -m benchmarks.step_bench",
                    "sharding.json": "python -m benchmarks.sharding_bench",
                    "trace-*.json": "python mlp_ddp.py ... --trace (see design_doc/README.md)",
                    os.path.join("plots", "*.png"): "python -m analysis.plots"}
-
-
-# Tables that serve as data (per size, per rank, per repeat): CSV files beside the document, built
-# by the same command; the document links them where the table stood.
+# Tables that serve as data (per size, per rank, per repeat): CSV files beside the document, which
+# links them where the table stood.
 DATA_TABLES = {
     "table.allreduce": "allreduce-points.csv", "table.fits.ring": "allreduce-fits-ring.csv",
     "table.predict": "predicted-busy.csv", "table.step_bench": "step-bench.csv",
@@ -99,32 +85,26 @@ DATA_TABLES = {
 
 
 def as_data(tables):
-    """{file name: CSV} of each DATA_TABLES table that is a Markdown table; its context entry
-    becomes a link to the file."""
+    """{file name: CSV} of each DATA_TABLES table that is a Markdown table (not a sentence saying
+    what to run); its context entry becomes a link to the file."""
     files = {}
     for name, file_name in DATA_TABLES.items():
-        text = tables.get(name, "")
-        lines = [line for line in text.splitlines() if line.startswith("|")]
-        if not lines:
-            continue  # a sentence saying what to run: it stays in the text
-        rows = [[cell.strip() for cell in line.strip("|").split(" | ")]
-                for line in lines if not line.startswith("|---")]
-        files.update(design_numbers.data_file(name, file_name, rows[0], rows[1:], file_name))
+        lines = [line for line in tables.get(name, "").splitlines()
+                 if line.startswith("|") and not line.startswith("|---")]
+        if lines:
+            rows = [[cell.strip() for cell in line.strip("|").split(" | ")] for line in lines]
+            files.update(design_numbers.data_file(name, file_name, rows[0], rows[1:], file_name))
     return files
 
 
-def ignore(note):
-    """results_folder.load_folder's notes of skipped files: the build reports only what it needs."""
-
-
 def required_results(results_dir):
-    """The strategy sweep's and the bucket sweep's runs, each grouped by configuration over their
-    rounds (never pooled: both hold the MLP's DDP at 25 MiB), the world sizes above one, and the
-    all-reduce benchmark's path; or what to run."""
+    """The strategy sweep's and the bucket sweep's runs, each grouped over their rounds (never
+    pooled: both hold the MLP's DDP at 25 MiB), the world sizes above one, and the all-reduce
+    benchmark's path; or what to run."""
     if not os.path.isdir(results_dir):
         raise BuildError(f"results folder {results_dir} not found: run python -m analysis.sweep "
                          "and python -m benchmarks.allreduce_bench")
-    runs, _ = results_folder.load_folder(results_dir, note=ignore)
+    runs, _ = results_folder.load_folder(results_dir, note=lambda note: None)
     grouped = results_folder.repeats(runs, "sweep")
     worlds = sorted({world for _, _, world, _ in grouped if world > 1})
     if not worlds:
@@ -152,38 +132,25 @@ def render(context):
     return documents
 
 
-def recorded_input(source):
-    """A derived number's input as numbers.json records it: a name, or file#field with the file
-    relative to the repository."""
-    if "#" not in source:
-        return source
-    path, field = source.split("#")
-    return f"{repo_relative(path)}#{field}"
-
-
 def build(results_dir, out_dir):
-    """{file name: text} of the whole document: the rendered sections and numbers.json."""
+    """{file name: text} of the whole document: the rendered sections, CSVs and numbers.json."""
     design_numbers.loaded.clear()
     grouped, bucket_runs, worlds, bench = required_results(results_dir)
     numbers = Numbers()
     layouts = model_facts(numbers)
-    first_bucket_mb = bucketed_first_bucket_mb(numbers)
-    mlp_bucket_mbs = {bucket_mb for model, _, _, bucket_mb in bucket_runs if model == "mlp"}
-    bucket_mbs = sorted(mlp_bucket_mbs | {DEFAULT_BUCKET_MB})
     context = sweep_section(numbers, grouped, worlds)
     fits, tables = allreduce_section(numbers, bench)
+    mlp_bucket_mbs = {bucket_mb for model, _, _, bucket_mb in bucket_runs if model == "mlp"}
     # in the order the numbers are registered, which numbers.json keeps
     parts = (tables,
-             communication_section(numbers, layouts, worlds, bucket_mbs, first_bucket_mb,
-                                   results_dir),
-             prediction_section(numbers, layouts, worlds, fits, first_bucket_mb,
-                                ddp_layouts(results_dir)),
+             communication_section(numbers, layouts, worlds, mlp_bucket_mbs, results_dir),
+             prediction_section(numbers, layouts, worlds, fits, results_dir),
              trace_section(numbers, results_dir),
              step_bench_section(numbers, results_dir),
              bucket_sweep_section(numbers, bucket_runs),
              # the emulated link's fit first: the projections draw a 1 Gbit/s link with it
-             emulated_section(numbers, results_dir, layouts, ddp_layouts(results_dir)),
-             projection_section(numbers, results_dir, layouts, first_bucket_mb),
+             emulated_section(numbers, results_dir, layouts),
+             projection_section(numbers, results_dir, layouts),
              main_job_section(numbers, results_dir),
              one_machine_section(numbers, results_dir),
              # after §5's fits: the projection sends its bytes at their links' speeds
@@ -200,14 +167,13 @@ def build(results_dir, out_dir):
     context.update({name: entry["text"] for name, entry in numbers.entries.items()})
     documents = render(context)
     documents.update(data_files)
-    documents["numbers.json"] = numbers_json(numbers, shown_names(numbers),
-                                             results_dir)
+    documents["numbers.json"] = numbers_json(numbers, results_dir)
     return documents
 
 
 def shown_names(numbers):
-    """The registered numbers a reader sees (quoted by a template, or given out by numbers.text
-    for a table, a sentence or a data file) and every number they are derived from."""
+    """The numbers a reader sees (quoted by a template, or given out by numbers.text) and every
+    number they are derived from."""
     wanted = set(numbers.shown)
     for path in glob.glob(os.path.join(TEMPLATES, "*.md")):
         with open(path) as file:
@@ -222,11 +188,12 @@ def shown_names(numbers):
     return shown
 
 
-def numbers_json(numbers, shown, results_dir):
-    """numbers.json: each shown number's value, unit, text and provenance; a derived number's
-    formula and inputs stored once in `sources` (its `derived_from`), shared by the numbers
-    computed together."""
+def numbers_json(numbers, results_dir):
+    """Each shown number's value, unit, text and provenance, a derived number's formula and
+    inputs stored once in `sources` (its `derived_from`); one line per number and per source, so
+    that a diff shows what changed."""
     entries, sources, ids = {}, {}, {}
+    shown = shown_names(numbers)
     for name, entry in numbers.entries.items():
         if name not in shown:
             continue
@@ -234,8 +201,10 @@ def numbers_json(numbers, shown, results_dir):
         if entry.get("file"):  # provenance as a reader at the repository's root
             entry["file"] = repo_relative(entry["file"])
         if "inputs" in entry:
-            source = {"formula": entry.pop("formula"),
-                      "inputs": [recorded_input(source) for source in entry.pop("inputs")]}
+            inputs = [source if "#" not in source else
+                      f"{repo_relative(source.split('#')[0])}#{source.split('#')[1]}"
+                      for source in entry.pop("inputs")]
+            source = {"formula": entry.pop("formula"), "inputs": inputs}
             identity = json.dumps(source, sort_keys=True)
             if identity not in ids:
                 ids[identity] = f"s{len(ids) + 1}"
@@ -244,11 +213,7 @@ def numbers_json(numbers, shown, results_dir):
         entries[name] = entry
     document = {"about": ABOUT, "results_dir": repo_relative(results_dir), "numbers": entries,
                 "sources": sources, "not_measured": sorted(set(numbers.absent))}
-    return one_line_each(document)
 
-
-def one_line_each(document):
-    """JSON with one line per number and per source: short, and a diff shows what changed."""
     def line(value):
         return json.dumps(value, ensure_ascii=False)
     parts = []
@@ -259,13 +224,6 @@ def one_line_each(document):
         else:
             parts.append(f" {line(key)}: {line(value)}")
     return "{\n" + ",\n".join(parts) + "\n}\n"
-
-
-def changed_lines(old, new):
-    """How many lines a unified diff of the two texts adds or removes."""
-    diff = difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=0)
-    return sum(1 for line in diff
-               if line.startswith(("+", "-")) and not line.startswith(("+++", "---")))
 
 
 def same_json(old, new):
@@ -280,17 +238,9 @@ def same_json(old, new):
     return old == new
 
 
-def same_document(name, old, new):
-    """Whether the committed text of file `name` says what the build made: Markdown exactly,
-    numbers.json with its numbers at the precision they carry."""
-    if name.endswith(".json"):
-        return same_json(json.loads(old), json.loads(new))
-    return old == new
-
-
 def differences(documents, out_dir):
-    """{name: 'k lines' or 'missing'} for each file whose committed text does not say what
-    `documents` says."""
+    """{name: 'k lines' or 'missing'} of each file whose committed text does not say what
+    `documents` says: Markdown and CSV exactly, numbers.json at the precision it carries."""
     changed = {}
     for name, text in documents.items():
         path = os.path.join(out_dir, name)
@@ -299,23 +249,19 @@ def differences(documents, out_dir):
             continue
         with open(path) as file:
             old = file.read()
-        if not same_document(name, old, text):
-            changed[name] = f"{changed_lines(old, text)} lines"
+        same = same_json(json.loads(old), json.loads(text)) if name.endswith(".json") \
+            else old == text
+        if not same:
+            diff = difflib.unified_diff(old.splitlines(), text.splitlines(), lineterm="", n=0)
+            count = sum(1 for line in diff
+                        if line.startswith(("+", "-")) and not line.startswith(("+++", "---")))
+            changed[name] = f"{count} lines"
     return changed
 
 
 def write_text(path, text):
     """`text` to `path`, whole or not at all (runtime/atomic.py)."""
     write_atomic(path, lambda file: file.write(text))
-
-
-def missing_optional(results_dir):
-    """One line per optional input that is absent: the document says "not measured" or what to
-    run there."""
-    return [f"note: no {os.path.join(results_dir, pattern)}; the document says so where it would "
-            f"be used ({command})"
-            for pattern, command in OPTIONAL_INPUTS.items()
-            if not glob.glob(os.path.join(results_dir, pattern))]
 
 
 def main(argv=None):
@@ -331,8 +277,8 @@ def main(argv=None):
     except BuildError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    changed = differences(documents, args.out_dir)
     if args.check:
-        changed = differences(documents, args.out_dir)
         if changed:
             print(f"design document out of date: {len(changed)} of {len(documents)} files differ "
                   f"from a build from {args.results_dir}: "
@@ -341,10 +287,12 @@ def main(argv=None):
             return 1
         print(f"design document up to date with {args.results_dir} ({len(documents)} files)")
         return 0
-    print("\n".join(missing_optional(args.results_dir)) or "every optional input is present")
+    missing = [f"note: no {os.path.join(args.results_dir, pattern)}; the document says so where "
+               f"it would be used ({command})" for pattern, command in OPTIONAL_INPUTS.items()
+               if not glob.glob(os.path.join(args.results_dir, pattern))]
+    print("\n".join(missing) or "every optional input is present")
     os.makedirs(args.out_dir, exist_ok=True)
     # A file that says the same is left as it is: a rebuild on another machine changes nothing.
-    changed = differences(documents, args.out_dir)
     for name in changed:
         write_text(os.path.join(args.out_dir, name), documents[name])
     print(f"wrote {len(changed)} of {len(documents)} files to {args.out_dir} from "

@@ -21,12 +21,9 @@ gradient is. The best bucket size is searched with one flat all-reduce among the
 buckets are never computed here: torch rebuilds them by its own rules, so they are passed in as
 they were seen sent (results/ddp-buckets.json, or a run's timing.all_reduce_layouts).
 
-Three functions here are the assignment's derivations (rubric item design.numbers):
-ring_coefficients, bucket_sizes and crossover_world_size. Their docstrings are their
-specification; tests/test_cost_model.py checks them with numbers worked by hand.
-
-Everything here is a pure function of numbers (no torch, no files): build_design_doc.py reads
-the results, calls these, and records where every input came from.
+Three functions are the assignment's derivations (rubric item design.numbers):
+ring_coefficients, bucket_sizes and crossover_world_size; their docstrings are their
+specification. Everything here is a pure function of numbers (no torch, no files).
 """
 import math
 from dataclasses import dataclass
@@ -136,8 +133,7 @@ def fit_alpha_beta(world_sizes, sizes, times, relative=True):
 
 
 def fit_system(world_sizes, sizes, times, relative=True):
-    """(design, weighted design, weighted target) of fit_alpha_beta's least squares: each row a
-    point's (message steps, bytes sent) and its time, weighted by 1 / time when `relative`."""
+    """fit_alpha_beta's least squares: (design, weighted design, weighted target)."""
     message_steps, sent_fraction = ring_coefficients(world_sizes)
     design = np.column_stack([message_steps, sent_fraction * sizes])
     weights = 1 / times if relative else np.ones_like(times)
@@ -145,8 +141,7 @@ def fit_system(world_sizes, sizes, times, relative=True):
 
 
 def nonnegative_least_squares(weighted, target):
-    """(alpha, beta) minimising |weighted @ x - target|, each kept >= 0: the free solution, or
-    if it has a negative one, the better of the two with that one at zero."""
+    """(alpha, beta) minimising |weighted @ x - target|, each kept >= 0."""
     def solve(columns):
         coefficients = np.zeros(2)
         coefficients[columns] = np.linalg.lstsq(weighted[:, columns], target, rcond=None)[0]
@@ -164,13 +159,10 @@ def nonnegative_least_squares(weighted, target):
 def fit_per_world(world_sizes, sizes, times):
     """{world size: Fit} of each world size's points alone (two or more points each)."""
     points = list(zip(world_sizes, sizes, times))
-    fits = {}
-    for world in sorted({point_world for point_world, _, _ in points}):
-        mine = [(point_world, size, time) for point_world, size, time in points
-                if point_world == world]
-        if len(mine) >= 2:
-            fits[world] = fit_alpha_beta(*zip(*mine))
-    return fits
+    per_world = {world: [point for point in points if point[0] == world]
+                 for world in sorted(set(world_sizes))}
+    return {world: fit_alpha_beta(*zip(*mine)) for world, mine in per_world.items()
+            if len(mine) >= 2}
 
 
 def bootstrap_fits(world_sizes, sizes, times, draws=BOOTSTRAP_DRAWS, seed=0):
@@ -357,13 +349,7 @@ def best_bucket(compute_s, backward_s, param_bytes, ready_shares, world_size, al
                                             world_size, alpha, beta, bucket_mb, wire_fraction,
                                             first_bucket_mb, algorithm))
                    for bucket_mb in [None, *sorted(candidates)]]
-    return min(projections, key=projected_step)
-
-
-def projected_step(candidate):
-    """Sort key of a (bucket_mb, projection) pair: its projected step."""
-    _bucket_mb, projection = candidate
-    return projection["step_s"]
+    return min(projections, key=lambda candidate: candidate[1]["step_s"])
 
 
 def crossover_world_size(compute_s, total_bytes, alpha, beta, largest=2**20, algorithm="ring"):

@@ -1,152 +1,68 @@
-"""The measurements beside the strategy sweep: the MLP's step against the bucket size (§4.5, §6.4)
-and benchmarks/step_bench.py's tables: every configuration in the same processes over interleaved
-repeats, and the best hand-written strategy's verdict against DDP (§6.3)."""
+"""The measurements beside the strategy sweep: benchmarks/step_bench.py's tables (every
+configuration in the same processes, interleaved repeats, the best hand-written strategy against
+DDP: §6.3), and one machine made to pay (§4.5): the shared-memory all-reduce against gloo's,
+results/one-machine/ (a sweep of its own, its runs side by side) and the time to a target accuracy
+against the classic MNIST recipe (results/time-to-accuracy.json). A missing file reads "not
+measured"."""
 import os
+import statistics
 
-from analysis.design_numbers import load, lookup, repo_relative, table
-from analysis.design_performance import register_run_spreads, slug
-from analysis.results_folder import spread
+from analysis import scaling_inputs
+from analysis.design_numbers import load, lookup, repo_relative, table, unchanged
+from analysis.design_performance import register_run_spreads
 
-BUCKETING = ("manual bucketed", "ddp")  # the series whose step depends on --bucket-mb
 STEP_BENCH_SCHEMA = "step-bench/3"
 STEP_BENCH_FIELDS = {"mean_step_s": "ms", "mean_compute_s": "ms", "mean_comm_exposed_s": "ms",
                      "mean_comm_busy_s": "ms", "overlap": "percent", "step_ratio_to_ddp": "ratio"}
-STEP_BENCH_COLUMNS = ["model", "ranks", "configuration", "repeats", "steps (all ranks)", "step",
-                      "compute", "exposed comm", "busy comm", "overlap", "× DDP"]
-STEP_VERDICT_COLUMNS = ["model", "ranks", "best strategy", "× DDP", "verdict",
-                        "same-transport DDP", "× it", "verdict"]
 # the verdict's comparisons: the numbers' name -> the results file's
 STEP_VERDICT_SIDES = {"vs_ddp": "against_ddp", "vs_same": "against_same_transport_ddp"}
-NO_BUCKET_SWEEP = {"table.bucket_sweep": "*No bucket sweep (bucket-*.json) in the results: "
-                                         "run python -m analysis.sweep.*",
-                   "text.bucket_takeaway": "*No bucket sweep.*"}
-
-
-def mlp_bucketing_runs(grouped):
-    """The MLP's runs of the bucketing series, by configuration."""
-    chosen = {}
-    for configuration, runs in grouped.items():
-        model, series, _world, _bucket_mb = configuration
-        if model == "mlp" and series in BUCKETING:
-            chosen[configuration] = runs
-    return chosen
-
-
-def compare_sizes(numbers, runs, series, best, size):
-    """The verdict of `series`' step at bucket size `best` against size `size`, paired by round."""
-    world = max(world for _, _, world, _ in runs)
-    name = f"bucket.{slug(series)}.{best:g}-vs-{size:g}"
-    numbers.paired_ratio(name, runs.get(("mlp", series, world, best), []),
-                         runs.get(("mlp", series, world, size), []),
-                         "timing.across_ranks.step.mean", formula="the step at one size / another")
-    numbers.verdict(f"{name}.verdict", name)
-    return numbers.text(f"{name}.verdict")  # the takeaway says it
-
-
-def best_size_takeaway(numbers, runs, series, sizes):
-    """What may be said of `series`' bucket sizes: the size of the smallest median step, and which
-    sizes it beats beyond both spreads (none: no size is told apart from another)."""
-    name = f"bucket.{slug(series)}"
-    medians = {size: numbers.value(f"{name}.{size:g}.step.median") for size in sizes}
-    best = min((size for size in sizes if medians[size] is not None), key=medians.get,
-               default=None)
-    numbers.add(f"{name}.best_mb", best, "MiB", kind="derived",
-                formula="the size of the smallest median",
-                inputs=[f"{name}.{size:g}.step.median" for size in sizes])
-    if best is None:
-        return ""
-    beaten = [size for size in sizes if size != best and medians[size] is not None
-              and compare_sizes(numbers, runs, series, best, size) == "faster"]
-    if not beaten:
-        return f"{slug(series)}: no size is told apart from another"
-    return (f"{slug(series)}: {best:g} MiB is faster than "
-            + ", ".join(f"{size:g}" for size in beaten) + " MiB")
-
-
-def bucket_sweep_section(numbers, grouped):
-    """The MLP's step against the bucket size at the bucket runs' world size, with the best
-    size's verdict."""
-    runs = mlp_bucketing_runs(grouped)
-    swept_worlds = [world for _, _, world, _ in runs]
-    sizes = []
-    if swept_worlds:
-        sizes = sorted({bucket_mb for _, _, world, bucket_mb in runs
-                        if world == max(swept_worlds)})
-    if len(sizes) < 2:
-        numbers.add("bucket.world", None, "count")
-        return dict(NO_BUCKET_SWEEP)
-    world = max(swept_worlds)
-    numbers.stated("bucket.world", world, "count", "code", "the world size of the bucket runs")
-    rows = []
-    for size in sizes:
-        for series in BUCKETING:
-            register_run_spreads(numbers, f"bucket.{slug(series)}.{size:g}",
-                                 runs.get(("mlp", series, world, size), []))
-        rows.append([f"{size:g} MiB"] + [numbers.spread_text(f"bucket.{slug(series)}.{size:g}.step")
-                                         for series in BUCKETING])
-    takeaways = [best_size_takeaway(numbers, runs, series, sizes) for series in BUCKETING]
-    said = "; ".join(takeaway for takeaway in takeaways if takeaway)
-    columns = ["--bucket-mb", "manual bucketed: step", "torch DDP: step"]
-    return {"table.bucket_sweep": table(columns, rows), "text.bucket_takeaway": said + "."}
+SHM_WORLDS = (2, 3, 4)
+ONE_MACHINE_SERIES = ("single", "ddp", "manual flat", "manual shm")
 
 
 def step_bench_section(numbers, results_dir):
-    """benchmarks/step_bench.py's tables (schema step-bench/3): every configuration in the same
-    processes, median (min–max) over interleaved repeats, and the best strategy's verdicts."""
+    """Per configuration the median (min–max) over the repeats; the best strategy's verdicts."""
     path = os.path.join(results_dir, "step-bench.json")
     document = load(path) if os.path.exists(path) else {}
     if document.get("schema") != STEP_BENCH_SCHEMA:
         register_step_verdicts(numbers, None, [])  # every quoted verdict: not measured
-        message = f"*{step_bench_problem(path, document)}: run python -m benchmarks.step_bench.*"
+        problem = (f"No {repo_relative(path)}" if not document else
+                   f"{repo_relative(path)} is from an older schema ({document.get('schema')!r}, "
+                   f"not {STEP_BENCH_SCHEMA}) and must be written again")
+        message = f"*{problem}: run python -m benchmarks.step_bench.*"
         return {"table.step_bench": message, "table.step_bench_verdict": message}
-    rows = step_bench_rows(numbers, path, document["measurements"])
-    verdicts = register_step_verdicts(numbers, path,
-                                      document["verdict"]["per_world_size_and_model"])
-    return {"table.step_bench": table(STEP_BENCH_COLUMNS, rows),
-            "table.step_bench_verdict": table(STEP_VERDICT_COLUMNS, verdicts)}
-
-
-def step_bench_problem(path, document):
-    """Why the step benchmark's file cannot be read: there is none, or an older schema wrote it."""
-    if not document:
-        return f"No {repo_relative(path)}"
-    return (f"{repo_relative(path)} is from an older schema ({document.get('schema')!r}, not "
-            f"{STEP_BENCH_SCHEMA}) and must be written again")
-
-
-def step_bench_rows(numbers, path, measurements):
-    """One table row per (model, world size, configuration): each field's median (min–max) over
-    the repeats, registered as 'stepbench.<model>.w<n>.<configuration>.<field>.median' and so on."""
+    measurements = document["measurements"]
     repeats = {}  # (model, world size, configuration) -> indices of its rows, one per repeat
     for index, row in enumerate(measurements):
-        configuration = (row["model"], row["world_size"], row["configuration"])
-        repeats.setdefault(configuration, []).append(index)
+        repeats.setdefault((row["model"], row["world_size"], row["configuration"]),
+                           []).append(index)
     rows = []
     for (model, world, name), indices in repeats.items():
-        key = f"stepbench.{model}.w{world}.{name}"
-        cells = [repeat_spread_text(numbers, f"{key}.{field}", path, indices, field, unit)
-                 for field, unit in STEP_BENCH_FIELDS.items()]
+        cells = []
+        for field, unit in STEP_BENCH_FIELDS.items():
+            spread = f"stepbench.{model}.w{world}.{name}.{field}"
+            numbers.spread_of(spread, [f"{path}#measurements[{index}].{field}"
+                                       for index in indices], unit, field)
+            # None where the configuration does not communicate
+            cells.append("—" if numbers.value(f"{spread}.median") is None
+                         else numbers.spread_text(spread))
         steps = measurements[indices[0]].get("steps", "—")
         rows.append([model, world, name, len(indices), steps] + cells)
-    return rows
-
-
-def repeat_spread_text(numbers, key, path, indices, field, unit):
-    """Register `key.median`, `.min`, `.max` and `.n` of `field` over the rows `indices` (one per
-    repeat); returns 'median (min–max)', or '—' where the field is None (no communication)."""
-    inputs = [f"{path}#measurements[{index}].{field}" for index in indices]
-    units = {"median": unit, "min": unit, "max": unit, "n": "count"}
-    numbers.derived_fields(key, lambda *values: spread(values), inputs, units,
-                           f"results_folder.spread over the repeats of {field}")
-    return "—" if numbers.value(f"{key}.median") is None else numbers.spread_text(key)
+    verdicts = register_step_verdicts(numbers, path,
+                                      document["verdict"]["per_world_size_and_model"])
+    return {"table.step_bench": table(["model", "ranks", "configuration", "repeats",
+                                       "steps (all ranks)", "step", "compute", "exposed comm",
+                                       "busy comm", "overlap", "× DDP"], rows),
+            "table.step_bench_verdict": table(["model", "ranks", "best strategy", "× DDP",
+                                               "verdict", "same-transport DDP", "× it",
+                                               "verdict"], verdicts)}
 
 
 def register_step_verdicts(numbers, path, report):
-    """Per model and world size, 'stepbench.<model>.w<n>.best' (the best hand-written strategy)
-    and, against DDP ('.vs_ddp') and DDP on the same transport ('.vs_same'), the step ratio's
-    '.median', '.min', '.max', '.n', '.low' and '.high', the DDP configuration '.ddp' and the
-    '.verdict'. The MLP and CNN at 2 and 4 ranks are always registered (not
-    measured without a report). Returns the verdict table's rows."""
+    """Per model and world size the best hand-written strategy ('stepbench.<model>.w<n>.best')
+    and its step over DDP's ('.vs_ddp') and over DDP on its transport ('.vs_same'), within each
+    repeat, with the verdict by the document's rule, not the file's own. The MLP and CNN at 2
+    and 4 ranks are always registered. Returns the verdict table's rows."""
     where = {(entry["model"], entry["world_size"]): index for index, entry in enumerate(report)}
     quoted = [(model, world) for model in ("mlp", "cnn") for world in (2, 4)]
     rows = []
@@ -156,24 +72,157 @@ def register_step_verdicts(numbers, path, report):
         entry = f"verdict.per_world_size_and_model[{index}]"
         name = f"stepbench.{model}.w{world}"
         numbers.measured(f"{name}.best", source, f"{entry}.best_strategy", "name")
-        vs_ddp, vs_same = [register_side(numbers, f"{name}.{short}", source, f"{entry}.{side}")
-                           for short, side in STEP_VERDICT_SIDES.items()]
+        sides = []
+        for short, side in STEP_VERDICT_SIDES.items():
+            side_key, side = f"{name}.{short}", f"{entry}.{side}"
+            numbers.measured(f"{side_key}.ddp", source, f"{side}.ddp", "name")
+            count = len(lookup(load(source), f"{side}.step_ratio.per_repeat")) if source else 0
+            numbers.paired_values(side_key, [f"{source}#{side}.step_ratio.per_repeat[{repeat}]"
+                                             for repeat in range(count)], "ratio", 1.0,
+                                  "the best strategy's step / DDP's, within each repeat",
+                                  already_ratios=True)
+            numbers.verdict(f"{side_key}.verdict", side_key)
+            sides.append([numbers.spread_text(side_key), numbers.text(f"{side_key}.verdict")])
         if index is not None:
-            rows.append([model, world, numbers.text(f"{name}.best"), *vs_ddp,
-                         numbers.text(f"{name}.vs_same.ddp"), *vs_same])
+            rows.append([model, world, numbers.text(f"{name}.best"), *sides[0],
+                         numbers.text(f"{name}.vs_same.ddp"), *sides[1]])
     return rows
 
 
-def register_side(numbers, key, source, side):
-    """One comparison of the best strategy with a DDP configuration (`side`, a JSON path in
-    `source`): the step ratio within each repeat, its spread and interval, and the verdict by the
-    document's one rule (results_folder.verdict, not the file's own); returns its table cells."""
-    numbers.measured(f"{key}.ddp", source, f"{side}.ddp", "name")
-    ratios = [f"{source}#{side}.step_ratio.per_repeat[{index}]"
-              for index in range(len(lookup(load(source), f"{side}.step_ratio.per_repeat")))
-              ] if source else []
-    numbers.paired_values(key, ratios, "ratio", 1.0,
-                          "the best strategy's step / DDP's, within each repeat",
-                          already_ratios=True)
-    numbers.verdict(f"{key}.verdict", key)
-    return [numbers.spread_text(key), numbers.text(f"{key}.verdict")]
+def one_machine_section(numbers, results_dir):
+    """The context of §4.5."""
+    shm_allreduce(numbers, os.path.join(results_dir, "allreduce-bench.json"))
+    rows = one_machine_sweep(numbers, os.path.join(results_dir, "one-machine"))
+    numbers.derived("drift.single_mlp", lambda mine, theirs: mine / theirs,
+                    ["one_machine.mlp.single.w1.throughput.median",
+                     "sweep.mlp.single.w1.throughput.median"],
+                    "ratio", "the one-machine sweep's single-process median throughput / "
+                             "the main sweep's")
+    columns = ["configuration", "step", "exposed comm", "throughput",
+               "÷ one process's throughput"]
+    return {"text.same_transport": same_transport(numbers),
+            "table.one_machine": table(columns, rows) if rows else
+            "*Not measured: run the sweep of analysis/make_reference_results.sh.*",
+            "table.time_to_accuracy": time_to_accuracy_table(
+                numbers, os.path.join(results_dir, "time-to-accuracy.json"))}
+
+
+def one_machine_sweep(numbers, folder):
+    """Every series' spreads ('one_machine.<model>.<series>.w<n>.<field>') and shm's step over
+    DDP's and flat's, within each round."""
+    grouped = scaling_inputs.grouped_runs(folder)
+    runs_of = scaling_inputs.runs_of
+    rows = []
+    for model in ("mlp", "cnn"):
+        single_runs = runs_of(grouped, model, "single", 1)
+        for series in ONE_MACHINE_SERIES:
+            for world in (1,) if series == "single" else (2, 4):
+                found = runs_of(grouped, model, series, world)
+                name = f"one_machine.{model}.{series.replace('manual ', '')}.w{world}"
+                register_run_spreads(numbers, name, found)
+                numbers.paired_ratio(f"{name}.vs_single", found, single_runs,
+                                     "throughput_samples_per_s",
+                                     formula="throughput / one process's, in the same round")
+                if found:
+                    rows.append([f"{model.upper()} {series.replace('manual ', '')}, {world}"]
+                                + [numbers.spread_text(f"{name}.{field}") for field in
+                                   ("step", "comm_exposed", "throughput", "vs_single")])
+        for world in (2, 4):
+            for against in ("ddp", "manual flat"):  # the same global batch per step
+                name = f"shm.{model}.w{world}.step_vs_{against.replace('manual ', '')}"
+                numbers.paired_ratio(f"{name}.ratio", runs_of(grouped, model, "manual shm", world),
+                                     runs_of(grouped, model, against, world),
+                                     "timing.across_ranks.step.mean",
+                                     formula="shm's mean step / the other's")
+                numbers.verdict(name, f"{name}.ratio")
+    return rows
+
+
+def shm_allreduce(numbers, bench):
+    """The worst shm / gloo bus-bandwidth ratio at 1 MiB and above per world size; the best."""
+    document = load(bench) if os.path.exists(bench) else {}
+    measured = document.get("shm_target", {}).get("per_world_size", {})
+    for world in SHM_WORLDS:
+        numbers.measured(f"shm.allreduce.w{world}.worst_ratio",
+                         bench if str(world) in measured else None,
+                         f"shm_target.per_world_size.{world}.worst_ratio", "ratio")
+    largest = [row["busbw_ratio_to_gloo"] for row in document.get("comparisons", [])
+               if row["implementation"] == "shm" and row["bytes"] >= 2**20]
+    numbers.add("shm.allreduce.best_ratio", max(largest) if largest else None, "ratio",
+                kind="derived", inputs=[f"{bench}#comparisons"],
+                formula="the largest shm / gloo busbw ratio at 1 MiB and above")
+
+
+def same_transport(numbers):
+    """§4.5's sentence: per model and world size, the best hand-written strategy against DDP on
+    its own transport (the step benchmark's numbers)."""
+    parts = []
+    for model in ("mlp", "cnn"):
+        for world in (2, 4):
+            name = f"stepbench.{model}.w{world}"
+            if numbers.value(f"{name}.best") is not None:
+                parts.append(f"{model.upper()} at {world} ranks, "
+                             f"`{numbers.text(name + '.best')}` at "
+                             f"{numbers.claim(name + '.vs_same', name + '.vs_same.verdict')}")
+    if not parts:
+        return "*The step benchmark (`python -m benchmarks.step_bench`) is not measured.*"
+    return ("**The same transport** (`results/step-bench.json`: all configurations in the same "
+            "processes, step by step; the best hand-written strategy's step over DDP's on its "
+            "transport, within each repeat): " + "; ".join(parts) + ".")
+
+
+def time_to_accuracy_table(numbers, path):
+    """Per model and run: the median time to the target over the repeats, its range and its
+    ratio to the classic recipe's; per model, ours' best ratio and its samples to target."""
+    if not os.path.exists(path):
+        for model in ("mlp", "cnn"):
+            for name in ("target", "best.vs_classic", "best.samples", "best.samples_vs_classic"):
+                numbers.add(f"tta.{model}.{name}", None, "ratio")
+        return "*Not measured: run `python -m benchmarks.time_to_accuracy`.*"
+    document = load(path)
+    for model in ("mlp", "cnn"):
+        numbers.measured(f"tta.{model}.target", path, f"targets.{model}", "percent")
+    rows, best = [], {}
+    for index, summary in enumerate(document.get("summary", [])):
+        model, run, world = summary["model"], summary["name"], summary["world_size"]
+        name, field = f"tta.{model}.{run}.w{world}", f"summary[{index}]"
+        numbers.measured(f"{name}.median_s", path, f"{field}.median_time_to_target_s", "s")
+        vs_classic = numbers.measured(f"{name}.vs_classic", path, f"{field}.ratio_to_classic",
+                                      "ratio")
+        samples = sorted(found for found in (
+            repeat["samples_to_target"].get(model) for repeat in document.get("runs", [])
+            if repeat["name"] == run and repeat["world_size"] == world
+            and repeat["model"] in (model, None)) if found is not None)
+        numbers.add(f"{name}.samples", round(statistics.median(samples)) if samples else None,
+                    "count", kind="derived", inputs=[f"{path}#runs"],
+                    formula="median samples to target over the repeats that reached it")
+        if run != "classic" and vs_classic is not None \
+                and vs_classic < best.get(model, (float("inf"), None))[0]:
+            best[model] = (vs_classic, name)
+        times = summary["times_to_target_s"]
+        reached = sorted(time for time in times if time is not None)
+        for label, value in (("fastest_s", reached[0] if reached else None),
+                             ("slowest_s", reached[-1] if reached else None)):
+            numbers.add(f"{name}.{label}", value, "s", kind="derived",
+                        inputs=[f"{path}#{field}.times_to_target_s"],
+                        formula=f"the {label[:-2]} repeat that reached the target")
+        shown = numbers.text(f"{name}.median_s")
+        if len(reached) > 1:
+            shown += f" ({numbers.text(name + '.fastest_s')}–{numbers.text(name + '.slowest_s')})"
+        # the classic recipe trains its own CNN, whichever model's target it is timed to
+        where = f"{world} rank{'s' if world > 1 else ''}"
+        label = f"the classic recipe's CNN, {where}" if run == "classic" else \
+            f"ours, {run}, {where}"
+        rows.append([model.upper(), label, f"{len(reached)} of {len(times)}", shown,
+                     numbers.text(f"{name}.samples"), numbers.text(f"{name}.vs_classic")])
+    for model in ("mlp", "cnn"):
+        chosen = best.get(model, (None, None))[1]
+        for field, unit in (("vs_classic", "ratio"), ("samples", "count")):
+            numbers.derived(f"tta.{model}.best.{field}", unchanged,
+                            [f"{chosen}.{field}"] if chosen else [], unit,
+                            "ours' run with the smallest ratio")
+        numbers.derived(f"tta.{model}.best.samples_vs_classic", lambda mine, theirs: mine / theirs,
+                        [f"{chosen}.samples", f"tta.{model}.classic.w1.samples"] if chosen
+                        else [], "ratio", "ours' median samples to target / the recipe's")
+    return table(["model", "run", "reached", "time to target", "samples to target",
+                  "time ÷ the classic recipe's"], rows)

@@ -1,26 +1,25 @@
 """What the emulated cluster network measured (§5.8): the all-reduce on shaped links with the α-β
-model fitted to it (and its bootstrap intervals), the highest rate this machine can emulate, and
-training through SLURM on two nodes whose links are shaped, beside the model's prediction of the
-same runs' busy and exposed communication.
+model fitted to it, the highest rate this machine can emulate, and training through SLURM on two
+nodes whose links are shaped, beside the model's prediction of the same runs' communication.
 
 Inputs (analysis/make_emulated_results.sh writes them): results/emulated/allreduce-<rate>.json
-(one rank per node) and allreduce-<rate>-2pn.json (two ranks per node), link-ceiling.json,
-ring-receive-first-<rate>.json, and the training runs in results/slurm/link-<rate>/ and
-link-<rate>-bucket-4mb/.
-Without them every number reads "not measured".
+(one rank per node), allreduce-<rate>-2pn.json (two per node), link-ceiling.json,
+ring-receive-first-<rate>.json, and the runs in results/slurm/link-<rate>/ and
+link-<rate>-bucket-4mb/. Without them every number reads "not measured".
 """
 import functools
 import os
 
 from analysis import cost_model, scaling_inputs
-from analysis.design_fits import predicted_busy, register_fit, spread_over, with_interval
+from analysis.design_fits import register_fit, spread_over, with_interval
 from analysis.design_numbers import NOT_MEASURED, load, table, unchanged
 from analysis.design_performance import register_run_spreads
 from analysis.design_scaling import register_readiness
+from analysis.scaling_inputs import runs_of
 from runtime.options import DEFAULT_BUCKET_MB
 
 RATE = "1gbit"  # the link every training run and the fitted all-reduce used
-LINK_BITS_PER_S = 1e9
+LINK_BETA = 8 / 1e9  # seconds per byte of the configured rate
 LARGE_BYTES = 2**20  # the model's errors are quoted for messages of 1 MiB and more
 # (file, label in names, how the text names the layout)
 ALLREDUCE_FILES = ((f"allreduce-{RATE}.json", "", "{n} nodes × 1 rank"),
@@ -33,24 +32,17 @@ SERIES = ("ddp", "manual per-param", "manual flat", "manual bucketed")
 SHOWN_SERIES = ("ddp", "manual flat", "manual bucketed")  # §5.8's tables; per-param in numbers
 SHAPES = {2: "2 × 1", 4: "2 × 2"}  # world size -> nodes × ranks per node of the SLURM sweep
 FITS_OF_SHAPES = {2: "emulated.fit.gloo.w2", 4: "emulated.fit.gloo.w4.2pn"}
-OVERLAPPING = ("bucketed", "ddp")  # strategies whose all-reduces start during backward
 SMALL_BUCKET_MB = 4.0  # the CNN's fc1 gradient (4.7 MB) in a bucket of its own
 EXPOSED = "timing.across_ranks.comm_exposed.mean"
-FIT_COLUMNS = ["implementation", "layout", "α (95% interval)", "β ÷ the link's 8 ns/byte",
-               "largest error ≥ 1 MiB", "… with the link's β"]
-CEILING_COLUMNS = ["configured rate", "gloo busbw", "gloo ÷ rate", "ring busbw", "ring ÷ rate"]
-TRAINING_COLUMNS = ["sync", "nodes × ranks", "step", "exposed comm", "predicted exposed",
-                    "busy ÷ predicted busy"]
 NOT_RUN = "*Not measured: run `sudo ./analysis/make_emulated_results.sh`.*"
 
 
-def emulated_section(numbers, results_dir, layouts, ddp_sent):
-    """The context of §5.8: every table and number, 'not measured' where a file is missing.
-    `ddp_sent`: ddp_layouts.ddp_layouts, for runs that recorded no layout."""
+def emulated_section(numbers, results_dir, layouts):
+    """The context of §5.8: every table and number, 'not measured' where a file is missing."""
     folder = os.path.join(results_dir, "emulated")
-    numbers.stated("emulated.rate", LINK_BITS_PER_S / 1e9, "Gbit/s", "code",
+    numbers.stated("emulated.rate", 1.0, "Gbit/s", "code",
                    "analysis/make_emulated_results.sh: LINK_RATE=1gbit")
-    numbers.stated("emulated.link_beta", 8 / LINK_BITS_PER_S, "ns/byte", "code",
+    numbers.stated("emulated.link_beta", LINK_BETA, "ns/byte", "code",
                    "8 bits per byte / the configured rate")
     numbers.stated("emulated.large_mib", LARGE_BYTES / 2**20, "MiB", "code",
                    "design_emulated.LARGE_BYTES")
@@ -59,8 +51,7 @@ def emulated_section(numbers, results_dir, layouts, ddp_sent):
     context["text.emulated.beta_vs_link"] = with_interval(numbers,
                                                           "emulated.fit.gloo.w2.beta_vs_link")
     context["table.emulated.ceiling"] = ceiling_table(numbers, folder)
-    training = os.path.join(results_dir, "slurm", f"link-{RATE}")
-    grouped = scaling_inputs.grouped_runs(training)
+    grouped = scaling_inputs.grouped_runs(os.path.join(results_dir, "slurm", f"link-{RATE}"))
     numbers.stated("emulated.default_bucket_mb", DEFAULT_BUCKET_MB, "MiB", "code",
                    "manual_allreduce.DEFAULT_BUCKET_MB, as DDP's bucket_cap_mb")
     numbers.stated("emulated.cnn.buckets", cost_model.bucket_sizes(layouts["cnn"],
@@ -68,13 +59,23 @@ def emulated_section(numbers, results_dir, layouts, ddp_sent):
                    "bytes-list", "code", "cost_model.bucket_sizes of the CNN at the default cap")
     numbers.stated("emulated.cnn.fc1_bytes", max(layouts["cnn"]), "bytes", "model",
                    "runtime/models.py: the CNN's largest gradient, fc1's weight")
+    ddp_sent = scaling_inputs.ddp_layouts(results_dir)
     for model in ("mlp", "cnn"):
         shares = register_readiness(numbers, results_dir, model)
         rows = training_rows(numbers, grouped, model, layouts[model], ddp_sent.get(model, {}),
                              shares)
-        context[f"table.emulated.training.{model}"] = table(TRAINING_COLUMNS, rows) \
-            if rows else NOT_RUN
-        overlap_numbers(numbers, grouped, model)
+        context[f"table.emulated.training.{model}"] = table(
+            ["sync", "nodes × ranks", "step", "exposed comm", "predicted exposed",
+             "busy ÷ predicted busy"], rows) if rows else NOT_RUN
+        # bucketed's exposed communication over flat's, round by round, at 2 nodes × 1
+        numbers.paired_ratio(f"emulated.{model}.exposed_ratio",
+                             runs_of(grouped, model, "manual bucketed", 2),
+                             runs_of(grouped, model, "manual flat", 2), EXPOSED,
+                             formula="bucketed's exposed / flat's, in the same round, 2 nodes x 1")
+        numbers.verdict(f"emulated.{model}.exposed_verdict", f"emulated.{model}.exposed_ratio")
+        numbers.derived(f"emulated.{model}.hidden_share", unchanged,
+                        [f"emulated.{model}.bucketed.w2.overlap.median"], "percent",
+                        "bucketed's median hidden / busy, 2 nodes x 1 rank")
     ratios = [name.removesuffix(".median") for name in numbers.entries
               if name.startswith("emulated.") and name.endswith(".busy_vs_predicted.median")]
     for label, pick in (("low", min), ("high", max)):
@@ -100,9 +101,8 @@ def large_errors(rows, alpha, beta):
 
 
 def fits_tables(numbers, folder):
-    """'table.emulated.fits' (gloo) and '.fits.ring': per file and world size, the α-β fit with its
-    interval, β against the link's, and the largest error at 1 MiB and more of the fit and of its
-    α with the link's β."""
+    """Per file, implementation and world size: the α-β fit with its interval, β against the
+    link's, the largest error at 1 MiB and more of the fit and of its α with the link's β."""
     rows = {implementation: [] for implementation in IMPLEMENTATIONS}
     worst = {implementation: [] for implementation in IMPLEMENTATIONS}
     for name, label, layout in ALLREDUCE_FILES:
@@ -121,7 +121,18 @@ def fits_tables(numbers, folder):
                           [row["median_s"] for row in mine])
                 register_fit(numbers, key, cost_model.fit_alpha_beta(*points), path,
                              implementation, world, points=points)
-                register_link_errors(numbers, key, mine, path)
+                for suffix in ("", ".low", ".high"):
+                    numbers.derived(f"{key}.beta_vs_link{suffix}", lambda beta: beta / LINK_BETA,
+                                    [f"{key}.beta_s_per_byte{suffix}"], "ratio",
+                                    "fitted β / (8 bits / configured rate)")
+                numbers.derived(f"{key}.large_error", functools.partial(large_errors, mine),
+                                [f"{key}.alpha_s", f"{key}.beta_s_per_byte"], "percent",
+                                f"largest relative error of the fit, >= 1 MiB, rows of {path}")
+                numbers.derived(f"{key}.link_error",
+                                lambda alpha, mine=mine: large_errors(mine, alpha, LINK_BETA),
+                                [f"{key}.alpha_s"], "percent",
+                                f"largest relative error with α fitted and β of the link, "
+                                f">= 1 MiB, rows of {path}")
                 worst[implementation].append(f"{key}.large_error")
                 rows[implementation].append([implementation, layout.format(n=world),
                                              with_interval(numbers, f"{key}.alpha_s"),
@@ -132,26 +143,10 @@ def fits_tables(numbers, folder):
         numbers.derived(f"emulated.fit.{implementation}.worst_large_error",
                         lambda *errors: max(errors), names, "percent",
                         f"the largest error at >= 1 MiB of every {implementation} fit")
+    columns = ["implementation", "layout", "α (95% interval)", "β ÷ the link's 8 ns/byte",
+               "largest error ≥ 1 MiB", "… with the link's β"]
     return {f"table.emulated.fits{'' if implementation == 'gloo' else '.' + implementation}":
-            table(FIT_COLUMNS, found) if found else NOT_RUN
-            for implementation, found in rows.items()}
-
-
-def register_link_errors(numbers, key, rows, path):
-    """β against the link's (with its interval), and the largest errors at 1 MiB and more of the
-    fit and of its α with the link's β."""
-    link = 8 / LINK_BITS_PER_S
-    for suffix in ("", ".low", ".high"):
-        numbers.derived(f"{key}.beta_vs_link{suffix}", lambda beta: beta / link,
-                        [f"{key}.beta_s_per_byte{suffix}"], "ratio",
-                        "fitted β / (8 bits / configured rate)")
-    numbers.derived(f"{key}.large_error", functools.partial(large_errors, rows),
-                    [f"{key}.alpha_s", f"{key}.beta_s_per_byte"], "percent",
-                    f"largest relative error of the fit, >= 1 MiB, rows of {path}")
-    numbers.derived(f"{key}.link_error",
-                    lambda alpha: large_errors(rows, alpha, link), [f"{key}.alpha_s"], "percent",
-                    f"largest relative error with α fitted and β of the link, >= 1 MiB, "
-                    f"rows of {path}")
+            table(columns, found) if found else NOT_RUN for implementation, found in rows.items()}
 
 
 def ring_order_numbers(numbers, folder):
@@ -188,21 +183,13 @@ def ceiling_table(numbers, folder):
         cells = [rate]
         for implementation in IMPLEMENTATIONS:
             row = measured.get(implementation)
-            if row is None:
-                cells += ["—", "—"]
-                continue
-            achieved = row["achieved_fraction"]
-            cells += [f"{row['busbw_gbps'] * 8:.2f} Gbit/s",
-                      "—" if achieved is None else f"{100 * achieved:.0f}%"]
+            achieved = row and row["achieved_fraction"]
+            cells += ["—", "—"] if row is None else [
+                f"{row['busbw_gbps'] * 8:.2f} Gbit/s",
+                "—" if achieved is None else f"{100 * achieved:.0f}%"]
         rows.append(cells)
-    return table(CEILING_COLUMNS, rows)
-
-
-def runs_of(grouped, model, series, world):
-    """The repeated runs of one configuration in `grouped` (results_folder.repeats), whatever their
-    bucket size; [] if there are none."""
-    return next((runs for (run_model, run_series, run_world, _), runs in grouped.items()
-                 if (run_model, run_series, run_world) == (model, series, world)), [])
+    return table(["configured rate", "gloo busbw", "gloo ÷ rate", "ring busbw", "ring ÷ rate"],
+                 rows)
 
 
 def predicted_exposed(layout, sizes, overlap, world, compute, backward, alpha, beta, *shares):
@@ -223,16 +210,17 @@ def training_rows(numbers, grouped, model, sizes, ddp_sent, shares):
             register_run_spreads(numbers, prefix, runs)
             if not runs:
                 continue
-            strategy = "ddp" if series == "ddp" else series.replace("manual ", "")
             layout = scaling_inputs.run_layout(runs[0], sizes, ddp_sent)
             fit = FITS_OF_SHAPES[world]
             coefficients = [f"{fit}.alpha_s", f"{fit}.beta_s_per_byte"]
             if layout:
                 numbers.derived(f"{prefix}.predicted_busy",
-                                functools.partial(predicted_busy, layout, world), coefficients,
-                                "ms", "cost_model.step_comm_time of the run's all-reduces")
+                                functools.partial(cost_model.step_comm_time, layout, world),
+                                coefficients, "ms",
+                                "cost_model.step_comm_time of the run's all-reduces")
+                # bucketed's and DDP's all-reduces start during backward
                 exposed = functools.partial(predicted_exposed, layout, sizes,
-                                            strategy in OVERLAPPING, world)
+                                            series in ("manual bucketed", "ddp"), world)
                 numbers.derived(f"{prefix}.predicted_exposed", exposed,
                                 [f"{prefix}.compute.median", f"{prefix}.backward.median"]
                                 + coefficients + shares, "ms",
@@ -240,33 +228,17 @@ def training_rows(numbers, grouped, model, sizes, ddp_sent, shares):
                                 "backward, gradients ready as traced")
                 spread_over(numbers, f"{prefix}.busy_vs_predicted", f"{prefix}.comm_busy",
                             f"{prefix}.predicted_busy", "measured busy / predicted busy")
-            if series not in SHOWN_SERIES:
-                continue
-            rows.append([series, shape, numbers.text(f"{prefix}.step.median"),
-                         numbers.spread_text(f"{prefix}.comm_exposed"),
-                         numbers.text(f"{prefix}.predicted_exposed"),
-                         numbers.spread_text(f"{prefix}.busy_vs_predicted")])
+            if series in SHOWN_SERIES:
+                rows.append([series, shape, numbers.text(f"{prefix}.step.median"),
+                             numbers.spread_text(f"{prefix}.comm_exposed"),
+                             numbers.text(f"{prefix}.predicted_exposed"),
+                             numbers.spread_text(f"{prefix}.busy_vs_predicted")])
     return rows
 
 
-def overlap_numbers(numbers, grouped, model):
-    """Bucketed's exposed communication over flat's, round by round, at 2 nodes × 1, with its
-    verdict and bucketed's hidden share."""
-    bucketed, flat = (f"emulated.{model}.{name}.w2" for name in ("bucketed", "flat"))
-    numbers.paired_ratio(f"emulated.{model}.exposed_ratio",
-                         runs_of(grouped, model, "manual bucketed", 2),
-                         runs_of(grouped, model, "manual flat", 2), EXPOSED,
-                         formula="bucketed's exposed / flat's, in the same round, 2 nodes x 1")
-    numbers.verdict(f"emulated.{model}.exposed_verdict", f"emulated.{model}.exposed_ratio")
-    numbers.derived(f"emulated.{model}.hidden_share", unchanged,
-                    [f"{bucketed}.overlap.median"], "percent",
-                    "bucketed's median hidden / busy, 2 nodes x 1 rank")
-
-
 def smaller_buckets(numbers, folder):
-    """The CNN at 2 nodes x 1 with 4 MiB buckets (flat, bucketed and ddp run side by side):
-    'emulated.bucket4.<series>.*', and bucketed's and DDP's exposed time over flat's, round by
-    round."""
+    """The CNN at 2 nodes x 1 with 4 MiB buckets (flat, bucketed and ddp side by side), and
+    bucketed's and DDP's exposed time over flat's, round by round."""
     grouped = scaling_inputs.grouped_runs(folder)
     found = {series: grouped.get(("cnn", series, 2, SMALL_BUCKET_MB), [])
              for series in ("manual flat", "manual bucketed", "ddp")}

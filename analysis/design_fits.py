@@ -1,20 +1,10 @@
 """The α-β model fitted to the all-reduce benchmark (§5.1), with bootstrap intervals of α and β,
 its residuals at every point (§6.1), and its prediction of each strategy's busy communication
-against the training runs (§5.2, §6.2).
-"""
+against the training runs (§5.2, §6.2)."""
 import functools
 
-from analysis import cost_model
-from analysis.design_numbers import (
-    NOT_MEASURED,
-    BuildError,
-    largest,
-    load,
-    show_bytes,
-    smallest,
-    table,
-    unchanged,
-)
+from analysis import cost_model, scaling_inputs
+from analysis.design_numbers import NOT_MEASURED, BuildError, load, show_bytes, table, unchanged
 from analysis.design_performance import COMMUNICATING, key, slug
 from runtime.options import DEFAULT_BUCKET_MB
 
@@ -29,31 +19,14 @@ FITS_COLUMNS = ["implementation", "ranks", "α (95% interval)", "β (95% interva
                 "median error", "largest error"]
 RESIDUAL_COLUMNS = ["size", "gloo median", "model, this n (error)", "model, all n (error)",
                     "gloo busbw", "ring median", "model, this n (error)", "model, all n (error)"]
-PREDICT_COLUMNS = ["model", "sync", "ranks", "predicted busy", "measured busy",
-                   "measured ÷ predicted"]
-
-
-class Fits:
-    """The registered fits: 'fit.<implementation>' (all world sizes) and
-    'fit.<implementation>.w<n>'."""
-
-    def __init__(self, worlds):
-        self.worlds = worlds
-
-    def for_world(self, implementation, world):
-        """The name of the fit to predict a run at `world` ranks: its own world's fit if
-        measured."""
-        return f"fit.{implementation}.w{world}" if world in self.worlds else f"fit.{implementation}"
 
 
 def register_fit(numbers, name, fit, bench, implementation, world=None, points=None):
-    """Every field of one cost_model.Fit under `name`, with the rows it was fitted to; with the
-    `points` (world sizes, sizes, times) it was fitted to, the bootstrap intervals of α and β too
-    (`name.alpha_s.low`, `.high`; register_intervals)."""
-    if world:
-        where = f"the verified {implementation} rows at {world} ranks"
-    else:
-        where = f"the verified {implementation} rows of every world size"
+    """Every field of one cost_model.Fit under `name`; with the `points` (world sizes, sizes,
+    times) it was fitted to, the central 95 % of cost_model.bootstrap_fits' α and β too
+    (`name.alpha_s.low`, `.high`, ...)."""
+    where = (f"the verified {implementation} rows at {world} ranks" if world
+             else f"the verified {implementation} rows of every world size")
     scope = {"world_size": world} if world else {}
     for field, attribute, unit in FIT_FIELDS:
         value = getattr(fit, attribute)
@@ -62,19 +35,13 @@ def register_fit(numbers, name, fit, bench, implementation, world=None, points=N
         numbers.add(f"{name}.{field}", value, unit, kind="fit", file=bench,
                     implementation=implementation, **scope,
                     formula=f"cost_model.fit_alpha_beta(world_size, bytes, median_s) of {where}")
-    if points is not None:
-        register_intervals(numbers, name, points, bench, where)
-
-
-def register_intervals(numbers, name, points, bench, where):
-    """`name.alpha_s.low`/`.high` and `name.beta_s_per_byte.low`/`.high`: the central 95 % of
-    the fits of cost_model.bootstrap_fits (the points resampled with replacement)."""
+    if points is None:
+        return
     alphas, betas = zip(*cost_model.bootstrap_fits(*points))
     formula = (f"cost_model.interval of cost_model.bootstrap_fits({cost_model.BOOTSTRAP_DRAWS} "
                f"resamples) of {where}")
     for field, values, unit in (("alpha_s", alphas, "us"), ("beta_s_per_byte", betas, "ns/byte")):
-        low, high = cost_model.interval(values)
-        for end, value in (("low", low), ("high", high)):
+        for end, value in zip(("low", "high"), cost_model.interval(values)):
             numbers.add(f"{name}.{field}.{end}", value, unit, kind="derived", formula=formula,
                         inputs=[f"{bench}#measurements"])
 
@@ -83,27 +50,16 @@ def with_interval(numbers, name):
     """'233 µs (202–455 µs)': a fitted number with its bootstrap interval, the unit said once."""
     if f"{name}.low" not in numbers.entries:
         return numbers.text(name)
-    low = numbers.text(name + ".low")
-    high = numbers.text(name + ".high")
+    low, high = numbers.text(name + ".low"), numbers.text(name + ".high")
     number, _, unit = low.partition(" ")
     if unit and high.endswith(" " + unit):
         low = number
     return f"{numbers.text(name)} ({low}–{high})"
 
 
-def predicted_time(size, world, alpha, beta):
-    """One all-reduce of `size` bytes at `world` ranks, by the α-β model."""
-    return cost_model.allreduce_time(size, world, alpha, beta)
-
-
-def predicted_busy(messages, world, alpha, beta):
-    """One step's all-reduces issued one after another, by the α-β model."""
-    return cost_model.step_comm_time(messages, world, alpha, beta)
-
-
 def allreduce_section(numbers, bench):
-    """Fits of gloo and of the ring, over all world sizes and per world size; the residuals per
-    point."""
+    """Fits of gloo and of the ring, over all world sizes and per world size, and the residuals
+    per point; returns the world sizes fitted and the tables."""
     rows = [(index, measurement)
             for index, measurement in enumerate(load(bench).get("measurements", []))
             if measurement.get("verified", True)]
@@ -117,43 +73,38 @@ def allreduce_section(numbers, bench):
                            f"the {label} world size of {bench}")
     fit_rows = {implementation: register_fits(numbers, bench, rows, implementation, worlds)
                 for implementation in IMPLEMENTATIONS}
-    fits = Fits([world for world in worlds if f"fit.gloo.w{world}.alpha_s" in numbers.entries])
+    fitted = [world for world in worlds if f"fit.gloo.w{world}.alpha_s" in numbers.entries]
     # Projections treat this machine as if every rank had a core: the smallest world size is
     # closest to that.
-    projection_source = f"fit.gloo.w{fits.worlds[0]}" if fits.worlds else "fit.gloo"
+    projection_source = f"fit.gloo.w{fitted[0]}" if fitted else "fit.gloo"
     for field in ("alpha_s", "beta_s_per_byte"):
         for suffix in ("", ".low", ".high"):
             source = f"{projection_source}.{field}{suffix}"
             numbers.derived(f"fit.projection.{field}{suffix}", unchanged, [source],
                             numbers.entries[source]["unit"],
                             "the smallest world size's fit: the fewest ranks per core")
-    if fits.worlds:
+    if fitted:
         numbers.derived("fit.gloo.alpha_growth", lambda first, last: last / first,
                         [f"fit.gloo.w{worlds[0]}.alpha_s", f"fit.gloo.w{worlds[-1]}.alpha_s"],
                         "ratio", "alpha at the largest world size / at the smallest")
         for label, world in (("smallest", worlds[0]), ("largest", worlds[-1])):
             numbers.derived(f"fit.gloo.{label}.alpha_s", unchanged,
                             [f"fit.gloo.w{world}.alpha_s"], "us", "alias")
-    tail_numbers(numbers, bench, rows)
-    residuals = [residual_table(numbers, bench, rows, world) for world in worlds]
-    return fits, {"table.fits": table(FITS_COLUMNS, fit_rows["gloo"]),
-                  "table.fits.ring": table(FITS_COLUMNS, fit_rows["ring"]),
-                  "table.allreduce": "\n\n".join(residuals)}
-
-
-def tail_numbers(numbers, bench, rows):
-    """'bench.tail.*': gloo's slowest 5 % against its median at the smallest message and world
-    size, where one descheduled rank shows most."""
+    # gloo's slowest 5 % against its median at the smallest message and world size, where one
+    # descheduled rank shows most
     gloo = [(index, row) for index, row in rows if row["implementation"] == "gloo"]
-    if not gloo:
-        return
-    index, row = min(gloo, key=lambda pair: (pair[1]["world_size"], pair[1]["bytes"]))
-    numbers.measured("bench.tail.bytes", bench, f"measurements[{index}].bytes", "bytes")
-    numbers.measured("bench.tail.world", bench, f"measurements[{index}].world_size", "count")
-    numbers.derived("bench.tail.p95_over_median", lambda p95, median: p95 / median,
-                    [f"{bench}#measurements[{index}].p95_s",
-                     f"{bench}#measurements[{index}].median_s"], "ratio",
-                    "the 95th percentile of the timed calls / their median")
+    if gloo:
+        index, _ = min(gloo, key=lambda pair: (pair[1]["world_size"], pair[1]["bytes"]))
+        numbers.measured("bench.tail.bytes", bench, f"measurements[{index}].bytes", "bytes")
+        numbers.measured("bench.tail.world", bench, f"measurements[{index}].world_size", "count")
+        numbers.derived("bench.tail.p95_over_median", lambda p95, median: p95 / median,
+                        [f"{bench}#measurements[{index}].p95_s",
+                         f"{bench}#measurements[{index}].median_s"], "ratio",
+                        "the 95th percentile of the timed calls / their median")
+    residuals = [residual_table(numbers, bench, rows, world) for world in worlds]
+    return fitted, {"table.fits": table(FITS_COLUMNS, fit_rows["gloo"]),
+                    "table.fits.ring": table(FITS_COLUMNS, fit_rows["ring"]),
+                    "table.allreduce": "\n\n".join(residuals)}
 
 
 def register_fits(numbers, bench, rows, implementation, worlds):
@@ -163,69 +114,62 @@ def register_fits(numbers, bench, rows, implementation, worlds):
     if len(points) < 2:
         raise BuildError(f"{bench} has fewer than two verified {implementation} measurements: "
                          "no fit possible")
-    world_sizes, sizes, seconds = zip(*points)
-    register_fit(numbers, f"fit.{implementation}",
-                 cost_model.fit_alpha_beta(world_sizes, sizes, seconds), bench, implementation,
-                 points=(world_sizes, sizes, seconds))
-    for world, fit in cost_model.fit_per_world(world_sizes, sizes, seconds).items():
-        mine = [point for point in points if point[0] == world]
+    columns = tuple(zip(*points))
+    register_fit(numbers, f"fit.{implementation}", cost_model.fit_alpha_beta(*columns), bench,
+                 implementation, points=columns)
+    for world, fit in cost_model.fit_per_world(*columns).items():
+        mine = tuple(zip(*[point for point in points if point[0] == world]))
         register_fit(numbers, f"fit.{implementation}.w{world}", fit, bench, implementation, world,
-                     points=tuple(zip(*mine)))
-    fit_rows = []
+                     points=mine)
     scopes = [(f"fit.{implementation}.w{world}", world) for world in worlds]
-    for name, ranks in scopes + [(f"fit.{implementation}", "all")]:
-        fit_rows.append([implementation, ranks, with_interval(numbers, f"{name}.alpha_s"),
-                         with_interval(numbers, f"{name}.beta_s_per_byte"),
-                         numbers.text(f"{name}.median_relative_error"),
-                         numbers.text(f"{name}.max_relative_error")])
-    return fit_rows
-
-
-def residual_cells(numbers, bench, rows, world, size, implementation):
-    """One implementation's cells of a residual row: the measured median, then each fit's
-    prediction with its relative error (and gloo's bus bandwidth)."""
-    index = next((index for index, measurement in rows
-                  if (measurement["world_size"], measurement["bytes"],
-                      measurement["implementation"]) == (world, size, implementation)), None)
-    source = bench if index is not None else None
-    name = f"allreduce.w{world}.{implementation}.{size}"
-    numbers.measured(f"{name}.median_s", source, f"measurements[{index}].median_s", "s")
-    cells = [numbers.text(f"{name}.median_s")]
-    for fit, label in ((f"fit.{implementation}.w{world}", "own"), (f"fit.{implementation}", "all")):
-        numbers.derived(f"{name}.{label}_s", functools.partial(predicted_time, size, world),
-                        [f"{fit}.alpha_s", f"{fit}.beta_s_per_byte"], "s",
-                        f"2(n-1)·alpha + 2(n-1)/n·N·beta with {fit}")
-        numbers.derived(f"{name}.{label}_error", cost_model.relative_error,
-                        [f"{name}.{label}_s", f"{name}.median_s"], "percent",
-                        "(model - measured) / measured")
-        cells.append(f"{numbers.text(f'{name}.{label}_s')} "
-                     f"({numbers.text(f'{name}.{label}_error')})")
-    if implementation == "gloo":
-        numbers.measured(f"{name}.busbw_gbps", source, f"measurements[{index}].busbw_gbps",
-                         "GB/s")
-        cells.append(numbers.text(f"{name}.busbw_gbps"))
-    return cells
+    return [[implementation, ranks, with_interval(numbers, f"{name}.alpha_s"),
+             with_interval(numbers, f"{name}.beta_s_per_byte"),
+             numbers.text(f"{name}.median_relative_error"),
+             numbers.text(f"{name}.max_relative_error")]
+            for name, ranks in scopes + [(f"fit.{implementation}", "all")]]
 
 
 def residual_table(numbers, bench, rows, world):
     """Measured medians of one world size against the per-world and the all-sizes fit, with
-    relative errors."""
+    relative errors (and gloo's bus bandwidth)."""
     lines = []
     for size in sorted({measurement["bytes"] for _, measurement in rows
                         if measurement["world_size"] == world}):
         cells = [show_bytes(size)]
         for implementation in IMPLEMENTATIONS:
-            cells += residual_cells(numbers, bench, rows, world, size, implementation)
+            index = next((index for index, measurement in rows
+                          if (measurement["world_size"], measurement["bytes"],
+                              measurement["implementation"]) == (world, size, implementation)),
+                         None)
+            source = bench if index is not None else None
+            name = f"allreduce.w{world}.{implementation}.{size}"
+            numbers.measured(f"{name}.median_s", source, f"measurements[{index}].median_s", "s")
+            cells.append(numbers.text(f"{name}.median_s"))
+            for fit, label in ((f"fit.{implementation}.w{world}", "own"),
+                               (f"fit.{implementation}", "all")):
+                numbers.derived(f"{name}.{label}_s",
+                                functools.partial(cost_model.allreduce_time, size, world),
+                                [f"{fit}.alpha_s", f"{fit}.beta_s_per_byte"], "s",
+                                f"2(n-1)·alpha + 2(n-1)/n·N·beta with {fit}")
+                numbers.derived(f"{name}.{label}_error", cost_model.relative_error,
+                                [f"{name}.{label}_s", f"{name}.median_s"], "percent",
+                                "(model - measured) / measured")
+                cells.append(f"{numbers.text(f'{name}.{label}_s')} "
+                             f"({numbers.text(f'{name}.{label}_error')})")
+            if implementation == "gloo":
+                numbers.measured(f"{name}.busbw_gbps", source,
+                                 f"measurements[{index}].busbw_gbps", "GB/s")
+                cells.append(numbers.text(f"{name}.busbw_gbps"))
         lines.append(cells)
     return f"**{world} ranks**\n\n" + table(RESIDUAL_COLUMNS, lines)
 
 
-def prediction_section(numbers, layouts, worlds, fits, first_bucket_mb, ddp_sent):
+def prediction_section(numbers, layouts, worlds, fitted, results_dir):
     """Per model: the fitted model's busy communication per step against the sweep's measured
-    busy time, as a ratio with its spread over the repeats. DDP's all-reduces are those it was seen
-    to send (`ddp_sent`: ddp_layouts.ddp_layouts, {model: {bucket_mb: layout}})."""
-    rows = []
-    ratios = []
+    busy time, as a ratio with its spread over the repeats; DDP's all-reduces are those it was
+    seen to send. `fitted`: the world sizes with a fit of their own."""
+    ddp_sent = scaling_inputs.ddp_layouts(results_dir)
+    rows, ratios = [], []
     for model, sizes in layouts.items():
         for world in worlds:
             for series in COMMUNICATING:
@@ -236,11 +180,12 @@ def prediction_section(numbers, layouts, worlds, fits, first_bucket_mb, ddp_sent
                 if strategy == "ddp" and sent is None:
                     continue
                 messages = cost_model.messages_per_step(strategy, sizes, DEFAULT_BUCKET_MB,
-                                                        first_bucket_mb, ddp_layout=sent)
-                fit = fits.for_world("ring" if strategy == "ring" else "gloo", world)
-                busy = functools.partial(predicted_busy, messages, world)
-                coefficients = [f"{fit}.alpha_s", f"{fit}.beta_s_per_byte"]
-                numbers.derived(f"{name}.comm_s", busy, coefficients, "ms",
+                                                        ddp_layout=sent)
+                fit = f"fit.{'ring' if strategy == 'ring' else 'gloo'}"
+                fit += f".w{world}" if world in fitted else ""
+                numbers.derived(f"{name}.comm_s",
+                                functools.partial(cost_model.step_comm_time, messages, world),
+                                [f"{fit}.alpha_s", f"{fit}.beta_s_per_byte"], "ms",
                                 f"cost_model.step_comm_time of {strategy}'s all-reduces "
                                 f"with the fit {fit}")
                 if spread_over(numbers, f"{name}.ratio", f"{measured}.comm_busy",
@@ -250,11 +195,11 @@ def prediction_section(numbers, layouts, worlds, fits, first_bucket_mb, ddp_sent
                 rows.append([model.upper(), series, world, numbers.text(f"{name}.comm_s"),
                              numbers.spread_text(f"{measured}.comm_busy"),
                              numbers.spread_text(f"{name}.ratio")])
-    for label, pick in (("low", smallest), ("high", largest)):  # medians alone: §4 quotes them
-        numbers.derived(f"predict.ratio_{label}", pick,
+    texts = {}
+    for label, pick in (("low", min), ("high", max)):  # medians alone: §4 quotes them
+        numbers.derived(f"predict.ratio_{label}", lambda *medians, pick=pick: pick(medians),
                         [f"{name}.ratio.median" for _, name, _ in ratios], "ratio",
                         f"the {label}est median measured / predicted")
-    texts = {}
     for label, pick in (("low", min), ("high", max)):
         texts[f"text.predict.{label}"] = NOT_MEASURED
         if ratios:
@@ -262,19 +207,19 @@ def prediction_section(numbers, layouts, worlds, fits, first_bucket_mb, ddp_sent
             shown = numbers.spread_text(f"{name}.ratio")
             texts[f"text.predict.{label}"] = (shown[:-1] + f"; {where})" if shown.endswith(")")
                                               else f"{shown} ({where})")
-    return {"table.predict": table(PREDICT_COLUMNS, rows), **texts}
+    return {"table.predict": table(["model", "sync", "ranks", "predicted busy", "measured busy",
+                                    "measured ÷ predicted"], rows), **texts}
 
 
 def spread_over(numbers, name, spread_key, denominator, formula):
-    """`name.median`, `.min`, `.max`, `.n`: each of the spread `spread_key` (over_repeats') over
-    the number `denominator`; whether it could be registered."""
-    stats = ("median", "min", "max", "n")
-    inputs = [f"{spread_key}.{stat}" for stat in stats] + [denominator]
+    """`name.median`, `.min`, `.max`, `.n`: the spread `spread_key` over the number
+    `denominator`; whether it could be registered."""
+    inputs = [f"{spread_key}.{stat}" for stat in ("median", "min", "max", "n")] + [denominator]
 
     def each_over(median, low, high, count, divisor):
         return {"median": median / divisor, "min": low / divisor, "max": high / divisor,
                 "n": count}
     units = {"median": "ratio", "min": "ratio", "max": "ratio", "n": "count"}
-    values = numbers.derived_fields(name, each_over, inputs, units,
-                                    f"{formula}, each of the spread over repeats")
-    return values["median"] is not None
+    return numbers.derived_fields(name, each_over, inputs, units,
+                                  f"{formula}, each of the spread over repeats")["median"] \
+        is not None

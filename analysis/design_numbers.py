@@ -1,5 +1,6 @@
-"""The registry of every number the design document quotes: its value, how it is shown, and where
-it came from."""
+"""The registry of every number the design document quotes: its value, the text a reader sees,
+and where it came from (a results file's field, a formula over other numbers, the code, an
+assumption or a publication)."""
 import csv
 import io
 import json
@@ -12,19 +13,18 @@ from analysis.results_folder import spread
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOT_MEASURED = "not measured"
+SPREAD_UNITS = ("median", "min", "max")
 
 
 class BuildError(Exception):
     """A problem with the inputs that the user can fix; reported as one line."""
 
 
-# --- Results files, read once per build, and how their numbers are shown --------------------
-
 loaded = {}  # path -> parsed JSON, read once per build
 
 
 def load(path):
-    """The parsed JSON of a results file, read once per build."""
+    """The parsed JSON of a results file."""
     if path not in loaded:
         try:
             with open(path) as file:
@@ -36,8 +36,8 @@ def load(path):
 
 
 def lookup(data, field):
-    """`data` at a path such as 'timing.across_ranks.step.median' or 'measurements[3].median_s';
-    None if absent."""
+    """`data` at a path such as 'timing.step.mean' or 'measurements[3].median_s'; None if
+    absent."""
     for key, index in re.findall(r"([^.\[\]]+)|\[(\d+)\]", field):
         try:
             data = data[int(index)] if index else data[key]
@@ -47,8 +47,8 @@ def lookup(data, field):
 
 
 def significant(value, digits=3):
-    """`value` to `digits` significant figures: fixed-point with thousands separators, or
-    e-notation if tiny."""
+    """Fixed-point with thousands separators to `digits` significant figures; e-notation if
+    tiny."""
     if value == 0 or not math.isfinite(value):
         return f"{value:g}"
     if abs(value) < 1e-4:
@@ -57,39 +57,31 @@ def significant(value, digits=3):
     return f"{value:,.{decimals}f}"
 
 
+def scaled(value, steps):
+    """`value` in the first of `steps` ((threshold, scale, suffix), largest first) it reaches."""
+    for threshold, scale, suffix in steps:
+        if value >= threshold:
+            return significant(value * scale) + suffix
+    return significant(value * steps[-1][1]) + steps[-1][2]
+
+
 def show_bytes(value):
-    """'512 B', '2.27 MB': bytes in B, kB or MB (powers of 1000)."""
+    """'512 B', '2.27 MB': powers of 1000."""
     if value < 1e3:
         return f"{value:,.0f} B"
-    if value < 1e6:
-        return significant(value / 1e3) + " kB"
-    return significant(value / 1e6) + " MB"
-
-
-def show_seconds(value):
-    """Seconds in s, ms or µs, whichever keeps the number readable."""
-    if value >= 1:
-        return significant(value) + " s"
-    if value >= 1e-4:
-        return significant(value * 1e3) + " ms"
-    return significant(value * 1e6) + " µs"
+    return scaled(value, ((1e6, 1e-6, " MB"), (1e3, 1e-3, " kB")))
 
 
 def show_percent(value):
-    """A fraction as a percentage: two significant figures below 10%, three above, and none below
-    0.005 %, where a fit's error is the floating point's rounding, not a measurement."""
+    """Two significant figures below 10%, three above; none below 0.005 %, where a fit's error is
+    the floating point's rounding, not a measurement."""
     if 0 < abs(value) < 5e-5:
         return "0.00%"
     return significant(100 * value, 2 if abs(value) < 0.1 else 3) + "%"
 
 
-def show_ranks(value):
-    """A world size, or that none up to 2^20 reaches it (cost_model.crossover_world_size's 0)."""
-    return f"{value:,} ranks" if value else "beyond 2^20 ranks"
-
-
 UNITS = {  # unit -> how a value in that unit is shown
-    "s": show_seconds,
+    "s": lambda value: scaled(value, ((1, 1, " s"), (1e-4, 1e3, " ms"), (0, 1e6, " µs"))),
     "ms": lambda value: significant(value * 1e3) + " ms",
     "us": lambda value: significant(value * 1e6) + " µs",
     "trace_us": lambda value: significant(value / 1e3) + " ms",
@@ -111,46 +103,22 @@ UNITS = {  # unit -> how a value in that unit is shown
     "samples/s": lambda value: significant(value) + " samples/s",
     "name": str,
     "exponent": lambda value: f"2^{round(math.log2(value))}",
-    "ranks": show_ranks,
+    # cost_model.crossover_world_size's 0: no world size reaches it
+    "ranks": lambda value: f"{value:,} ranks" if value else "beyond 2^20 ranks",
 }
 
 
-# --- Formulas that derived numbers apply to their inputs ---------------------------------------
-
 def unchanged(value):
-    """The value itself: an alias of another number, and over_repeats' default `combine`."""
+    """An alias of another number."""
     return value
 
 
-def ratio(numerator, denominator):
-    """numerator / denominator."""
-    return numerator / denominator
-
-
-def smallest(*values):
-    """The smallest of the values."""
-    return min(values)
-
-
-def largest(*values):
-    """The largest of the values."""
-    return max(values)
-
-
-def mean(*values):
-    """The arithmetic mean of the values."""
-    return sum(values) / len(values)
-
-
-# --- The registry -------------------------------------------------------------------------------
-
 class Numbers:
-    """Every number the document quotes: value, unit, the text a reader sees, and where it came
-    from."""
+    """Every number the document quotes: value, unit, text and provenance."""
 
     def __init__(self):
         self.entries = {}  # name -> {value, unit, text, provenance...}
-        self.absent = []  # names of numbers whose inputs are missing: "not measured"
+        self.absent = []  # names whose inputs are missing: "not measured"
         self.shown = set()  # names whose text the build gave out: numbers a reader sees
 
     def add(self, name, value, unit, **provenance):
@@ -163,65 +131,59 @@ class Numbers:
         return value
 
     def measured(self, name, path, field, unit):
-        """The value of `field` in the results file `path` (absent without the file or field)."""
+        """`field` of the results file `path` (absent without the file or field)."""
         value = lookup(load(path), field) if path else None
         return self.add(name, value, unit, kind="measured", file=path, field=field)
-
-    def derived(self, name, function, inputs, unit, formula):
-        """`function(*values)` of `inputs`, each a registered name or 'file#field'; absent if any
-        input is."""
-        def as_fields(*values):
-            return {"": function(*values)}
-        return self.derived_fields(name, as_fields, inputs, {"": unit}, formula)[""]
-
-    def input_value(self, source):
-        """The value of a registered name, or of 'file#field' in a results file."""
-        if "#" not in source:
-            return self.value(source)
-        path, field = source.split("#")
-        return lookup(load(path), field)
-
-    def derived_fields(self, key, function, inputs, units, formula):
-        """`key.<field>` for each field of the dict that `function(*values)` returns (just `key`
-        for field "")."""
-        values = [self.input_value(source) for source in inputs]
-        result = {} if None in values or not inputs else function(*values)
-        return {field: self.add(f"{key}.{field}".rstrip("."), result.get(field), unit,
-                                kind="derived", formula=formula, inputs=inputs)
-                for field, unit in units.items()}
 
     def stated(self, name, value, unit, kind, source):
         """A number from the models, the code, an assumption or a publication."""
         return self.add(name, value, unit, kind=kind, source=source)
 
-    def over_repeats(self, key, runs, fields, unit, combine=unchanged, formula="the field"):
-        """`key.median`, `.min`, `.max`, `.n`: results_folder.spread over the repeated `runs` of
-        `combine(*fields)`, each field a JSON path of one run's file (absent without runs)."""
-        fields = (fields,) if isinstance(fields, str) else tuple(fields)
-        inputs = [f"{run['path']}#{field}" for run in runs for field in fields]
-        width = len(fields)
+    def derived(self, name, function, inputs, unit, formula):
+        """`function(*values)` of `inputs`, each a registered name or 'file#field'."""
+        return self.derived_fields(name, lambda *values: {"": function(*values)}, inputs,
+                                   {"": unit}, formula)[""]
 
-        def over_runs(*values):
-            per_run = [combine(*values[start:start + width])
-                       for start in range(0, len(values), width)]
-            return spread([value for value in per_run if value is not None]) or {}
-        units = {"median": unit, "min": unit, "max": unit, "n": "count"}
-        return self.derived_fields(key, over_runs, inputs, units,
+    def derived_fields(self, key, function, inputs, units, formula):
+        """`key.<field>` for each field of the dict `function(*values)` returns (`key` for field
+        ""); all absent if any input is, or there are none."""
+        values = [self.value(source) if "#" not in source
+                  else lookup(load(source.split("#")[0]), source.split("#")[1])
+                  for source in inputs]
+        result = {} if None in values or not inputs else function(*values)
+        return {field: self.add(f"{key}.{field}".rstrip("."), result.get(field), unit,
+                                kind="derived", formula=formula, inputs=inputs)
+                for field, unit in units.items()}
+
+    def spread_of(self, key, inputs, unit, formula, combine=unchanged, width=1):
+        """`key.median`, `.min`, `.max`, `.n`: results_folder.spread over the repeats, each
+        `combine` of `width` consecutive inputs (one repeat's); Nones left out."""
+        def over_repeats(*values):
+            per_repeat = [combine(*values[start:start + width])
+                          for start in range(0, len(values), width)]
+            return spread([value for value in per_repeat if value is not None]) or {}
+        units = {**dict.fromkeys(SPREAD_UNITS, unit), "n": "count"}
+        return self.derived_fields(key, over_repeats, inputs, units,
                                    f"results_folder.spread over the repeats of {formula}")
 
+    def over_repeats(self, key, runs, fields, unit, combine=unchanged, formula="the field"):
+        """spread_of `combine(*fields)` of each of the repeated `runs` (absent without runs)."""
+        fields = (fields,) if isinstance(fields, str) else tuple(fields)
+        inputs = [f"{run['path']}#{field}" for run in runs for field in fields]
+        return self.spread_of(key, inputs, unit, formula, combine, len(fields))
+
     def paired_ratio(self, key, runs, others, field, unit="ratio", scale=1.0, formula="ratio"):
-        """`key.median`, `.min`, `.max`, `.n` and the interval `.low`, `.high` the verdict reads
-        (results_folder.interval): `field` of each of `runs` over the same field of the run of
-        `others` made in the same round (results_folder.paired), times `scale`. A ratio within
-        one round, never across rounds or sweeps; absent unless both have runs."""
+        """paired_values of `field` of each of `runs` over the run of `others` made in the same
+        round (results_folder.paired): a ratio within one round, never across rounds."""
         pairs = results_folder.paired(runs, others)
         inputs = [f"{run['path']}#{field}" for pair in pairs for run in pair]
         return self.paired_values(key, inputs, unit, scale,
                                   f"{formula}, within each round; spread and interval over rounds")
 
     def paired_values(self, key, inputs, unit, scale, formula, already_ratios=False):
-        """paired_ratio's numbers over `inputs`: mine, theirs, mine, theirs... one pair a round;
-        or, `already_ratios`, one ratio a round."""
+        """`key.median`, `.min`, `.max`, `.n` and the verdict's interval `.low`, `.high`
+        (results_folder.interval) of `scale` x mine / theirs over `inputs` (mine, theirs, ...: one
+        pair a round), or with `already_ratios` one ratio a round."""
         def over_rounds(*values):
             pairs = [(value, 1) for value in values] if already_ratios else zip(values[0::2],
                                                                                  values[1::2])
@@ -230,13 +192,11 @@ class Numbers:
                 return {}
             low, high = results_folder.interval(ratios)
             return dict(spread(ratios), low=low, high=high)
-        units = {"median": unit, "min": unit, "max": unit, "n": "count", "low": unit,
-                 "high": unit}
+        units = {**dict.fromkeys(SPREAD_UNITS, unit), "n": "count", "low": unit, "high": unit}
         return self.derived_fields(key, over_rounds, inputs, units, formula)
 
     def spread_text(self, key):
-        """'median (min–max)' as a reader sees it, the unit written once ('7.49 ms (7.05–7.60)');
-        just the median for one run."""
+        """'7.49 ms (7.05–7.60)': the median and the range, the unit once; '(one run)' alone."""
         if self.value(f"{key}.median") is None:
             return NOT_MEASURED
         self.shown.add(f"{key}.n")
@@ -250,51 +210,44 @@ class Numbers:
         return f"{median} ({low}–{high})"
 
     def verdict(self, name, ratios):
-        """'faster', 'slower' or 'indistinguishable' by the document's one rule
-        (results_folder.verdict) over `ratios`, a key registered by paired_ratio (first / second
-        within each round)."""
+        """'faster', 'slower' or 'indistinguishable' (results_folder.verdict) of the interval of
+        `ratios`, a key registered by paired_values."""
         return self.derived(name, results_folder.verdict, [f"{ratios}.low", f"{ratios}.high"],
                             "name", "results_folder.verdict: faster or slower only where every "
                             "paired ratio agrees, or a bootstrap interval over 5 or more rounds "
                             "excludes 1")
 
     def claim(self, ratios, verdict):
-        """'0.95× (0.93–0.97), faster': a paired ratio's spread and its verdict."""
+        """'0.95× (0.93–0.97), faster'."""
         if self.value(verdict) is None:
             return NOT_MEASURED
         return f"{self.spread_text(ratios)}, {self.text(verdict)}"
 
     def value(self, name):
-        """The value registered as `name`, or None."""
         return self.entries.get(name, {}).get("value")
 
     def text(self, name):
-        """How `name` reads in the document: its text, or 'not measured'."""
+        """How `name` reads in the document; marks it as shown."""
         self.shown.add(name)
         return self.entries[name]["text"] if name in self.entries else NOT_MEASURED
 
 
 def data_file(name, file_name, header, rows, caption):
-    """{file_name: the rows as CSV, name: a Markdown link to it}: a table that serves as data sits
-    beside the document, built by the same command."""
+    """{file_name: the rows as CSV, name: a Markdown link to it}."""
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(rows)
+    writer.writerows([header, *rows])
     return {file_name: text.getvalue(), name: f"[{caption}]({file_name})"}
 
 
 def table(header, rows):
     """A Markdown table."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
-    return "\n".join(lines)
+    return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
 
 
 def repo_relative(path):
-    """`path` as the document records it: relative to the repository when inside it, so that a
-    build from any working directory, or with an absolute --results-dir, writes the same
-    document."""
+    """`path` relative to the repository when inside it: a build from any working directory, or
+    with an absolute --results-dir, writes the same document."""
     relative = os.path.relpath(os.path.abspath(path), REPO)
     return os.path.abspath(path) if relative.startswith("..") else relative
-

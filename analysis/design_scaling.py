@@ -1,6 +1,6 @@
 """What the α-β model projects for a cluster (§5.3-§5.6): efficiency at a few points of the
 projection figure, flat against the best bucket size, where communication starts to dominate, what
-each technique buys; published systems by compute per gradient byte (design_published.py).
+each technique buys; published systems by compute per gradient byte (published.py).
 
 Every projection starts from this machine's single-process compute and backward (the sweep), each
 gradient's readiness within backward (results/backward-<model>.json, traces.gradient_readiness),
@@ -12,7 +12,6 @@ from typing import NamedTuple
 
 from analysis import cost_model, published, results_folder, scaling_inputs
 from analysis.design_numbers import table
-from analysis.design_published import published_table
 from analysis.traces import gradient_readiness
 
 # projection scenarios: two fitted links, then the cluster links assumed
@@ -25,8 +24,6 @@ REGISTERED_WORLDS = (cost_model.REFERENCE_WORLD_SIZE, cost_model.LARGE_WORLD_SIZ
 # (model, ranks, link) of §5.4's table: points of the figure
 SCENARIOS = (("mlp", 64, "25g"), ("mlp", 256, "100g"), ("mlp", 256, "fitted"),
              ("cnn", 64, "25g"), ("cnn", 256, "100g"), ("cnn", 256, "fitted"))
-SCENARIO_COLUMNS = ["model", "ranks, link", "one flat all-reduce", "best bucket (ring)",
-                    "best bucket (halving-doubling)"]
 
 
 class Technique(NamedTuple):
@@ -48,11 +45,6 @@ TECHNIQUES = {
                                   cost_model.LARGER_BATCH_FACTOR, "halving-doubling")}
 
 
-def bucket_text(bucket_mb):
-    """best_bucket's choice as a reader sees it: 'flat' or '4 MiB'."""
-    return "flat" if bucket_mb is None else f"{bucket_mb:g} MiB"
-
-
 def latency_term(algorithm, world, alpha):
     """Seconds of an all-reduce's message steps alone: steps x alpha."""
     message_steps, _ = cost_model.ALGORITHMS[algorithm](world)
@@ -65,28 +57,17 @@ def crossover(total_bytes, algorithm, compute, alpha, beta):
                                            algorithm=algorithm) or 0
 
 
-class Projector:
-    """Projected steps of one model (cost_model.project_step, best_bucket), its gradients ready as
-    the trace measured them."""
-
-    def __init__(self, sizes, first_bucket_mb):
-        self.sizes = sizes
-        self.first_bucket_mb = first_bucket_mb
-
-    def step(self, compute, backward, alpha, beta, *shares, world, buckets=True, wire=1.0,
-             factor=1, algorithm="ring"):
-        """{step_s, exposed_s, efficiency, bucket}: the best of flat and every bucket size if
-        `buckets`, else one flat all-reduce."""
-        arguments = (compute * factor, backward * factor, self.sizes, list(shares), world, alpha,
-                     beta)
-        if not buckets:
-            projection = cost_model.project_step(*arguments, None, wire, self.first_bucket_mb,
-                                                 algorithm)
-            return dict(projection, bucket="flat")
-        bucket_mb, projection = cost_model.best_bucket(
-            *arguments, wire_fraction=wire, first_bucket_mb=self.first_bucket_mb,
-            algorithm=algorithm)
-        return dict(projection, bucket=bucket_text(bucket_mb))
+def project(sizes, compute, backward, alpha, beta, *shares, world, buckets=True, wire=1.0,
+            factor=1, algorithm="ring"):
+    """{step_s, exposed_s, efficiency, bucket} of one model: the best of flat and every bucket
+    size (cost_model.best_bucket) if `buckets`, else one flat all-reduce."""
+    arguments = (compute * factor, backward * factor, sizes, list(shares), world, alpha, beta)
+    if not buckets:
+        return dict(cost_model.project_step(*arguments, None, wire, algorithm=algorithm),
+                    bucket="flat")
+    bucket_mb, projection = cost_model.best_bucket(*arguments, wire_fraction=wire,
+                                                   algorithm=algorithm)
+    return dict(projection, bucket="flat" if bucket_mb is None else f"{bucket_mb:g} MiB")
 
 
 def register_assumptions(numbers):
@@ -94,13 +75,12 @@ def register_assumptions(numbers):
     for name, value in (("alpha_s", cost_model.CLUSTER_ALPHA_S),
                         ("rdma_alpha_s", cost_model.RDMA_ALPHA_S)):
         numbers.stated(f"assume.{name}", value, "us", "assumption", f"cost_model.{name.upper()}")
-    counts = (("reference_world", cost_model.REFERENCE_WORLD_SIZE),
-              ("batch_factor", cost_model.LARGER_BATCH_FACTOR),
-              ("smallest_world", min(cost_model.FIGURE_WORLD_SIZES)),
-              ("figure_largest_world", max(cost_model.FIGURE_WORLD_SIZES)),
-              ("largest_world", cost_model.LARGE_WORLD_SIZE),
-              ("draws", cost_model.BOOTSTRAP_DRAWS))
-    for name, value in counts:
+    for name, value in (("reference_world", cost_model.REFERENCE_WORLD_SIZE),
+                        ("batch_factor", cost_model.LARGER_BATCH_FACTOR),
+                        ("smallest_world", min(cost_model.FIGURE_WORLD_SIZES)),
+                        ("figure_largest_world", max(cost_model.FIGURE_WORLD_SIZES)),
+                        ("largest_world", cost_model.LARGE_WORLD_SIZE),
+                        ("draws", cost_model.BOOTSTRAP_DRAWS)):
         numbers.stated(f"assume.{name}", value, "count", "assumption", "cost_model.py")
     numbers.stated("assume.interval_level", cost_model.INTERVAL_LEVEL, "round-percent",
                    "assumption", "cost_model.INTERVAL_LEVEL")
@@ -114,13 +94,8 @@ def register_assumptions(numbers):
         numbers.stated(f"assume.beta.{gbit}g", cost_model.link_beta(gbit), "ns/byte",
                        "assumption", "8 bits per byte / link speed")
     for name, (value, source) in published.FIGURES.items():
-        unit = "count"
-        if "efficiency" in name:
-            unit = "round-percent"
-        elif "factor" in name:
-            unit = "round-ratio"
-        elif "gbit" in name:
-            unit = "Gbit/s"
+        unit = ("round-percent" if "efficiency" in name else "round-ratio" if "factor" in name
+                else "Gbit/s" if "gbit" in name else "count")
         numbers.stated(f"published.{name}", value, unit, "publication", source)
     steps, _ = cost_model.ring_coefficients(cost_model.LARGE_WORLD_SIZE)
     numbers.stated("latency.ring_steps", int(steps), "count", "model",
@@ -133,11 +108,6 @@ def register_assumptions(numbers):
                         f"{algorithm}: message steps x alpha at the reference world size")
 
 
-def share_of(name, events):
-    """traces.gradient_readiness of one parameter."""
-    return gradient_readiness(events).get(name)
-
-
 def register_readiness(numbers, results_dir, model):
     """'readiness.<model>.<parameter>': when each gradient was ready, as a share of backward,
     from the model's traced backward; their names in registration order."""
@@ -147,18 +117,11 @@ def register_readiness(numbers, results_dir, model):
         names.append(f"readiness.{model}.{name}")
         if names[-1] in numbers.entries or names[-1] in numbers.absent:
             continue  # registered by the section before
-        numbers.derived(names[-1], functools.partial(share_of, name),
+        numbers.derived(names[-1], lambda events, name=name: gradient_readiness(events).get(name),
                         [f"{path}#traceEvents"] if path else [], "percent",
                         "traces.gradient_readiness: median share of backward elapsed when the "
                         "gradient was accumulated")
     return names
-
-
-def backward_spans(events):
-    """results_folder.spread of the traced steps' backward durations (seconds), rank 0."""
-    return results_folder.spread([event["dur"] / 1e6 for event in events
-                                  if event.get("ph") == "X" and event.get("pid") == 0
-                                  and event["name"] == "backward"]) or {}
 
 
 def drift_text(numbers, results_dir, model):
@@ -166,30 +129,31 @@ def drift_text(numbers, results_dir, model):
     work measured in two sessions, each with its spread."""
     path = scaling_inputs.backward_trace(results_dir, model)
     name = f"drift.{model}.traced_backward"
-    numbers.derived_fields(name, backward_spans, [f"{path}#traceEvents"] if path else [],
-                           {"median": "ms", "min": "ms", "max": "ms", "n": "count"},
-                           "results_folder.spread of the traced steps' backward spans")
+    numbers.derived_fields(name, lambda events: results_folder.spread([
+        event["dur"] / 1e6 for event in events if event.get("ph") == "X"
+        and event.get("pid") == 0 and event["name"] == "backward"]) or {},
+        [f"{path}#traceEvents"] if path else [],
+        {"median": "ms", "min": "ms", "max": "ms", "n": "count"},
+        "results_folder.spread of the traced steps' backward spans")
     return (f"{numbers.spread_text(name)} over the traced steps against "
             f"{numbers.spread_text(f'sweep.{model}.single.w1.backward')} over the sweep's repeats")
 
 
-def projection_section(numbers, results_dir, layouts, first_bucket_mb):
+def projection_section(numbers, results_dir, layouts):
     """§5.3-§5.7's numbers and tables."""
     register_assumptions(numbers)
     cost = {link: [f"{fit}.alpha_s", f"{fit}.beta_s_per_byte"]
             for link, fit in FITTED_LINKS.items()}
     for gbit in cost_model.CLUSTER_LINKS_GBIT:
         cost[f"{gbit}g"] = ["assume.alpha_s", f"assume.beta.{gbit}g"]
-    tables = {}
-    scenario_rows = []
-    crossover_rows = []
+    tables, scenario_rows, crossover_rows = {}, [], []
     technique_cells = {label: [] for label in TECHNIQUES}
     for model, sizes in layouts.items():
         single = f"sweep.{model}.single.w1"
         compute = f"{single}.compute.median"
         shares = register_readiness(numbers, results_dir, model)
         tables[f"text.drift.{model}"] = drift_text(numbers, results_dir, model)
-        projector = Projector(sizes, first_bucket_mb)
+        projector = functools.partial(project, sizes)
         base = [compute, f"{single}.backward.median"]
         for world in REGISTERED_WORLDS:
             for link in LINKS:
@@ -197,7 +161,11 @@ def projection_section(numbers, results_dir, layouts, first_bucket_mb):
                                      base + cost[link] + shares)
         for world_model, world, link in SCENARIOS:
             if world_model == model:
-                scenario_rows.append(scenario_row(numbers, model, world, link))
+                name = f"project.{model}.{link}.n{world}"
+                scenario_rows.append([model.upper(), f"{world}, {LINKS[link]}",
+                                      numbers.text(f"{name}.flat.efficiency"),
+                                      with_bucket(numbers, name),
+                                      with_bucket(numbers, f"{name}.hd")])
         for algorithm, slug in ALGORITHM_SLUGS.items():
             for link in LINKS:
                 numbers.derived(f"crossover.{model}.{link}.{slug}",
@@ -207,17 +175,25 @@ def projection_section(numbers, results_dir, layouts, first_bucket_mb):
             crossover_rows.append([f"{model.upper()}, {algorithm}"] + [
                 numbers.text(f"crossover.{model}.{link}.{slug}") for link in LINKS])
         latency_shares(numbers, model, sizes)
-        for label, cells in techniques(numbers, model, base + cost["25g"] + shares,
-                                       projector).items():
-            technique_cells[label] += cells
-    tables["table.scenarios"] = table(SCENARIO_COLUMNS, scenario_rows)
+        for label, technique in TECHNIQUES.items():  # at the reference world size and link
+            name = f"technique.{model}.{label}"
+            numbers.derived_fields(name, functools.partial(
+                projector, world=cost_model.REFERENCE_WORLD_SIZE, buckets=technique.buckets,
+                wire=technique.wire, factor=technique.factor, algorithm=technique.algorithm),
+                base + cost["25g"] + shares, PROJECTED_FIELDS,
+                f"cost_model projection of '{label}' at the reference world size and link")
+            technique_cells[label] += [numbers.text(f"{name}.bucket"),
+                                       numbers.text(f"{name}.efficiency")]
+    tables["table.scenarios"] = table(["model", "ranks, link", "one flat all-reduce",
+                                       "best bucket (ring)", "best bucket (halving-doubling)"],
+                                      scenario_rows)
     tables["table.crossover"] = table(["model, all-reduce"] + list(LINKS.values()),
                                       crossover_rows)
     tables["table.techniques"] = table(
         ["what the step does", "MLP: buckets", "MLP: efficiency", "CNN: buckets",
          "CNN: efficiency"],
         [[TECHNIQUES[label].text] + cells for label, cells in technique_cells.items()])
-    tables["table.published"] = published_table(numbers, layouts)  # design_published.py
+    tables["table.published"] = published.published_table(numbers, layouts)
     return tables
 
 
@@ -226,12 +202,12 @@ def register_projections(numbers, model, projector, world, link, inputs):
     bucket size, and one flat all-reduce, with each algorithm."""
     for algorithm, slug in ALGORITHM_SLUGS.items():
         name = f"project.{model}.{link}.n{world}" + ("" if slug == "ring" else f".{slug}")
-        numbers.derived_fields(name, functools.partial(projector.step, world=world,
+        numbers.derived_fields(name, functools.partial(projector, world=world,
                                                        algorithm=algorithm),
                                inputs, PROJECTED_FIELDS,
                                f"cost_model.best_bucket (flat and every assume.buckets), "
                                f"{world} ranks, {algorithm}")
-        numbers.derived_fields(f"{name}.flat", functools.partial(projector.step, world=world,
+        numbers.derived_fields(f"{name}.flat", functools.partial(projector, world=world,
                                                                  buckets=False,
                                                                  algorithm=algorithm),
                                inputs, PROJECTED_FIELDS,
@@ -242,13 +218,6 @@ def register_projections(numbers, model, projector, world, link, inputs):
 def with_bucket(numbers, name):
     """'35.6% (flat)': a projection's efficiency and the bucket size that gives it."""
     return f"{numbers.text(name + '.efficiency')} ({numbers.text(name + '.bucket')})"
-
-
-def scenario_row(numbers, model, world, link):
-    """One row of §5.4's table: flat, and the best bucket with the ring and halving-doubling."""
-    name = f"project.{model}.{link}.n{world}"
-    return [model.upper(), f"{world}, {LINKS[link]}", numbers.text(f"{name}.flat.efficiency"),
-            with_bucket(numbers, name), with_bucket(numbers, f"{name}.hd")]
 
 
 def latency_shares(numbers, model, sizes):
@@ -271,19 +240,3 @@ def latency_shares(numbers, model, sizes):
                         functools.partial(cost_model.latency_share, sum(sizes), world,
                                           algorithm=algorithm),
                         inputs, "percent", "latency term / the all-reduce's time")
-
-
-def techniques(numbers, model, inputs, projector):
-    """§5.6: each technique's projection at the reference world size and link; {label: the
-    model's two cells}."""
-    cells = {}
-    for label, technique in TECHNIQUES.items():
-        name = f"technique.{model}.{label}"
-        project = functools.partial(projector.step, world=cost_model.REFERENCE_WORLD_SIZE,
-                                    buckets=technique.buckets, wire=technique.wire,
-                                    factor=technique.factor, algorithm=technique.algorithm)
-        numbers.derived_fields(name, project, inputs, PROJECTED_FIELDS,
-                               f"cost_model projection of '{label}' "
-                               "at the reference world size and link")
-        cells[label] = [numbers.text(f"{name}.bucket"), numbers.text(f"{name}.efficiency")]
-    return cells

@@ -1,20 +1,15 @@
 """What the design document's §1-§3 and its index say: the models, the communication each
-strategy issues, a traced step, the main job, the reference commands and the figures.
-
-The measured tables of §4 are in design_performance.py and design_benchmarks.py, the cost model's
-fits in design_fits.py and its projections (§5) in design_scaling.py. Each function registers its
-numbers with a `design_numbers.Numbers` and returns the tables and texts it fills in;
-build_design_doc.py renders them into the templates.
-"""
+strategy issues, a traced step, the main job, the reference commands, the figures and when each
+results file was made."""
 import glob
 import os
 import re
 
 import torch
 
-from analysis import cost_model, ddp_layouts
+from analysis import cost_model, scaling_inputs
 from analysis.cost_model import FIRST_BUCKET_MB
-from analysis.design_numbers import REPO, BuildError, load, repo_relative, table
+from analysis.design_numbers import REPO, BuildError, data_file, load, repo_relative, table
 from analysis.traces import typical_step
 from runtime.data import DATASETS
 from runtime.models import build_model, count_parameters
@@ -36,13 +31,12 @@ MAIN_JOB_FIELDS = (("main.test_accuracy", "test.accuracy", "percent"),
                    ("main.sync", "config.sync", "name"),
                    ("main.total_time", "total_time_s", "s"),
                    ("main.throughput", "throughput_samples_per_s", "samples/s"))
+LOAD = "environment.load_average_1min_at_start"
 
-
-# --- What each section quotes ----------------------------------------------------------------
 
 def model_facts(numbers):
-    """{model: gradient bytes of each trainable tensor}; registers the models', the data's and the
-    dtypes' numbers."""
+    """{model: gradient bytes of each trainable tensor}; registers the models', the data's, the
+    dtypes' and the first bucket's numbers."""
     layouts = {}
     for model in ("mlp", "cnn"):
         built = build_model(model)
@@ -50,16 +44,14 @@ def model_facts(numbers):
         sizes = [parameter.numel() * parameter.element_size() for parameter in built.parameters()
                  if parameter.requires_grad]
         layouts[model] = sizes
-        numbers.stated(f"model.{model}.parameters", count_parameters(built), "count", "model",
-                       where)
-        numbers.stated(f"model.{model}.tensors", len(sizes), "count", "model",
-                       where + ": trainable tensors")
-        numbers.stated(f"model.{model}.bytes", sum(sizes), "bytes", "model",
-                       where + ": fp32 gradient bytes")
-        numbers.stated(f"model.{model}.smallest_bytes", min(sizes), "bytes", "model",
-                       where + ": the smallest tensor")
-        numbers.stated(f"model.{model}.largest_share", max(sizes) / sum(sizes), "percent", "model",
-                       where + ": the largest tensor's share of the bytes")
+        for name, value, unit, what in (
+                ("parameters", count_parameters(built), "count", ""),
+                ("tensors", len(sizes), "count", ": trainable tensors"),
+                ("bytes", sum(sizes), "bytes", ": fp32 gradient bytes"),
+                ("smallest_bytes", min(sizes), "bytes", ": the smallest tensor"),
+                ("largest_share", max(sizes) / sum(sizes), "percent",
+                 ": the largest tensor's share of the bytes")):
+            numbers.stated(f"model.{model}.{name}", value, unit, "model", where + what)
         numbers.stated(f"comm.{model}.compressed_bytes", sum(sizes) // 2, "bytes", "model",
                        where + ": bytes in fp16")
     _folder, mean, std = DATASETS["mnist"]
@@ -70,31 +62,25 @@ def model_facts(numbers):
                        "exponent", "code", f"torch.finfo(torch.{dtype}).eps / 2, the unit roundoff")
     numbers.stated("precision.float16_max", torch.finfo(torch.float16).max, "number", "code",
                    "torch.finfo(torch.float16).max")
+    # BucketedSync's cap on its first bucket: the layouts and projections follow the code
+    numbers.stated("code.bucketed_first_bucket_mb", FIRST_BUCKET_MB, "MiB", "code",
+                   "manual_allreduce.FIRST_BUCKET_MB")
     return layouts
 
 
-def bucketed_first_bucket_mb(numbers):
-    """BucketedSync's cap on its first bucket in MiB: the layouts and projections here follow the
-    code."""
-    numbers.stated("code.bucketed_first_bucket_mb", FIRST_BUCKET_MB, "MiB", "code",
-                   "manual_allreduce.FIRST_BUCKET_MB")
-    return FIRST_BUCKET_MB
-
-
-def strategy_row(numbers, model, strategy, sizes, worlds, first_bucket_mb, ddp):
-    """One strategy's row of §3.2: its all-reduces, and per world size its message steps and the
+def strategy_row(numbers, model, strategy, sizes, worlds, ddp):
+    """A strategy's row of §3.2: its all-reduces, and per world size its message steps and the
     bytes each rank sends per step. DDP's all-reduces are those it sent (`ddp`: its layouts)."""
     key = f"comm.{model}.{strategy}"
     if strategy == "ddp":
         messages = ddp[DEFAULT_BUCKET_MB]
         formula = f"DDP's buckets at {DEFAULT_BUCKET_MB:g} MiB as its comm hook saw them"
     else:
-        messages = cost_model.messages_per_step(strategy, sizes, DEFAULT_BUCKET_MB,
-                                                first_bucket_mb)
+        messages = cost_model.messages_per_step(strategy, sizes, DEFAULT_BUCKET_MB)
         formula = (f"cost_model.messages_per_step('{strategy}', tensor bytes, "
                    f"{DEFAULT_BUCKET_MB:g} MiB)")
-    collectives = 1 if strategy == "ring" else len(messages)
-    numbers.add(f"{key}.collectives", collectives, "count", kind="model", formula=formula)
+    numbers.add(f"{key}.collectives", 1 if strategy == "ring" else len(messages), "count",
+                kind="model", formula=formula)
     cells = [strategy, numbers.text(f"{key}.collectives")]
     for world in worlds:
         message_steps, sent_fraction = cost_model.ring_coefficients(world)
@@ -109,49 +95,37 @@ def strategy_row(numbers, model, strategy, sizes, worlds, first_bucket_mb, ddp):
     return cells + [ISSUED[strategy]]
 
 
-def register_ddp_layouts(numbers, sent, results_dir):
-    """'buckets.<model>.ddp.<MiB>' and its '.count' for every layout in results/ddp-buckets.json:
-    what DDP's hook saw, after its rebuild."""
+def communication_section(numbers, layouts, worlds, bucket_mbs, results_dir):
+    """Per model: all-reduces, message steps and bytes each rank sends per step; the bucket
+    layouts at the default size and every swept `bucket_mbs`, DDP's as it sent them."""
+    sent = scaling_inputs.ddp_layouts(results_dir)
+    if not sent:
+        raise BuildError(f"no {scaling_inputs.DDP_BUCKETS} in {repo_relative(results_dir)}: "
+                         "make it with python -m benchmarks.ddp_buckets")
+    numbers.measured("ddp.torch", os.path.join(results_dir, scaling_inputs.DDP_BUCKETS),
+                     "environment.torch", "name")
     for model, per_cap in sent.items():
         for bucket_mb in per_cap:
             name = f"buckets.{model}.ddp.{bucket_mb:g}"
-            source = ddp_layouts.field_of(model, bucket_mb, results_dir)
+            source = scaling_inputs.ddp_layout_field(model, bucket_mb, results_dir)
             numbers.measured(name, *source.split("#"), "bytes-list")
             numbers.derived(f"{name}.count", len, [name], "count", "the buckets DDP sent")
-
-
-def layout_row(numbers, model, sizes, bucket_mb, first_bucket_mb):
-    """One --bucket-mb's row of §3.2's bucket layouts: bucketed's (cost_model, the lesson's rule)
-    and torch DDP's (what its comm hook saw: results/ddp-buckets.json)."""
-    name = f"buckets.{model}.bucketed.{bucket_mb:g}"
-    formula = (f"cost_model's layout of bucketed buckets at {bucket_mb:g} MiB "
-               "(first bucket capped), in launch order")
-    layout = cost_model.bucket_sizes(sizes, bucket_mb, first_bucket_mb)
-    numbers.add(name, layout, "bytes-list", kind="model", formula=formula)
-    numbers.add(f"{name}.count", len(layout), "count", kind="model", formula=formula)
-    return [f"{bucket_mb:g} MiB", numbers.text(f"buckets.{model}.bucketed.{bucket_mb:g}"),
-            numbers.text(f"buckets.{model}.ddp.{bucket_mb:g}")]
-
-
-def communication_section(numbers, layouts, worlds, bucket_mbs, first_bucket_mb, results_dir):
-    """Per model: all-reduces, message steps and bytes each rank sends per step; the bucket
-    layouts, DDP's as it sent them (results/ddp-buckets.json)."""
     tables = {}
-    sent = ddp_layouts.ddp_layouts(results_dir)
-    if not sent:
-        raise BuildError(f"no {ddp_layouts.FILE} in {repo_relative(results_dir)}: make it with "
-                         "python -m benchmarks.ddp_buckets")
-    numbers.measured("ddp.torch", os.path.join(results_dir, ddp_layouts.FILE), "environment.torch",
-                     "name")
-    register_ddp_layouts(numbers, sent, results_dir)
     for model, sizes in layouts.items():
         # shm sends nothing over a network (memory copies and two barriers per call): its cost
         # is in the all-reduce benchmark, not in this table of message steps and bytes sent
-        rows = [strategy_row(numbers, model, strategy, sizes, worlds, first_bucket_mb,
-                             sent[model])
+        rows = [strategy_row(numbers, model, strategy, sizes, worlds, sent[model])
                 for strategy in (*STRATEGY_NAMES, "ddp") if strategy in ISSUED]
-        layout_rows = [layout_row(numbers, model, sizes, bucket_mb, first_bucket_mb)
-                       for bucket_mb in bucket_mbs]
+        layout_rows = []
+        for bucket_mb in sorted(set(bucket_mbs) | {DEFAULT_BUCKET_MB}):
+            name = f"buckets.{model}.bucketed.{bucket_mb:g}"
+            formula = (f"cost_model's layout of bucketed buckets at {bucket_mb:g} MiB "
+                       "(first bucket capped), in launch order")
+            layout = cost_model.bucket_sizes(sizes, bucket_mb)
+            numbers.add(name, layout, "bytes-list", kind="model", formula=formula)
+            numbers.add(f"{name}.count", len(layout), "count", kind="model", formula=formula)
+            layout_rows.append([f"{bucket_mb:g} MiB", numbers.text(name),
+                                numbers.text(f"buckets.{model}.ddp.{bucket_mb:g}")])
         columns = [heading for world in worlds for heading in
                    (f"message steps, n = {world}", f"bytes sent per rank, n = {world}")]
         tables[f"table.comm.{model}"] = table(
@@ -161,38 +135,23 @@ def communication_section(numbers, layouts, worlds, bucket_mbs, first_bucket_mb,
     return tables
 
 
-def bucketed_first(path):
-    """Sort key of a trace file: bucketed's first (its all-reduces overlap backward)."""
-    return "bucketed" not in path, path
-
-
-def start_of(indexed_event):
-    """Sort key of an (index, event) pair: the event's start."""
-    _index, event = indexed_event
-    return event["ts"]
-
-
-def elapsed(timestamp, step_start):
-    """Microseconds from the step's first event."""
-    return timestamp - step_start
-
-
 def backward_overlap(backward_start, backward_duration, *allreduce_spans):
     """How a step's all-reduces sit against backward's end, from backward's ts and dur and each
-    all-reduce's ts and dur, in that order."""
-    starts = allreduce_spans[0::2]
-    durations = allreduce_spans[1::2]
-    ends = [start + duration for start, duration in zip(starts, durations)]
+    all-reduce's ts and dur."""
+    starts, durations = allreduce_spans[0::2], allreduce_spans[1::2]
     backward_end = backward_start + backward_duration
     return {"first_launch_before_backward_end": backward_end - min(starts),
-            "last_done_after_backward_end": max(ends) - backward_end,
+            "last_done_after_backward_end":
+                max(start + duration for start, duration in zip(starts, durations))
+                - backward_end,
             "allreduces": len(starts)}
 
 
 def trace_section(numbers, results_dir):
-    """Rank 0's typical step (the median-length one, which the timeline figure draws) from a
-    Chrome trace in the results (a bucketed one if there is one)."""
-    paths = sorted(glob.glob(os.path.join(results_dir, "trace-*.json")), key=bucketed_first)
+    """Rank 0's typical step (the one the timeline figure draws) from a Chrome trace in the
+    results, bucketed's if there is one (its all-reduces overlap backward)."""
+    paths = sorted(glob.glob(os.path.join(results_dir, "trace-*.json")),
+                   key=lambda path: ("bucketed" not in path, path))
     events = load(paths[0]).get("traceEvents", []) if paths else []
     spans = [(index, event) for index, event in enumerate(events)
              if event.get("ph") == "X" and event.get("pid") == 0]
@@ -205,24 +164,23 @@ def trace_section(numbers, results_dir):
                                "this note are not measured: make one (the command is in the "
                                "index), then rebuild.*"}
     path = paths[0]
-    typical = typical_step(events)  # the step the timeline figure draws
+    typical = typical_step(events)
     mine = sorted(((index, event) for index, event in spans if event["args"]["step"] == typical),
-                  key=start_of)
-    first_index, _ = mine[0]
+                  key=lambda pair: pair[1]["ts"])
+    first_index = mine[0][0]
 
     def field_of(index, field):
-        """'file#field' of one of the trace's events."""
         return f"{path}#traceEvents[{index}].{field}"
     numbers.measured("trace.step", path, f"traceEvents[{first_index}].args.step", "count")
     rows = []
     for index, event in mine:
-        numbers.derived(f"trace.event{index}.start", elapsed,
+        numbers.derived(f"trace.event{index}.start", lambda start, origin: start - origin,
                         [field_of(index, "ts"), field_of(first_index, "ts")], "trace_us",
                         "ts - the step's first ts")
         numbers.measured(f"trace.event{index}.duration", path, f"traceEvents[{index}].dur",
                          "trace_us")
-        track = "communication" if event["tid"] else "compute"
-        rows.append([track, event["name"], numbers.text(f"trace.event{index}.start"),
+        rows.append(["communication" if event["tid"] else "compute", event["name"],
+                     numbers.text(f"trace.event{index}.start"),
                      numbers.text(f"trace.event{index}.duration")])
     backward = [index for index, event in mine if event["name"] == "backward"]
     allreduces = [index for index, event in mine if event["name"].startswith("all-reduce")]
@@ -237,12 +195,10 @@ def trace_section(numbers, results_dir):
 
 
 def reference_commands(numbers):
-    """The commands of make_reference_results.sh as the index shows them, and the trace's own
-    command."""
+    """The commands of make_reference_results.sh as the index shows them, and the trace's."""
     with open(REFERENCE_SCRIPT) as file:
         script = file.read()
-    commands = []
-    pending = ""
+    commands, pending = [], ""
     for line in script.splitlines():  # a command ends at a line without a trailing backslash
         if pending:
             pending += " " + line.strip()
@@ -271,7 +227,7 @@ def existing(path):
 
 
 def main_job_section(numbers, results_dir):
-    """The README's main job (make_reference_results.sh) and the in-memory data path against a
+    """The README's main job, its accuracy over seeds, and the in-memory data path against a
     DataLoader."""
     main = existing(os.path.join(results_dir, "main", "mlp-manual-bucketed-w4.json"))
     for name, field, unit in MAIN_JOB_FIELDS:
@@ -290,16 +246,49 @@ def main_job_section(numbers, results_dir):
 
 
 def figures(results_dir, out_dir):
-    """A Markdown image per plot of results/plots (linked relative to the document), or what to
+    """A Markdown image per plot of results/plots, linked relative to the document, or what to
     run."""
     links = {}
     for stem in FIGURES:
         path = os.path.join(results_dir, "plots", stem + ".png")
         relative = os.path.relpath(path, out_dir).replace(os.sep, "/")
-        if os.path.exists(path):
-            links[f"figure.{stem}"] = f"![{stem}]({relative})"
-        else:
-            links[f"figure.{stem}"] = (f"*Figure {stem}.png is not in "
-                                       f"{repo_relative(results_dir)}/plots: "
-                                       "run python -m analysis.plots, then rebuild.*")
+        links[f"figure.{stem}"] = f"![{stem}]({relative})" if os.path.exists(path) else (
+            f"*Figure {stem}.png is not in {repo_relative(results_dir)}/plots: "
+            "run python -m analysis.plots, then rebuild.*")
     return links
+
+
+def provenance_section(numbers, results_dir):
+    """provenance.csv (when and under what load each results file was made, as it records it:
+    training runs their creation time, the benchmarks also the load average when they started)
+    and the README's numbers on it."""
+    paths = sorted(glob.glob(os.path.join(results_dir, "**", "*.json"), recursive=True))
+    rows, dated, loaded = [], [], []
+    for path in paths:
+        document = load(path)
+        created = load_average = None
+        if isinstance(document, dict):
+            created = document.get("created")
+            load_average = document.get("environment", {}).get("load_average_1min_at_start")
+        rows.append([repo_relative(path), created or "not recorded",
+                     "not recorded" if load_average is None else f"{load_average:.2f}"])
+        if created:
+            dated.append((created, path))
+        if load_average is not None:
+            loaded.append((load_average, path))
+    for name, found, field, unit in (("first", min(dated, default=None), "created", "name"),
+                                     ("last", max(dated, default=None), "created", "name"),
+                                     ("load_low", min(loaded, default=None), LOAD, "number"),
+                                     ("load_high", max(loaded, default=None), LOAD, "number")):
+        numbers.measured(f"provenance.{name}", found and found[1], field, unit)
+    days = sorted({created[:10] for created, _ in dated})
+    numbers.add("provenance.days", len(days) or None, "count", kind="derived",
+                inputs=[f"{path}#created" for _, path in dated],
+                formula="distinct dates among the files' creation times")
+    numbers.stated("provenance.files", len(paths), "count", "code",
+                   f"the *.json files under {repo_relative(results_dir)}")
+    numbers.stated("provenance.undated", len(paths) - len(dated), "count", "code",
+                   "the files that record no creation time")
+    return data_file("link.provenance", "provenance.csv",
+                     ["file", "created", "load average (1 min) at start"], rows,
+                     "provenance.csv")

@@ -1,20 +1,13 @@
-"""§7, sharding: benchmarks/sharding_bench.py's results (results/sharding.json) set side by side
-(memory per rank and step time of DDP and the three ZeRO levels), against the ZeRO paper's
-formulas (analysis/zero_formulas.py: model states at 1 to 4 ranks, bytes per step), prefetching
-with and without, the verdicts against DDP, and the formulas carried to a model that does not fit
-one rank, at link speeds measured by §5 (this machine's fit, the emulated 1 Gbit/s link) and one
-assumed.
-
-Every number is registered as 'sharding.<model>.w<n>.<configuration>.<what>' (measured: the
-spread over the repeats), 'zero.<model>.w<n>.<level>.<what>' (the formulas) or
-'project.zero.<what>' (the projection). Without results/sharding.json each table says what to run
-and every number the prose quotes is "not measured".
+"""§7, sharding: results/sharding.json (benchmarks/sharding_bench.py: memory per rank and step
+time of DDP and the three ZeRO levels) against the ZeRO paper's formulas (zero_formulas.py),
+prefetching with and without, the verdicts against DDP, and the formulas carried to a model that
+does not fit one rank at the links of §5. Numbers: 'sharding.<model>.w<n>.<configuration>.*'
+(measured), 'zero.<model>.w<n>.<level>.*' (the formulas), 'project.zero.*' (the projection).
 """
 import os
 
 from analysis import zero_formulas
 from analysis.design_numbers import NOT_MEASURED, load, repo_relative, table
-from analysis.results_folder import spread
 
 SCHEMA = "sharding-bench/1"
 MODELS = ("mlp", "cnn")
@@ -142,16 +135,14 @@ def register_layouts(numbers, path, rows, where):
 
 
 def register_spread(numbers, name, path, indices, field, unit):
-    """`name.median`, `.min`, `.max`, `.n`: the spread over the rows `indices` (one per repeat) of
-    `field`; absent without rows, or where the field is None (no DDP to compare with)."""
+    """The spread over the rows `indices` (one per repeat) of `field`; a ratio to DDP's within
+    each repeat also with the verdict's interval."""
     inputs = [f"{path}#measurements[{index}].{field}" for index in indices]
-    units = {"median": unit, "min": unit, "max": unit, "n": "count"}
-    if field == "step_ratio_to_ddp":  # a ratio within each repeat: with the verdict's interval
+    if field == "step_ratio_to_ddp":
         numbers.paired_values(name, inputs, unit, 1.0, "the step / DDP's in the same repeat",
                               already_ratios=True)
-        return
-    numbers.derived_fields(name, lambda *values: spread(values), inputs, units,
-                           f"results_folder.spread over the repeats of {field}")
+    else:
+        numbers.spread_of(name, inputs, unit, field)
 
 
 def register_formulas(numbers, model, world):

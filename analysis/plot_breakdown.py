@@ -15,38 +15,32 @@ DDP_NOTE = ("DDP waits for its buckets inside backward: its comm exposed is esti
             "need not equal busy - hidden.")
 
 
+def bar(label, step, median, overlap):
+    """A bar: compute is the median step less the medians of data and comm exposed, so the layers
+    add up to the median step."""
+    return {"label": label, "step": step, "overlap": overlap,
+            "compute": step["median"] - median["data"] - median["comm_exposed"],
+            "exposed": median["comm_exposed"], "data": median["data"],
+            "busy": median["comm_busy"], "hidden": median["comm_hidden"]}
+
+
 def run_bar(configuration, runs):
     """A configuration's bar: medians over its repeats of the runs' per-step means."""
     _model, series, world, _bucket_mb = configuration
     spreads = across_repeats(runs)
     median = {field: value["median"] for field, value in spreads.items() if value}
-    exposed = median["comm_exposed"]
-    return {"label": f"{series}, {processes(world)}, {plural(len(runs), 'run')}",
-            "step": spreads["step"],
-            "compute": median["step"] - median["data"] - exposed,
-            "exposed": exposed,
-            "data": median["data"],
-            "busy": median["comm_busy"],
-            "hidden": median["comm_hidden"],
-            "overlap": median.get("overlap")}
+    return bar(f"{series}, {processes(world)}, {plural(len(runs), 'run')}", spreads["step"],
+               median, median.get("overlap"))
 
 
 def step_bench_bar(entry):
-    """A step-bench/3 summary entry's bar: the medians over its repeats of each repeat's means, and
+    """A step-bench/3 summary entry's bar: the medians over its repeats of each repeat's means,
     the mean step's min-max over the repeats."""
-    median = entry["median_of_means_s"]
     step = entry["mean_step_s"]
-    exposed = median["comm_exposed"]
-    repeats = plural(entry["repeats"], "repeat")
-    return {"label": f"{entry['configuration']}, {processes(entry['world_size'])}, {repeats}",
-            "step": {"median": step["median"], "min": step["min"], "max": step["max"],
-                     "n": entry["repeats"]},
-            "compute": step["median"] - median["data"] - exposed,
-            "exposed": exposed,
-            "data": median["data"],
-            "busy": median["comm_busy"],
-            "hidden": median["comm_hidden"],
-            "overlap": entry["median_overlap"]}
+    return bar(f"{entry['configuration']}, {processes(entry['world_size'])}, "
+               f"{plural(entry['repeats'], 'repeat')}",
+               {"median": step["median"], "min": step["min"], "max": step["max"],
+                "n": entry["repeats"]}, entry["median_of_means_s"], entry["median_overlap"])
 
 
 def draw_breakdown(axis, bars, title):

@@ -16,7 +16,7 @@ import os
 import matplotlib.pyplot as plt
 import numpy as np
 
-from analysis import cost_model, ddp_layouts, results_folder, scaling_inputs
+from analysis import cost_model, results_folder, scaling_inputs
 from analysis.plot_common import errors, medians
 
 MODELS = ("mlp", "cnn")
@@ -110,7 +110,7 @@ def projection_inputs(results_dir):
     if not drawn:
         return {"links": {}, "models": {}}
     found = links(results_dir)
-    sent = ddp_layouts.ddp_layouts(results_dir)
+    sent = scaling_inputs.ddp_layouts(results_dir)
     models = {}
     for model, single in drawn.items():
         readiness = scaling_inputs.readiness(results_dir, model)

@@ -13,18 +13,13 @@ from analysis.traces import COMMUNICATION_TRACK, COMPUTE_TRACK, complete_events,
 
 PHASE_COLOURS = {"data": "tab:gray", "forward": "tab:blue", "backward": "tab:green",
                  "sync": "tab:orange", "optimizer": "tab:purple"}
-def bucketed_first(path):
-    """Sort key of a trace file: bucketed's first (its all-reduces overlap backward), then by
-    name."""
-    return "bucketed" not in path, path
-
-
 def read_traces(folder):
     """{file name: complete events} of the folder's trace-*.json, bucketed first; a note for each
     file skipped."""
     traces = {}
     paths = glob.glob(os.path.join(folder, "trace-*.json"))
-    for path in sorted(paths, key=bucketed_first):
+    # bucketed's first: its all-reduces overlap backward
+    for path in sorted(paths, key=lambda path: ("bucketed" not in path, path)):
         name = os.path.basename(path)
         try:
             with open(path) as file:

@@ -2,32 +2,15 @@
 
     python -m analysis.plots [--results-dir results] [--out-dir results/plots]
 
-Reads the folder with results_folder.load_folder (training runs; the benchmarks' allreduce-bench/1
-and step-bench/3) and its trace-*.json timelines; other files are skipped with a note. Writes per
-model time-breakdown-, curves- and scaling-<model>.png, then allreduce.png, step-bench.png,
-bucket-sweep.png, timeline.png and projection.png; a figure without data is skipped with a
-note. Each family of figures has its module: plot_breakdown.py (time-breakdown, step-bench),
-plot_learning.py (curves, scaling), plot_communication.py (allreduce, bucket-sweep),
-plot_timeline.py (timeline), plot_projection.py (projection); what they share is in
-plot_common.py.
-
-What the numbers mean (timing.py measures them per step on every rank; its docstring is the
-reference):
-  step          wall-clock of one training step = data + compute + comm exposed, exactly
-  comm busy     time with at least one collective in flight (the union of their spans)
-  comm hidden   the part of busy before compute ended: communication overlapped with backward
-  comm exposed  the part after it: the time the step waited for communication
-  overlap       hidden / busy, from 0 to 100%; none for a single process or ddp-no-sync
-DDP waits for its buckets inside backward, so there compute's end is estimated from backwards timed
-without communication: DDP's exposed time is an estimate, and need not equal busy - hidden.
-
-A run contributes its means per step over every measured step of every rank
-(results_folder.per_step). Each configuration (model, series, world size, bucket size) is repeated;
-figures show the median over the repeats, with bars from the fastest to the slowest. A breakdown's
-compute is the median step minus the medians of data and comm exposed, so the layers add up to the
-median step. Runs of bucketed or DDP with a --bucket-mb other than the default appear only in
-bucket-sweep.png. step-bench.png draws step_bench.py's summary the same way: per configuration the
-median over its repeats of each repeat's means, the mean step's min-max as the bars.
+Writes per model time-breakdown-, curves- and scaling-<model>.png, then allreduce.png,
+step-bench.png, bucket-sweep.png, timeline.png and projection.png (plot_*.py, one module per
+family); a figure without data is skipped with a note. What the timings mean is timing.py's
+docstring: step = data + compute + comm exposed; comm busy is the time with a collective in
+flight, hidden the part of it before compute ended, overlap = hidden / busy. DDP waits for its
+buckets inside backward, so its exposed time is an estimate. Each configuration (model, series,
+world size, bucket size) is repeated: figures show the median of the runs' means per step, bars
+from the fastest repeat to the slowest; runs at a non-default --bucket-mb appear only in
+bucket-sweep.png.
 """
 import argparse
 import os
@@ -51,7 +34,7 @@ BENCHMARKS = (("allreduce.png", plot_allreduce, ALLREDUCE_SCHEMA),
 
 
 def save(figure, out_dir, name, written):
-    """Write `figure` as out_dir/name and add its path to `written`; a note if it is None."""
+    """Write `figure` as out_dir/name; a note if it is None."""
     if figure is None:
         print(f"note: {name}: nothing to plot, skipped")
         return
@@ -62,19 +45,15 @@ def save(figure, out_dir, name, written):
 
 
 def strategy_groups(groups, model):
-    """The model's configurations at one bucket size per strategy, so the bars and lines compare
+    """The model's configurations at one bucket size per strategy: the figures compare
     strategies."""
-    chosen = {}
-    for configuration, runs in groups.items():
-        configured_model, _series, _world, _bucket_mb = configuration
-        if configured_model == model and not bucket_variant(configuration):
-            chosen[configuration] = runs
-    return chosen
+    return {configuration: runs for configuration, runs in groups.items()
+            if configuration[0] == model and not bucket_variant(configuration)}
 
 
 def of_sweep(runs, sweep):
-    """The runs of one sweep grouped over their rounds (results_folder.repeats): two sweeps'
-    runs of one configuration are never pooled. All runs where none is named for a sweep."""
+    """The runs of one sweep grouped over their rounds: two sweeps' runs of one configuration are
+    never pooled. All runs where none is named for a sweep."""
     if any(sweep_of(run) == sweep for run in runs):
         return repeats(runs, sweep)
     return repeats(runs)

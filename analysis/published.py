@@ -1,6 +1,13 @@
-"""Published figures the design document's projections are compared with (§5.6): each with its
-source, as numbers.json records it."""
+"""Published figures the design document's projections are compared with (§5.6), each with its
+source as numbers.json records it, and the table that sets Horovod's models and ours against the
+α-β model by compute per gradient byte: the published scaling efficiency beside the model's at
+Horovod's GPU count and link, with a TCP-class and an RDMA-class α (one flat ring all-reduce after
+backward, no overlap: a lower bound)."""
+import functools
 from typing import NamedTuple
+
+from analysis import cost_model
+from analysis.design_numbers import table
 
 FIGURES = {  # name -> (value, source)
     "ddp_gpus": (256, "Li et al., PyTorch Distributed, VLDB 2020: "
@@ -36,8 +43,7 @@ FIGURES = {  # name -> (value, source)
 
 
 class PublishedModel(NamedTuple):
-    """A published model's keys in FIGURES: its parameters, the images per second measured and on
-    how many GPUs (None: one), and its scaling efficiency at Horovod's 512 GPUs."""
+    """A model's keys in FIGURES; `gpus` None: the images per second were measured on one."""
     parameters: str
     images_per_s: str
     gpus: str | None
@@ -54,6 +60,10 @@ MODELS = {"Inception V3": PublishedModel("inception_v3_parameters",
                                    "horovod_vgg16_efficiency")}
 
 
+ALPHAS = ("assume.alpha_s", "assume.rdma_alpha_s")  # registered by design_scaling.py
+NO_OVERLAP = "compute / (compute + one flat ring all-reduce), no overlap"
+
+
 def step_seconds(images_per_s, batch, gpus=1):
     """One GPU's step: the batch of each of `gpus` GPUs over the images per second of them all."""
     return batch * gpus / images_per_s
@@ -62,3 +72,57 @@ def step_seconds(images_per_s, batch, gpus=1):
 def compute_per_byte(parameters, images_per_s, batch, gpus=1):
     """Seconds of one GPU's step per byte of its fp32 gradient (4 bytes per parameter)."""
     return step_seconds(images_per_s, batch, gpus) / (4 * parameters)
+
+
+def flat_step_efficiency(total_bytes, world, compute, alpha, beta):
+    """compute / (compute + one flat ring all-reduce of the gradient): no overlap."""
+    return compute / (compute + cost_model.allreduce_time(total_bytes, world, alpha, beta))
+
+
+def modelled_cells(numbers, name, efficiency, inputs):
+    """`name.modelled.<alpha>` with each of ALPHAS after `inputs`; their texts."""
+    cells = []
+    for alpha in ALPHAS:
+        slug = alpha.removeprefix("assume.")
+        numbers.derived(f"{name}.modelled.{slug}", efficiency,
+                        inputs + [alpha, "published.horovod_beta"], "percent", NO_OVERLAP)
+        cells.append(numbers.text(f"{name}.modelled.{slug}"))
+    return cells
+
+
+def published_table(numbers, layouts):
+    """Compute per gradient byte of Horovod's models and ours, the published efficiency and the
+    modelled one at Horovod's GPU count and link."""
+    world = FIGURES["horovod_gpus_high"][0]
+    numbers.stated("published.horovod_beta", cost_model.link_beta(FIGURES["horovod_link_gbit"][0]),
+                   "ns/byte", "assumption", "8 bits per byte / Horovod's link")
+    rows = []
+    for label, keys in MODELS.items():
+        name = f"published.{keys.parameters.removesuffix('_parameters')}"
+        measured = [f"published.{keys.images_per_s}", "published.horovod_batch"]
+        if keys.gpus:
+            measured.append(f"published.{keys.gpus}")
+        numbers.derived(f"{name}.step_s", step_seconds, measured, "s",
+                        "batch x GPUs / images per second")
+        numbers.derived(f"{name}.per_byte", lambda step, parameters: step / (4 * parameters),
+                        [f"{name}.step_s", f"published.{keys.parameters}"], "ns/byte",
+                        "step / gradient bytes")
+        cells = modelled_cells(
+            numbers, name, lambda step, parameters, alpha, beta: flat_step_efficiency(
+                4 * parameters, world, step, alpha, beta),
+            [f"{name}.step_s", f"published.{keys.parameters}"])
+        rows.append([label, numbers.text(f"{name}.step_s"), numbers.text(f"{name}.per_byte"),
+                     numbers.text(f"published.{keys.efficiency}"), *cells])
+    for model, sizes in layouts.items():
+        name = f"published.ours.{model}"
+        compute = f"sweep.{model}.single.w1.compute.median"
+        total = sum(sizes)
+        numbers.derived(f"{name}.per_byte", lambda seconds, total=total: seconds / total,
+                        [compute], "ns/byte", "compute / gradient bytes")
+        cells = modelled_cells(numbers, name,
+                               functools.partial(flat_step_efficiency, sum(sizes), world),
+                               [compute])
+        rows.append([f"our {model.upper()} (one process here)", numbers.text(compute),
+                     numbers.text(f"{name}.per_byte"), "—", *cells])
+    return table(["model", "compute per step", "compute per gradient byte",
+                  "published efficiency", "modelled: α of TCP", "modelled: α of RDMA"], rows)

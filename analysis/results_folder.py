@@ -33,8 +33,7 @@ def configuration(run):
 
 
 def older_benchmark(schema):
-    """The current schema of the benchmark that wrote `schema` if `schema` is an older version of
-    it ('step-bench/2' -> 'step-bench/3'), else None."""
+    """'step-bench/3' for an older 'step-bench/2'; None if `schema` is no older benchmark's."""
     name = str(schema).split("/")[0]
     current = [known for known in BENCHMARKS if known.split("/")[0] == name and known != schema]
     return current[0] if current else None
@@ -83,7 +82,7 @@ RUN_NAME = re.compile(r"^(?P<sweep>[a-z]+)-(?:mlp|cnn)-.*?(?:-r(?P<round>\d+))?$
 
 
 def run_name(run):
-    """A run's name as its results file is named (the run_name it was given), else as recorded."""
+    """A run's name as its results file is named, else as recorded."""
     if run.get("path"):
         return os.path.splitext(os.path.basename(run["path"]))[0]
     return run.get("run_name") or ""
@@ -150,8 +149,7 @@ def verdict(low, high):
 
 
 def spread(values):
-    """Median (of the two middle values on even counts), min and max of repeated measurements
-    (None for none)."""
+    """Median, min, max and count of repeated measurements (None for none)."""
     if not values:
         return None
     return {"median": statistics.median(values), "min": min(values), "max": max(values),

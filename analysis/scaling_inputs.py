@@ -1,11 +1,8 @@
-"""What the projections of §5 start from, read from a results folder: each model's gradients and
-when backward produces them (results/backward-<model>.json, a traced single process), the bytes
-each run all-reduced per step, the runs of the emulated network, and the gloo fits the projection
-figure draws with.
-
-The design document registers these values with their provenance (design_scaling.py,
-design_emulated.py); plot_projection.py draws from them. Nothing here writes a file.
-"""
+"""What the projections of §5 and projection.png start from, read from a results folder: each
+model's gradients and when backward produces them (results/backward-<model>.json, a traced single
+process), the buckets torch's DDP really sent (results/ddp-buckets.json, never a rule of torch's
+internals), the bytes each run all-reduced per step, and the gloo fits of the all-reduce
+benchmarks."""
 import json
 import os
 
@@ -14,6 +11,7 @@ from analysis.traces import gradient_readiness, load_trace
 from runtime.models import build_model
 
 BACKWARD_TRACE = "backward-{model}.json"  # made by analysis/make_reference_results.sh
+DDP_BUCKETS = "ddp-buckets.json"  # made by benchmarks/ddp_buckets.py
 
 
 def parameters(model):
@@ -30,8 +28,8 @@ def backward_trace(results_dir, model):
 
 
 def readiness(results_dir, model):
-    """{parameter: the share of backward elapsed when its gradient was accumulated} (median over
-    the traced steps), or None without a trace holding every parameter."""
+    """{parameter: median share of backward elapsed when its gradient was accumulated}, or None
+    without a trace holding every parameter."""
     path = backward_trace(results_dir, model)
     if path is None:
         return None
@@ -40,30 +38,52 @@ def readiness(results_dir, model):
     return {name: shares[name] for name in names} if set(names) <= set(shares) else None
 
 
-def ignore(note):
-    """results_folder.load_folder's notes of skipped files: traces sit beside the runs."""
-
-
 def grouped_runs(folder):
-    """results_folder.repeats of the valid training runs in `folder` (none without the folder)."""
+    """results_folder.repeats of the training runs in `folder`; traces beside them are skipped
+    without a note."""
     if not os.path.isdir(folder):
         return {}
-    runs, _ = results_folder.load_folder(folder, note=ignore)
+    runs, _ = results_folder.load_folder(folder, note=lambda note: None)
     return results_folder.repeats(runs)
 
 
-def recorded_layout(run):
-    """The bytes of each all-reduce of the run's steady step, as it recorded them (the last
-    layout of timing.all_reduce_layouts), or None if it recorded none."""
-    layouts = run["timing"].get("all_reduce_layouts") or []
-    return list(layouts[-1]["bytes"]) if layouts else None
+def runs_of(grouped, model, series, world):
+    """The repeated runs of one configuration, whatever their bucket size; [] if none."""
+    return next((runs for (run_model, run_series, run_world, _), runs in grouped.items()
+                 if (run_model, run_series, run_world) == (model, series, world)), [])
+
+
+def ddp_entries(results_dir):
+    """ddp-buckets.json's [{model, bucket_mb, history: [{from_step, bytes}]}] and its path."""
+    path = os.path.join(results_dir, DDP_BUCKETS)
+    if not os.path.exists(path):
+        return [], path
+    with open(path) as file:
+        return json.load(file)["layouts"], path
+
+
+def ddp_layouts(results_dir):
+    """{model: {bucket_mb: [bytes of each bucket, in launch order]}}: the layout DDP settled on
+    (the last the hook saw, after its rebuild); {} without the file."""
+    layouts = {}
+    for entry in ddp_entries(results_dir)[0]:
+        layouts.setdefault(entry["model"], {})[entry["bucket_mb"]] = entry["history"][-1]["bytes"]
+    return layouts
+
+
+def ddp_layout_field(model, bucket_mb, results_dir):
+    """'file#field' of a settled DDP layout, for the document's provenance."""
+    entries, path = ddp_entries(results_dir)
+    index, entry = next((index, entry) for index, entry in enumerate(entries)
+                        if (entry["model"], entry["bucket_mb"]) == (model, bucket_mb))
+    return f"{path}#layouts[{index}].history[{len(entry['history']) - 1}].bytes"
 
 
 def run_layout(run, param_bytes, ddp_sent):
-    """The bytes of each all-reduce of a run's step: what it recorded, else what its strategy
-    sends (cost_model.messages_per_step; DDP's from `ddp_sent`, {bucket_mb: layout}, as
-    ddp_layouts.ddp_layouts reads results/ddp-buckets.json); None if neither is known."""
-    recorded = recorded_layout(run)
+    """The bytes of each all-reduce of a run's step: the last layout it recorded, else what its
+    strategy sends (DDP's from `ddp_sent`, {bucket_mb: layout}); None if neither is known."""
+    layouts = run["timing"].get("all_reduce_layouts")
+    recorded = list(layouts[-1]["bytes"]) if layouts else None
     if recorded:
         return recorded
     config = run["config"]
@@ -76,8 +96,8 @@ def run_layout(run, param_bytes, ddp_sent):
 
 
 def gloo_points(path, world):
-    """(world sizes, sizes, median seconds) of the verified gloo rows of an all-reduce benchmark
-    at `world` ranks; None without the file or with fewer than two rows."""
+    """(world sizes, sizes, median seconds) of an all-reduce benchmark's verified gloo rows at
+    `world` ranks; None without the file or with fewer than two rows."""
     if not os.path.exists(path):
         return None
     with open(path) as file:

@@ -5,24 +5,15 @@ the plots.
     python -m analysis.sweep --dry-run   # print the commands only
     python -m analysis.sweep --models mlp --world-sizes 1,2 --strategies flat --repeats 1
 
-Runs mlp_ddp.py one job at a time (the processes of a job already share the cores):
-  per model   single (world size 1), then at each world size above 1: ddp, ddp-no-sync (the same
-              processes without communication: the compute baseline), and manual with each strategy
-  bucket      bucketed and ddp at each --bucket-mbs, at the largest world size, MLP only
-At world size 1 only the single-process baseline runs: an all-reduce over one rank has nothing to
-measure. Every configuration runs --repeats times, interleaved: round r runs every configuration
-once (every other round in reverse order), so slow spells of the machine spread over all of them,
-and the plots and the design document show the median and the spread (min to max) of the repeats.
-Each run has a stable --run-name (sweep-mlp-manual-flat-w4-r2, bucket-mlp-ddp-1mb-w4-r1), so a
-re-run replaces its results file. A failed run is reported and the sweep goes on; the exit code is
-1 if any failed. Then plots.py draws every figure from the results folder.
-
-The default sweep is 34 configurations x 3 repeats, about 40 minutes on the 2-core machine. Most
-of a short run is start-up (every process imports torch and loads MNIST: 10-20 s at 4 processes),
-so the MLP gets DEFAULT_MLP_STEPS steps per epoch, a few seconds of training; a CNN step costs ~10x
-an MLP step, so the CNN gets DEFAULT_CNN_STEPS. Evaluation is cut to 2,000 validation and 2,000
-test samples, which is enough to compare strategies and keeps the CNN's evaluation from outlasting
-its training.
+Runs mlp_ddp.py one job at a time (a job's processes already share the cores): per model the
+single process, then at each world size above 1 ddp, ddp-no-sync (the compute baseline) and each
+manual strategy; then bucketed and ddp at each --bucket-mbs at the largest world size (MLP only).
+Every configuration runs --repeats times, interleaved (every other round reversed), so slow
+spells of the machine spread over all of them. Each run has a stable --run-name
+(sweep-mlp-manual-flat-w4-r2), so a re-run replaces its file. A failed run is reported and the
+sweep goes on (exit code 1). The default, 34 configurations x 3 repeats, takes about 40 minutes
+on 2 cores; most of a short run is start-up, so the MLP gets DEFAULT_MLP_STEPS steps per epoch,
+the CNN (~10x an MLP step) DEFAULT_CNN_STEPS, and evaluation 2,000 samples.
 """
 import argparse
 import os
@@ -130,7 +121,6 @@ def command_for(name, run_arguments, args):
 
 
 def minutes(seconds):
-    """'2m05s'."""
     return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
 
 

@@ -94,10 +94,3 @@ def smallest_world(level, parameters, memory_per_rank, largest=2**20):
         return None
     world = max(1, math.ceil(sharded / room)) if sharded else 1
     return world if world <= largest else None
-
-
-def communication_time(level, parameter_bytes, world, beta):
-    """Seconds the bandwidth term of a step's traffic takes at `beta` seconds per byte sent: a
-    floor under the step whatever overlaps (the latency term, a few message steps per layer, is
-    left out: the projected messages are gigabytes)."""
-    return traffic(level, parameter_bytes, world) * beta
