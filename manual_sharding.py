@@ -31,6 +31,7 @@ and manual_allreduce.py.
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from manual_allreduce import DEFAULT_BUCKET_MB, completed
 
@@ -146,6 +147,14 @@ class FlatShard:
         return [flat[start:end].view(shape)
                 for shape, start, end in zip(self.shapes, self.offsets, self.offsets[1:])]
 
+    def pieces(self, shard):
+        """Each parameter's part of this rank's shard `shard` (own's length), a view; one of no
+        elements where the shard misses the parameter."""
+        low = self.rank * self.shard_numel
+        return [shard[min(max(start - low, 0), self.shard_numel):
+                      min(max(end - low, 0), self.shard_numel)]
+                for start, end in zip(self.offsets, self.offsets[1:])]
+
     def own(self, flat):
         """This rank's shard of the padded flat buffer `flat`: a view."""
         return flat[self.rank * self.shard_numel:(self.rank + 1) * self.shard_numel]
@@ -175,6 +184,8 @@ class ShardedOptimizer:
             raise TypeError("ShardedOptimizer takes parameters, not parameter groups: one flat "
                             "buffer is stepped with one set of options")
         params = trainable(params)
+        if any(getattr(param, "freed_by_sharding", False) for param in params):
+            raise ValueError("ShardedOptimizer got parameters FullyShardedModel freed")
         if not params:
             raise ValueError("ShardedOptimizer got no parameter that requires a gradient")
         self.shard_gradients = shard_gradients
@@ -325,22 +336,24 @@ def buckets(params, bucket_mb):
 
 # --- 5. ZeRO-3 / FSDP: parameters sharded too, gathered per layer as they are needed -------------
 class FullyShardedModel(nn.Module):
-    """`module` with every unit's parameters sharded over the ranks: a rank holds 1/n of the
-    parameters, gradients and optimizer state. Build the optimizer over
-    `sharded_parameters()`.
+    """`module` with every unit's parameters sharded over the ranks, as torch's fully_shard: a rank
+    holds 1/n of the parameters, gradients and optimizer state. The module's parameters become this
+    rank's pieces of them (each a view of the unit's float32 flat shard; one of no elements where
+    the shard misses it), under the same names: build the optimizer over `model.parameters()`, and
+    after finish_gradient_synchronization() each piece's .grad is its averaged float32 gradient.
 
-    A unit is one layer by default: each submodule that holds trainable parameters itself; modules
-    that share a parameter (tied weights) form one unit, since both need it whole at once. Each
-    forward and backward of a unit runs between an all-gather of its parameters and their release:
+    A unit is one layer by default: each submodule holding trainable parameters itself; modules
+    sharing a parameter (tied weights) form one unit. Forward and backward of a unit run between an
+    all-gather of its parameters into its whole ones (the module sees them only then) and their
+    release:
       forward   gather; the unit's forward; free                  (and start the next unit's gather)
-      backward  gather again; the unit's backward; reduce-scatter its gradients into the shard's
-                .grad; free                                        (and start the previous unit's)
-    Units are taken to run in the order the module lists them, forward (and reverse for backward),
-    as the MLP and CNN do: a prefetch of the wrong unit would cost bytes, never correctness.
-    `compute_dtype` (float16 or bfloat16): gathered, computed and reduce-scattered in it, floating
-    inputs cast to it and the output cast back to float32; the masters and the optimizer state
-    stay float32. Frozen parameters stay whole, in float32, on every rank: a layer holding only
-    frozen ones computes in float32, its inputs cast up.
+      backward  gather again; the unit's backward; reduce-scatter its gradients; free (and the
+                previous unit's gather)
+    Units are prefetched in the order the module lists them (a wrong guess costs bytes, never
+    correctness). `compute_dtype` (float16 or bfloat16): gathered, computed and reduce-scattered in
+    it, the output cast back to float32; the shards and optimizer state stay float32. Parameters in
+    no unit (frozen ones; trainable ones left out of `units`) stay whole and compute in float32; a
+    trainable one's gradient is averaged as DDP does, so the ranks never drift apart.
     """
 
     def __init__(self, module, units=None, compute_dtype=None, prefetch=True,
@@ -352,43 +365,51 @@ class FullyShardedModel(nn.Module):
         self.reduce_scatter = reduce_scatter
         self.all_gather = all_gather
         self.units = units if units is not None else layer_units(module)
-        self.shards = []
-        self.masters = []
+        self.shards, self.masters, self.pieces, self.shown = [], [], [], []
         for index, modules in enumerate(self.units):
             params = trainable(param for each in modules for param in each.parameters())
-            shard = FlatShard(params)
+            shard = FlatShard(params)  # of the whole parameters: what forward and backward use
             with torch.no_grad():
                 master = shard.own(shard.flatten(params, torch.float32)).clone()
+            pieces = [nn.Parameter(view) for view in shard.pieces(master)]  # share its storage
             self.shards.append(shard)
-            self.masters.append(nn.Parameter(master))
+            self.masters.append(master)
+            self.pieces.append(pieces)
+            piece_of = {param: piece for param, piece in zip(params, pieces)}
+            # (module, name, whole, piece): what the module's registry shows, swapped around use
+            self.shown.append([(each, name, param, piece_of[param]) for each in modules
+                               for name, param in each._parameters.items() if param in piece_of])
             for each in modules:
                 each.register_forward_pre_hook(self._before_forward(index), with_kwargs=True)
                 each.register_forward_hook(self._after_forward(index))
             for param in params:
+                param.freed_by_sharding = True  # an optimizer over it is refused
                 param.register_post_accumulate_grad_hook(self._after_backward(index))
         self.gathering = [None] * len(self.units)  # per unit: the future of a gather in flight
         self.ready = [0] * len(self.units)  # per unit: gradients accumulated this backward
         self.pending = []  # (unit, future, output) of reduce-scatters in flight
         self.backward_started = [False] * len(self.units)
+        sharded = {param for shard in self.shards for param in shard.params}
+        self.left_whole = [param for param in trainable(module.parameters())
+                           if param not in sharded]
         for index in range(len(self.units)):
             self.free(index)
-        if compute_dtype is not None:  # a frozen layer computes in its parameters' float32
-            in_units = {id(each) for modules in self.units for each in modules}
-            for each in module.modules():
-                frozen = [param for param in each.parameters(recurse=False)
-                          if not param.requires_grad]
-                if frozen and id(each) not in in_units:
-                    each.register_forward_pre_hook(self._in_float32, with_kwargs=True)
+            self.show(index, False)
+        in_units = {id(each) for modules in self.units for each in modules}
+        for each in module.modules():  # a layer of whole parameters computes in their float32
+            if compute_dtype is not None and id(each) not in in_units and any(
+                    param not in sharded for param in each.parameters(recurse=False)):
+                each.register_forward_pre_hook(self._in_float32, with_kwargs=True)
+        if not REFUSING:
+            REFUSING.append(register_optimizer_step_pre_hook(refuse_freed))
 
     @staticmethod
     def _in_float32(module, args, kwargs):
-        """A frozen layer's hook: its floating inputs cast to float32, the dtype of its whole
-        parameters (the next unit's hook casts its output to the compute dtype again)."""
         return cast_floats(args, torch.float32), cast_floats(kwargs, torch.float32)
 
     def sharded_parameters(self):
-        """The float32 master shards: what the optimizer steps (1/n of the parameters)."""
-        return list(self.masters)
+        """What the optimizer steps: model.parameters() that take a gradient."""
+        return trainable(self.module.parameters())
 
     def forward(self, *args, **kwargs):
         self.backward_started = [False] * len(self.units)
@@ -444,10 +465,16 @@ class FullyShardedModel(nn.Module):
         for param in self.shards[index].params:
             param.data = torch.empty(0, dtype=param.dtype, device=param.device)
 
+    def show(self, index, whole):
+        """The module's registry holds unit `index`'s whole parameters (`whole`) or its pieces."""
+        for module, name, param, piece in self.shown[index]:
+            module._parameters[name] = param if whole else piece
+
     # -- the hooks
     def _before_forward(self, index):
         def hook(module, args, kwargs):
             self.gather(index)
+            self.show(index, True)
             if self.prefetch and index + 1 < len(self.units):
                 self.start_gather(index + 1)
             if self.compute_dtype is not None:
@@ -457,6 +484,7 @@ class FullyShardedModel(nn.Module):
 
     def _after_forward(self, index):
         def hook(module, args, output):
+            self.show(index, False)
             self.free(index)
             if torch.is_grad_enabled():
                 for tensor in tensors_in(output):
@@ -505,21 +533,47 @@ class FullyShardedModel(nn.Module):
 
     def finish_gradient_synchronization(self):
         """After backward: wait for every reduce-scatter and add each averaged shard (in float32)
-        to its master's .grad. A unit some of whose parameters got no gradient is sent now, with
+        to its pieces' .grad. A unit some of whose parameters got no gradient is sent now, with
         zeros for them; a unit whose backward never ran gets no gradient."""
         for index in range(len(self.units)):
             if self.ready[index]:
                 self.ready[index] = 0
                 self.scatter_gradients(index)
+        self.average_whole()
         for index, future, output in self.pending:
             future.wait()
-            master = self.masters[index]
-            grad = output.to(torch.float32)
-            if master.grad is None:
-                master.grad = grad
-            else:
-                master.grad += grad
+            grads = self.shards[index].pieces(output.to(torch.float32))
+            for piece, grad in zip(self.pieces[index], grads):
+                if piece.grad is None:
+                    piece.grad = grad
+                else:
+                    piece.grad += grad
         self.pending = []
+
+    def average_whole(self):
+        """The gradients of the trainable parameters in no unit, whole on every rank, averaged as
+        DDP does (divided by n, then summed: an all-reduce's two halves): no rank drifts apart."""
+        params = [param for param in self.left_whole if param.grad is not None]
+        if params:
+            shard = FlatShard(params)
+            flat = shard.flatten([param.grad for param in params]).div_(shard.world)
+            self.reduce_scatter(shard.own(flat), flat).wait()
+            self.all_gather(flat, shard.own(flat)).wait()
+            for param, grad in zip(params, shard.views(flat)):
+                param.grad.copy_(grad)
+
+
+REFUSING = []  # the hook below, once registered
+
+
+def refuse_freed(optimizer, args, kwargs):
+    """Every torch optimizer's step, first: one holding a parameter FullyShardedModel freed (taken
+    from the module before wrapping) would step nothing, silently."""
+    for group in optimizer.param_groups:
+        if any(getattr(param, "freed_by_sharding", False) for param in group["params"]):
+            raise ValueError("the optimizer holds parameters FullyShardedModel freed: build it "
+                             "over model.parameters() after wrapping the model")
+
 
 def layer_units(module):
     """FSDP's default wrapping, per layer: each submodule holding trainable parameters of its own,
