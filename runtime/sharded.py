@@ -292,7 +292,7 @@ class FullyShardedTraining(FullyShardedModel, WrappedModel):
                 local[number[self.left_whole[index - len(self.shards)]]] = values
                 continue
             shard, pieces = self.shards[index], self.pieces[index]
-            for position, piece in enumerate(pieces):
+            for piece in pieces:
                 local[number[piece]] = {}
             for key, value in values.items():
                 if torch.is_tensor(value) and value.dim() == 1 and value.numel() == shard.numel:
