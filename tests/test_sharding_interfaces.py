@@ -1,15 +1,9 @@
 """FullyShardedModel seen from a torch user's side, as fully_shard is: the optimizer built over
 `model.parameters()` trains; one over the parameters taken before wrapping is refused in one line;
-a trainable layer left out of every unit stays whole and alike on every rank; and a process that
-destroys its group right after the last step exits cleanly.
-
-The clean-exit test runs tests/sharding_exit_rank.py as each rank: it trains, destroys the group
-and returns, through the interpreter's own exit.
+a trainable layer left out of every unit stays whole and alike on every rank; and no thread is
+left waiting for a collective after the last step.
 """
-import os
-import socket
-import subprocess
-import sys
+import threading
 
 import torch
 import torch.nn.functional as F
@@ -104,29 +98,34 @@ def test_an_optimizer_over_the_parameters_taken_before_wrapping_is_refused():
 
 
 # --- A process that ends right after its last step ----------------------------------------------
-RUNS = 8
+def threads_of_three_steps(rank, world_size):
+    """The Python threads started during 3 steps through the library's collectives (gloo's
+    reduce-scatter has no future of its own), and those alive after them, when a process may
+    destroy its group and end."""
+    from manual_sharding import FullyShardedModel
+    from runtime.sharded import collectives
+
+    started = []
+    start = threading.Thread.start
+
+    def counted(thread):
+        started.append(thread.name)
+        start(thread)
+
+    threading.Thread.start = counted
+    model = FullyShardedModel(layer_norm_between(), **collectives("library"))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(STEPS):
+        inputs, labels = batch(step, rank)
+        F.cross_entropy(model(inputs), labels).backward()
+        model.finish_gradient_synchronization()
+        optimizer.step()
+        optimizer.zero_grad()
+    return started, sorted(thread.name for thread in threading.enumerate())
 
 
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def test_ranks_that_destroy_the_group_right_after_the_last_step_exit_cleanly():
-    """8 runs of 2 ranks through the library's collectives (gloo's reduce-scatter has no future of
-    its own): each trains 3 steps, destroys the group and returns. Every process exits with 0; none
-    is aborted by a thread still waiting for a collective."""
-    failures = []
-    for run in range(RUNS):
-        port = str(free_port())
-        ranks = [subprocess.Popen([sys.executable, "-m", "tests.sharding_exit_rank",
-                                   str(rank), port], stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True,
-                                  cwd=os.path.dirname(os.path.dirname(__file__)))
-                 for rank in range(2)]
-        for rank, process in enumerate(ranks):
-            output, _ = process.communicate(timeout=120)
-            if process.returncode != 0:
-                failures.append(f"run {run}, rank {rank}: exit {process.returncode}\n{output}")
-    assert not failures, "\n".join(failures)
+def test_no_thread_waits_for_a_collective_so_none_outlives_the_last_step():
+    """A thread still waiting for a collective when the group is destroyed aborts the process at
+    exit ("terminate called without an active exception"): no thread is started at all."""
+    for started, alive in run_in_processes(2, threads_of_three_steps):
+        assert started == [] and alive == ["MainThread"], (started, alive)
