@@ -1,48 +1,37 @@
-"""Beyond data parallelism's copies: the optimizer state, the gradients and the parameters sharded
-over the ranks (ZeRO, Rajbhandari et al. 2020; torch's FSDP), written by hand.
+"""Beyond data parallelism's copies: optimizer state, gradients and parameters sharded over the
+ranks (ZeRO, Rajbhandari et al. 2020; torch's FSDP), written by hand, with torch's interfaces.
 
-manual_allreduce.py keeps a whole copy of the model on every rank: every parameter, every
-gradient and every optimizer state. With Adam in float32 that is 16 bytes per parameter on each
-rank, whatever the number of ranks. The ring all-reduce of manual_collectives.py already shows the
-way out: it is a reduce-scatter (after which rank r holds the sum of one chunk) followed by an
-all-gather (which hands every chunk to every rank). ZeRO keeps the two halves apart and lets each
-rank own one chunk of the model between them:
-  1. halves        `reduce_scatter` and `all_gather` from point-to-point messages; their
-                   composition is the ring all-reduce
-  2. the shard     parameters laid end to end in one flat buffer, padded to a multiple of the
-                   world size and cut into equal shards: rank r owns shard r (`FlatShard`)
-  3. ZeRO-1        `ShardedOptimizer(params, optimizer_class, **kwargs)`, the interface of torch's
-                   ZeroRedundancyOptimizer: gradients reduce-scattered, each rank steps only its
-                   shard (1/n of the optimizer state), updated parameters all-gathered
-  4. ZeRO-2        the same with `shard_gradients=True`: each bucket of gradients reduce-scattered
-                   as soon as backward has made it, then freed; a rank keeps 1/n of the gradients
-  5. ZeRO-3 / FSDP `FullyShardedModel`: parameters too. Each layer's parameters are all-gathered
-                   just before its forward and freed after it, gathered again for its backward,
-                   and its gradients reduce-scattered as soon as they exist; the next layer's
-                   gather starts early (prefetch); optionally computed in float16 or bfloat16 from
-                   float32 master shards
-Bytes sent per rank and step, P the parameter bytes and n the ranks: DDP's all-reduce 2P(n-1)/n;
-ZeRO-1 and ZeRO-2 the same (a reduce-scatter and an all-gather, P(n-1)/n each); ZeRO-3 3P(n-1)/n
-(a second all-gather, for backward). runtime/sharded.py puts these behind the training loop's
-interface, with what a run needs besides: the library's collectives, timed; the optimizer state
-gathered for checkpoints; an optimizer that learning-rate schedulers accept. It imports only torch
-and manual_allreduce.py.
+manual_allreduce.py keeps a whole model on every rank: with Adam in float32, 16 bytes per
+parameter whatever the number of ranks n. Its ring all-reduce is a reduce-scatter (rank r then
+holds the sum of chunk r) followed by an all-gather; ZeRO keeps the halves apart, each rank owning
+one chunk between them:
+  1. halves   `ring_reduce_scatter`, `ring_all_gather` from point-to-point messages
+  2. shard    parameters end to end in one flat buffer, padded and cut in n: rank r owns shard r
+  3. ZeRO-1   `ShardedOptimizer(params, optimizer_class, **defaults)`, ZeroRedundancyOptimizer's
+              interface: gradients reduce-scattered, each rank steps its shard, all-gathered back
+  4. ZeRO-2   `shard_gradients=True`: each bucket reduce-scattered as backward makes it, then freed
+  5. ZeRO-3   `FullyShardedModel`, fully_shard's interface: the parameters too, each layer
+              gathered just before its forward and its backward and freed after
+Bytes sent per rank and step (P the parameter bytes): DDP 2P(n-1)/n; ZeRO-1 and 2 the same;
+ZeRO-3 3P(n-1)/n (a second all-gather, for backward). runtime/sharded.py adds what a run needs:
+the library's and shared memory's collectives, timed; state gathered for checkpoints.
 """
+import itertools
+
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+from torch.utils._pytree import tree_leaves, tree_map
 
 from manual_allreduce import DEFAULT_BUCKET_MB, completed
 
 
 # --- 1. The ring's two halves ------------------------------------------------------------------
 def ring_reduce_scatter(output, tensor):
-    """Sum `tensor` (n equal chunks, n the world size) over the ranks and leave chunk r of the sum
-    in rank r's `output`, with point-to-point messages around a ring, as
-    dist.reduce_scatter_single does. `tensor` is used as scratch space: its chunks are summed in
-    place. In n-1 steps every rank sends one chunk to its right neighbour and adds the one
-    arriving from its left; each chunk travels the ring once, ending on its owner: (n-1)/n of the
-    tensor sent per rank."""
+    """Chunk r of the sum over the ranks of `tensor` (n equal chunks) into rank r's `output`, as
+    dist.reduce_scatter_single, around a ring (`tensor` is scratch): each chunk travels the ring
+    once, summed on the way, ending on its owner: (n-1)/n of the tensor sent per rank."""
     # BEGIN PROMPT
     # Only point-to-point messages, no collective; chunk i is tensor.view(n, -1)[i]. At step s
     # (0 to n-2) rank r sends chunk (r - s - 1) mod n to rank (r + 1) mod n with dist.isend (no
@@ -68,9 +57,9 @@ def ring_reduce_scatter(output, tensor):
 
 
 def ring_all_gather(output, shard):
-    """Every rank's `shard` into `output` (chunk r from rank r) on every rank, around the ring,
-    as dist.all_gather_single does: in n-1 steps each rank passes on the chunk it received
-    last. (n-1)/n of `output` sent per rank. `shard` may be `output`'s own chunk r."""
+    """Every rank's `shard` into chunk r of `output` on every rank, as
+    dist.all_gather_single, around the ring: (n-1)/n of `output` sent per rank. `shard` may
+    be `output`'s own chunk r."""
     # BEGIN PROMPT
     # Only point-to-point messages, no collective; chunk i is output.view(n, -1)[i]. Copy your
     # shard into chunk r; at step s (0 to n-2) send chunk (r - s) mod n to rank (r + 1) mod n with
@@ -91,34 +80,26 @@ def ring_all_gather(output, shard):
     # END SOLUTION
 
 
-# The classes below take their two collectives as arguments, each called as
-# `collective(output, input)` and returning a future: section 1's by default; the runtime passes
-# the library's, timed (runtime/sharded.py).
+# The classes below take their collectives as `collective(output, input)`, returning a future:
+# the ring's by default (complete, the ring blocks); the runtime passes others, timed.
 def reduce_scatter_by_ring(output, tensor):
-    """Section 1's reduce-scatter, returning a future (complete: the ring blocks)."""
     return completed(ring_reduce_scatter(output, tensor))
 
 
 def all_gather_by_ring(output, shard):
-    """Section 1's all-gather, returning a future (complete)."""
     return completed(ring_all_gather(output, shard))
 
 
 # --- 2. The shard: rank r owns one equal, contiguous piece of the flat parameters ---------------
 def trainable(params):
-    """Each parameter that takes gradients once (a tied one is one tensor), frozen ones left out:
-    a frozen parameter stays whole on every rank, as in DDP."""
-    unique = []
-    for param in params:
-        if param.requires_grad and not any(param is seen for seen in unique):
-            unique.append(param)
-    return unique
+    """Each parameter that takes gradients, once (tied ones are one tensor); frozen ones stay
+    whole on every rank, as in DDP."""
+    return list({id(param): param for param in params if param.requires_grad}.values())
 
 
 class FlatShard:
-    """`params` laid end to end, padded with zeros to a multiple of the world size n, and cut into
-    n equal shards: rank r owns elements [r S, (r+1) S), S = ceil(numel / n). `master` is this
-    rank's shard of the float32 values, the only copy the optimizer steps."""
+    """`params` end to end, padded with zeros to a multiple of n and cut into n equal shards: rank r
+    owns elements [r S, (r+1) S), S = ceil(numel / n)."""
 
     def __init__(self, params):
         self.params = params
@@ -127,13 +108,10 @@ class FlatShard:
         self.shard_numel = -(-self.numel // self.world)
         self.padded_numel = self.shard_numel * self.world
         self.shapes = [param.shape for param in params]  # kept: a freed parameter has none
-        self.offsets = [0]
-        for param in params:
-            self.offsets.append(self.offsets[-1] + param.numel())
+        self.offsets = [0] + list(itertools.accumulate(param.numel() for param in params))
 
     def flatten(self, tensors, dtype=None):
-        """`tensors` (one per parameter; None counts as zeros) end to end in a new padded flat
-        buffer of `dtype`."""
+        """`tensors` (one per parameter; None as zeros) end to end in a new padded flat buffer."""
         first = self.params[0]
         flat = torch.zeros(self.padded_numel, dtype=dtype or first.dtype, device=first.device)
         for tensor, start, end in zip(tensors, self.offsets, self.offsets[1:]):
@@ -146,6 +124,13 @@ class FlatShard:
         return [flat[start:end].view(shape)
                 for shape, start, end in zip(self.shapes, self.offsets, self.offsets[1:])]
 
+    def pieces(self, shard):
+        """Each parameter's part of this rank's shard `shard`, a view (empty where it misses)."""
+        low = self.rank * self.shard_numel
+        return [shard[min(max(start - low, 0), self.shard_numel):
+                      min(max(end - low, 0), self.shard_numel)]
+                for start, end in zip(self.offsets, self.offsets[1:])]
+
     def own(self, flat):
         """This rank's shard of the padded flat buffer `flat`: a view."""
         return flat[self.rank * self.shard_numel:(self.rank + 1) * self.shard_numel]
@@ -154,18 +139,18 @@ class FlatShard:
 # --- 3 and 4. ZeRO-1: each rank steps only its shard; ZeRO-2: and keeps only its gradients ------
 class ShardedOptimizer:
     """`ShardedOptimizer(model.parameters(), torch.optim.AdamW, lr=1e-3)` where code says
-    `ZeroRedundancyOptimizer(...)`: any torch.optim class, stepping only this rank's shard, so
-    each rank holds 1/n of the optimizer state. Use it on a plain (unwrapped) model whose ranks
-    start equal: `step()` also averages the gradients (a reduce-scatter: each rank needs only its
-    shard's average) and all-gathers the updated parameters, so no DDP is needed around it.
+    `ZeroRedundancyOptimizer(...)`: any torch.optim class, stepping this rank's shard only (1/n of
+    the state), on a plain model whose ranks start equal: `step()` also averages the gradients (a
+    reduce-scatter) and all-gathers the updated parameters, so no DDP goes around it. torch's
+    ZeRO-1 partitions whole parameters among the ranks, averages every gradient with DDP's
+    all-reduce and broadcasts each parameter from its owner after the step: uneven shards, the
+    same bytes again in n broadcasts. Here the shards are equal slices of one flat buffer, and the
+    reduce-scatter sends half of an all-reduce: the two halves together cost one all-reduce.
 
-    The parameters become views of one flat buffer, their gradients views of another (as DDP's
-    gradient_as_bucket_view): backward accumulates straight into the buffer that is
-    reduce-scattered in place, so call zero_grad() after every step, as training loops do. With
-    `shard_gradients=True` (ZeRO-2) the gradients are not kept: each bucket of up to `bucket_mb`
-    MiB, parameters taken in reverse, is reduce-scattered as soon as backward has accumulated it,
-    and its gradients freed; the rank keeps only its shard's average.
-    """
+    The parameters become views of one flat buffer, their gradients of another (DDP's
+    gradient_as_bucket_view), reduce-scattered in place: zero_grad() after every step. ZeRO-2
+    (`shard_gradients=True`) keeps no gradient: each bucket of up to `bucket_mb` MiB, parameters
+    in reverse, is reduce-scattered as soon as backward has made it, then freed."""
 
     def __init__(self, params, optimizer_class, *, shard_gradients=False,
                  bucket_mb=DEFAULT_BUCKET_MB, reduce_scatter=reduce_scatter_by_ring,
@@ -175,15 +160,15 @@ class ShardedOptimizer:
             raise TypeError("ShardedOptimizer takes parameters, not parameter groups: one flat "
                             "buffer is stepped with one set of options")
         params = trainable(params)
+        if any(getattr(param, "freed_by_sharding", False) for param in params):
+            raise ValueError("ShardedOptimizer got parameters FullyShardedModel freed")
         if not params:
             raise ValueError("ShardedOptimizer got no parameter that requires a gradient")
         self.shard_gradients = shard_gradients
         groups = buckets(params, bucket_mb) if shard_gradients else [params]
         self.shards = [FlatShard(group) for group in groups]
-        self.reduce_scatter = reduce_scatter
-        self.all_gather = all_gather
-        self.flat_params = []
-        self.flat_grads = []
+        self.reduce_scatter, self.all_gather = reduce_scatter, all_gather
+        self.flat_params, self.flat_grads = [], []
         for shard in self.shards:
             with torch.no_grad():
                 flat = shard.flatten(shard.params)
@@ -209,10 +194,9 @@ class ShardedOptimizer:
                 param.register_post_accumulate_grad_hook(self._grad_ready)
 
     def start_reduce_scatter(self, index, grad_flat):
-        """Average shard `index`'s flat gradient `grad_flat`: divide it (before the sum, as DDP),
-        and start its reduce-scatter. ZeRO-1 sums in place, into this rank's own shard of the
-        buffer (no second copy of the gradients); ZeRO-2 into a new shard-sized tensor, so that
-        the bucket's flat buffer is freed once sent."""
+        """Divide shard `index`'s flat gradient (before the sum, as DDP) and start its
+        reduce-scatter: ZeRO-1 in place, into its own shard; ZeRO-2 into a new tensor, so that the
+        bucket's buffer is freed once sent."""
         # BEGIN PROMPT
         # Divide grad_flat by the world size in place. The output: ZeRO-1 (not
         # self.shard_gradients) this rank's own shard of grad_flat (FlatShard.own), ZeRO-2 a new
@@ -238,8 +222,7 @@ class ShardedOptimizer:
             self.send_bucket(index)
 
     def send_bucket(self, index):
-        """ZeRO-2: start bucket `index`'s reduce-scatter from its gradients (a missing one counts
-        as zeros), then free them: the point of ZeRO-2, the full gradient is not kept."""
+        """ZeRO-2: start bucket `index`'s reduce-scatter (a missing gradient as zeros); free it."""
         shard = self.shards[index]
         self.ready[index] = 0
         self.start_reduce_scatter(index, shard.flatten([param.grad for param in shard.params]))
@@ -247,8 +230,8 @@ class ShardedOptimizer:
             param.grad = None
 
     def reduce_gradients(self):
-        """Every shard's averaged gradient into its master's `.grad`: after backward, before the
-        optimizer step (the training loop calls it as the sync phase; `step()` calls it if not)."""
+        """Every shard's averaged gradient into its master's `.grad`, after backward (the training
+        loop's sync phase; `step()` calls it if not called)."""
         # BEGIN PROMPT
         # ZeRO-1 (not self.shard_gradients): start_reduce_scatter of each flat gradient buffer,
         # self.flat_grads[index]. ZeRO-2: each bucket's hook (_grad_ready) has started it, unless
@@ -279,8 +262,7 @@ class ShardedOptimizer:
 
     @torch.no_grad()
     def step(self, closure=None):
-        """Average the gradients (unless done), step this rank's shards, and all-gather them: every
-        rank then holds every updated parameter."""
+        """Average the gradients (unless done), step this rank's shards, and all-gather them."""
         if closure is not None:
             raise ValueError("ShardedOptimizer.step takes no closure")
         if not self.reduced:
@@ -297,8 +279,7 @@ class ShardedOptimizer:
         self.reduced = False
 
     def zero_grad(self, set_to_none=True):
-        """Clear the gradients: ZeRO-1's flat gradient buffers are zeroed in place (the parameters'
-        .grad are views of them), the masters' and ZeRO-2's freed."""
+        """ZeRO-1's flat gradient buffers zeroed (.grad are views of them), the others freed."""
         for grads in self.flat_grads:
             grads.zero_()
         if self.shard_gradients:
@@ -309,15 +290,13 @@ class ShardedOptimizer:
             master.grad = None
 
 def buckets(params, bucket_mb):
-    """ZeRO-2's buckets: consecutive parameters in reverse (backward makes the last layer's
-    gradients first), each up to `bucket_mb` MiB; a larger parameter gets one of its own."""
-    groups = [[]]
-    size = 0
+    """ZeRO-2's buckets: parameters in reverse (the order backward makes them), up to `bucket_mb`
+    MiB each, a larger parameter alone."""
+    groups, size = [[]], 0
     for param in reversed(params):
         nbytes = param.numel() * param.element_size()
         if groups[-1] and size + nbytes > bucket_mb * 2**20:
-            groups.append([])
-            size = 0
+            groups, size = groups + [[]], 0
         groups[-1].append(param)
         size += nbytes
     return groups
@@ -325,77 +304,68 @@ def buckets(params, bucket_mb):
 
 # --- 5. ZeRO-3 / FSDP: parameters sharded too, gathered per layer as they are needed -------------
 class FullyShardedModel(nn.Module):
-    """`module` with every unit's parameters sharded over the ranks: a rank holds 1/n of the
-    parameters, gradients and optimizer state. Build the optimizer over
-    `sharded_parameters()`.
-
-    A unit is one layer by default: each submodule that holds trainable parameters itself; modules
-    that share a parameter (tied weights) form one unit, since both need it whole at once. Each
-    forward and backward of a unit runs between an all-gather of its parameters and their release:
-      forward   gather; the unit's forward; free                  (and start the next unit's gather)
-      backward  gather again; the unit's backward; reduce-scatter its gradients into the shard's
-                .grad; free                                        (and start the previous unit's)
-    Units are taken to run in the order the module lists them, forward (and reverse for backward),
-    as the MLP and CNN do: a prefetch of the wrong unit would cost bytes, never correctness.
-    `compute_dtype` (float16 or bfloat16): gathered, computed and reduce-scattered in it, floating
-    inputs cast to it and the output cast back to float32; the masters and the optimizer state
-    stay float32. Frozen parameters stay whole, in float32, on every rank: a layer holding only
-    frozen ones computes in float32, its inputs cast up.
-    """
+    """`module` with each unit's parameters sharded, as torch's fully_shard: the module's
+    parameters become this rank's pieces (views of the unit's float32 flat shard, empty where it
+    misses one) under the same names; build the optimizer over `model.parameters()`. After
+    finish_gradient_synchronization() each piece's .grad is its averaged float32 gradient.
+    A unit is a layer (each submodule with trainable parameters of its own; tied ones merged). The
+    module shows a unit's whole parameters only around its use:
+      forward   gather; the unit's forward; free             (and start the next unit's gather)
+      backward  gather; its backward; reduce-scatter its gradients; free  (and the previous one's)
+    `compute_dtype` (float16, bfloat16): gathered, computed and reduce-scattered in it; shards and
+    optimizer state stay float32. Parameters in no unit stay whole and compute in float32; a
+    trainable one's gradient is averaged as DDP does, so that no rank drifts apart."""
 
     def __init__(self, module, units=None, compute_dtype=None, prefetch=True,
                  reduce_scatter=reduce_scatter_by_ring, all_gather=all_gather_by_ring):
         super().__init__()
-        self.module = module
-        self.compute_dtype = compute_dtype
-        self.prefetch = prefetch
-        self.reduce_scatter = reduce_scatter
-        self.all_gather = all_gather
+        self.module, self.compute_dtype, self.prefetch = module, compute_dtype, prefetch
+        self.reduce_scatter, self.all_gather = reduce_scatter, all_gather
         self.units = units if units is not None else layer_units(module)
-        self.shards = []
-        self.masters = []
+        self.shards, self.masters, self.pieces, self.shown = [], [], [], []
         for index, modules in enumerate(self.units):
             params = trainable(param for each in modules for param in each.parameters())
-            shard = FlatShard(params)
+            shard = FlatShard(params)  # of the whole parameters: what forward and backward use
             with torch.no_grad():
                 master = shard.own(shard.flatten(params, torch.float32)).clone()
-            self.shards.append(shard)
-            self.masters.append(nn.Parameter(master))
+            pieces = [nn.Parameter(view) for view in shard.pieces(master)]  # share its storage
+            self.shards.append(shard), self.masters.append(master), self.pieces.append(pieces)
+            piece_of = {param: piece for param, piece in zip(params, pieces)}
+            # (module, name, whole, piece): what the module's registry shows, swapped around use
+            self.shown.append([(each, name, param, piece_of[param]) for each in modules
+                               for name, param in each._parameters.items() if param in piece_of])
             for each in modules:
                 each.register_forward_pre_hook(self._before_forward(index), with_kwargs=True)
                 each.register_forward_hook(self._after_forward(index))
             for param in params:
+                param.freed_by_sharding = True  # an optimizer over it is refused
                 param.register_post_accumulate_grad_hook(self._after_backward(index))
         self.gathering = [None] * len(self.units)  # per unit: the future of a gather in flight
         self.ready = [0] * len(self.units)  # per unit: gradients accumulated this backward
         self.pending = []  # (unit, future, output) of reduce-scatters in flight
         self.backward_started = [False] * len(self.units)
+        sharded = {param for shard in self.shards for param in shard.params}
+        self.left_whole = [param for param in trainable(module.parameters())
+                           if param not in sharded]
         for index in range(len(self.units)):
             self.free(index)
-        if compute_dtype is not None:  # a frozen layer computes in its parameters' float32
-            in_units = {id(each) for modules in self.units for each in modules}
-            for each in module.modules():
-                frozen = [param for param in each.parameters(recurse=False)
-                          if not param.requires_grad]
-                if frozen and id(each) not in in_units:
-                    each.register_forward_pre_hook(self._in_float32, with_kwargs=True)
-
-    @staticmethod
-    def _in_float32(module, args, kwargs):
-        """A frozen layer's hook: its floating inputs cast to float32, the dtype of its whole
-        parameters (the next unit's hook casts its output to the compute dtype again)."""
-        return cast_floats(args, torch.float32), cast_floats(kwargs, torch.float32)
+            self.show(index, False)
+        in_units = {id(each) for modules in self.units for each in modules}
+        for each in module.modules():  # a layer of whole parameters computes in their float32
+            if compute_dtype is not None and id(each) not in in_units and any(
+                    param not in sharded for param in each.parameters(recurse=False)):
+                each.register_forward_pre_hook(in_float32)
+        if not REFUSING:
+            REFUSING.append(register_optimizer_step_pre_hook(refuse_freed))
 
     def sharded_parameters(self):
-        """The float32 master shards: what the optimizer steps (1/n of the parameters)."""
-        return list(self.masters)
+        """What the optimizer steps: model.parameters() that take a gradient."""
+        return trainable(self.module.parameters())
 
     def forward(self, *args, **kwargs):
         self.backward_started = [False] * len(self.units)
         output = self.module(*args, **kwargs)
-        if self.compute_dtype is not None:
-            output = cast_floats(output, torch.float32)
-        return output
+        return output if self.compute_dtype is None else cast_floats(output, torch.float32)
 
     # -- gathering and freeing a unit's parameters
     def start_gather(self, index, dtype=None):
@@ -444,24 +414,29 @@ class FullyShardedModel(nn.Module):
         for param in self.shards[index].params:
             param.data = torch.empty(0, dtype=param.dtype, device=param.device)
 
+    def show(self, index, whole):
+        """The module's registry holds unit `index`'s whole parameters (`whole`) or its pieces."""
+        for module, name, param, piece in self.shown[index]:
+            module._parameters[name] = param if whole else piece
+
     # -- the hooks
     def _before_forward(self, index):
         def hook(module, args, kwargs):
             self.gather(index)
+            self.show(index, True)
             if self.prefetch and index + 1 < len(self.units):
                 self.start_gather(index + 1)
             if self.compute_dtype is not None:
-                dtype = self.compute_dtype
-                return cast_floats(args, dtype), cast_floats(kwargs, dtype)
+                return cast_floats((args, kwargs), self.compute_dtype)
         return hook
 
     def _after_forward(self, index):
         def hook(module, args, output):
+            self.show(index, False)
             self.free(index)
-            if torch.is_grad_enabled():
-                for tensor in tensors_in(output):
-                    if tensor.requires_grad:
-                        tensor.register_hook(self._before_backward(index))
+            for tensor in tree_leaves(output):
+                if torch.is_tensor(tensor) and tensor.requires_grad:
+                    tensor.register_hook(self._before_backward(index))
         return hook
 
     def _before_backward(self, index):
@@ -477,8 +452,7 @@ class FullyShardedModel(nn.Module):
     def _after_backward(self, index):
         def hook(param):
             self.ready[index] += 1
-            shard = self.shards[index]
-            if self.ready[index] == len(shard.params):
+            if self.ready[index] == len(self.shards[index].params):
                 self.ready[index] = 0
                 self.scatter_gradients(index)
         return hook
@@ -505,21 +479,48 @@ class FullyShardedModel(nn.Module):
 
     def finish_gradient_synchronization(self):
         """After backward: wait for every reduce-scatter and add each averaged shard (in float32)
-        to its master's .grad. A unit some of whose parameters got no gradient is sent now, with
+        to its pieces' .grad. A unit some of whose parameters got no gradient is sent now, with
         zeros for them; a unit whose backward never ran gets no gradient."""
         for index in range(len(self.units)):
             if self.ready[index]:
                 self.ready[index] = 0
                 self.scatter_gradients(index)
+        self.average_whole()
         for index, future, output in self.pending:
             future.wait()
-            master = self.masters[index]
-            grad = output.to(torch.float32)
-            if master.grad is None:
-                master.grad = grad
-            else:
-                master.grad += grad
+            grads = self.shards[index].pieces(output.to(torch.float32))
+            for piece, grad in zip(self.pieces[index], grads):
+                piece.grad = grad if piece.grad is None else piece.grad.add_(grad)
         self.pending = []
+
+    def average_whole(self):
+        """The gradients of the trainable parameters in no unit, whole on every rank, averaged as
+        DDP does (divided by n, then summed: an all-reduce's two halves): no rank drifts apart."""
+        params = [param for param in self.left_whole if param.grad is not None]
+        if params:
+            shard = FlatShard(params)
+            flat = shard.flatten([param.grad for param in params]).div_(shard.world)
+            self.reduce_scatter(shard.own(flat), flat).wait()
+            self.all_gather(flat, shard.own(flat)).wait()
+            for param, grad in zip(params, shard.views(flat)):
+                param.grad.copy_(grad)
+
+
+def in_float32(module, args):
+    return cast_floats(args, torch.float32)
+
+
+REFUSING = []  # the hook below, once registered
+
+
+def refuse_freed(optimizer, args, kwargs):
+    """Before any optimizer's step: one over parameters taken before FullyShardedModel freed them
+    would step nothing, silently."""
+    if any(getattr(param, "freed_by_sharding", False) for group in optimizer.param_groups
+           for param in group["params"]):
+        raise ValueError("the optimizer holds parameters FullyShardedModel freed: build it over "
+                         "model.parameters() after wrapping the model")
+
 
 def layer_units(module):
     """FSDP's default wrapping, per layer: each submodule holding trainable parameters of its own,
@@ -543,26 +544,9 @@ def layer_units(module):
 
 
 def cast_floats(value, dtype):
-    """`value` with every floating-point tensor in it (nested in tuples, lists and dicts) cast to
-    `dtype`."""
-    if torch.is_tensor(value):
-        return value.to(dtype) if value.is_floating_point() else value
-    if isinstance(value, (tuple, list)):
-        return type(value)(cast_floats(each, dtype) for each in value)
-    if isinstance(value, dict):
-        return {key: cast_floats(each, dtype) for key, each in value.items()}
-    return value
-
-
-def tensors_in(value):
-    """The tensors in `value`, nested in tuples, lists and dicts."""
-    if torch.is_tensor(value):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [tensor for each in value for tensor in tensors_in(each)]
-    if isinstance(value, dict):
-        return [tensor for each in value.values() for tensor in tensors_in(each)]
-    return []
+    """`value` with every floating tensor in it (in tuples, lists, dicts) cast to `dtype`."""
+    return tree_map(lambda each: each.to(dtype) if torch.is_tensor(each)
+                    and each.is_floating_point() else each, value)
 
 
 LEVELS = ("optimizer", "gradients", "parameters")  # ZeRO-1, ZeRO-2, ZeRO-3: --shard

@@ -13,7 +13,6 @@ not per parameter). no_sync() changes nothing here: ZeRO-1 averages only in
 `finish_gradient_synchronization()` anyway, and ZeRO-2 and ZeRO-3 average each backward into the
 shards' gradients, which add up.
 """
-import threading
 from contextlib import contextmanager, nullcontext
 
 import torch
@@ -45,23 +44,39 @@ def all_gather(output, shard):
 
 
 def future_of(work, result):
-    """A future completed with `result` when the library's `work` is: gloo's reduce-scatter offers
-    none of its own, so a thread waits for it (and completes the future as it ends)."""
+    """A future of `result`, complete when the library's `work` is. gloo's reduce-scatter offers
+    none of its own: then one that waits for `work` when waited on, in the caller's thread. A thread
+    waiting for it instead could outlive the process group and abort the process at its exit."""
     try:
         return work.get_future()
     except RuntimeError:
-        pass
-    future = torch.futures.Future()
+        return WaitedFuture(lambda: (work.wait(), result)[1])
 
-    def wait():
-        try:
-            work.wait()
-            future.set_result(result)
-        except Exception as error:  # noqa: BLE001 - the collective's error, raised where waited
-            future.set_exception(error)
 
-    threading.Thread(target=wait, daemon=True).start()
-    return future
+class WaitedFuture:
+    """The part of torch.futures.Future that the lesson and the timing layer use (wait, value,
+    then, done), computed by `compute()` when first waited on. A timed span around it ends there:
+    at most the collective's time plus the compute it overlapped."""
+
+    def __init__(self, compute):
+        self.compute = compute
+        self.result = None
+        self.finished = False
+
+    def wait(self):
+        if not self.finished:
+            self.result = self.compute()
+            self.finished = True
+        return self.result
+
+    value = wait
+
+    def done(self):
+        return self.finished
+
+    def then(self, callback):
+        # waited first: the timing layer's callback stamps the end of a collective that is over
+        return WaitedFuture(lambda: (self.wait(), callback(self))[1])
 
 
 COLLECTIVES = {"library": (reduce_scatter, all_gather),
@@ -200,19 +215,25 @@ class FullyShardedTraining(FullyShardedModel, WrappedModel):
         with labelled(self.recorder, f"unit {index}"):
             super().scatter_gradients(index)
 
+    def average_whole(self):
+        with labelled(self.recorder, "whole"):
+            super().average_whole()
+
     def make_optimizer(self, optimizer_class, **kwargs):
-        return optimizer_class(self.sharded_parameters(), **kwargs)
+        return optimizer_class(self.module.parameters(), **kwargs)
 
     @contextmanager
     def whole(self):
-        """Every parameter gathered whole in float32 inside the block (a collective: every rank
-        enters it)."""
+        """Every parameter gathered whole in float32, and shown in the module, inside the block (a
+        collective: every rank enters it)."""
         for index in range(len(self.units)):
             self.gather(index, torch.float32)
+            self.show(index, True)
         try:
             yield self.module
         finally:
             for index in range(len(self.units)):
+                self.show(index, False)
                 self.free(index)
 
     @contextmanager
@@ -226,25 +247,68 @@ class FullyShardedTraining(FullyShardedModel, WrappedModel):
             return {key: value.clone() for key, value in module.state_dict().items()}
 
     def load_full_state_dict(self, state):
-        """Take each unit's shard of a full state_dict (full_state_dict's)."""
-        names = {param: name for name, param in self.module.named_parameters()}
+        """Take each unit's shard of a full state_dict (full_state_dict's), and the rest whole."""
+        pieces = {piece for unit in self.pieces for piece in unit}
+        named = list(self.module.named_parameters(remove_duplicate=False))
+        name_of = {}
+        for name, piece in named:
+            if piece in pieces:
+                name_of.setdefault(piece, name)  # a tied piece by its first name, as saved
         with torch.no_grad():
-            for shard, master in zip(self.shards, self.masters):
-                values = [state[names[param]] for param in shard.params]
+            for shard, unit, master in zip(self.shards, self.pieces, self.masters):
+                values = [state[name_of[piece]] for piece in unit]
                 master.copy_(shard.own(shard.flatten(values, torch.float32)))
+            sharded = {name for name, param in named if param in pieces}
             own_state = self.module.state_dict()
-            for name, value in state.items():  # buffers and frozen parameters, whole everywhere
-                if name in own_state and own_state[name].numel():
+            for name, value in state.items():  # buffers and whole parameters, alike everywhere
+                if name in own_state and name not in sharded:
                     own_state[name].copy_(value)
 
     def optimizer_state_dict(self, optimizer):
-        """`optimizer`'s state (an optimizer over sharded_parameters()) gathered whole: loads at any
-        world size."""
+        """`optimizer`'s state (an optimizer over the model's parameters, the pieces) gathered
+        whole per unit, as one flat tensor per state key, the padding cut: loads at any world size.
+        The whole parameters' state follows, one entry each."""
         with labelled(self.recorder, "state"):
-            return gather_state(self.shards, optimizer.state_dict(), self.all_gather)
+            state = optimizer.state
+            full = {"param_groups": optimizer.state_dict()["param_groups"], "state": {}}
+            for index, (shard, pieces) in enumerate(zip(self.shards, self.pieces)):
+                values = [state.get(piece, {}) for piece in pieces]
+                full["state"][index] = {}
+                for key, value in values[0].items():
+                    if torch.is_tensor(value) and value.dim():
+                        mine = value.new_zeros(shard.shard_numel)
+                        for view, each in zip(shard.pieces(mine), values):
+                            view.copy_(each[key].reshape(-1))
+                        whole = value.new_empty(shard.padded_numel)
+                        self.all_gather(whole, mine).wait()
+                        value = whole[:shard.numel].clone()
+                    full["state"][index][key] = value
+            for number, param in enumerate(self.left_whole, start=len(self.shards)):
+                full["state"][number] = dict(state.get(param, {}))
+            return full
 
     def load_optimizer_state_dict(self, optimizer, full):
-        optimizer.load_state_dict(scatter_state(self.shards, full))
+        """Keep this rank's pieces of optimizer_state_dict()'s whole state."""
+        number = {param: position for position, param in enumerate(
+            param for group in optimizer.param_groups for param in group["params"])}
+        local = {}
+        for index, values in full["state"].items():
+            index = int(index)
+            if index >= len(self.shards):
+                local[number[self.left_whole[index - len(self.shards)]]] = values
+                continue
+            shard, pieces = self.shards[index], self.pieces[index]
+            for piece in pieces:
+                local[number[piece]] = {}
+            for key, value in values.items():
+                if torch.is_tensor(value) and value.dim() == 1 and value.numel() == shard.numel:
+                    padded = torch.nn.functional.pad(value, (0, shard.padded_numel - shard.numel))
+                    cut = [view.clone() for view in shard.pieces(shard.own(padded))]
+                else:
+                    cut = [value.clone() if torch.is_tensor(value) else value for _ in pieces]
+                for piece, each in zip(pieces, cut):
+                    local[number[piece]][key] = each
+        optimizer.load_state_dict({"param_groups": full["param_groups"], "state": local})
 
     def optimizer_layout(self):
         return layout("parameters", self.shards)

@@ -207,7 +207,8 @@ class Run:
             dtype = getattr(torch, compute_dtype) if compute_dtype else None
             self.model = FullyShardedTraining(self.module, compute_dtype=dtype,
                                               **collectives(collective_name))
-            self.optimizer = optimizer_class(self.model.sharded_parameters(), **options)
+            # built as torch users build it over fully_shard: over the model's parameters
+            self.optimizer = optimizer_class(self.model.parameters(), **options)
             self.shards = self.model.shards
             self.inner = self.optimizer
         elif level == "ZeroRedundancyOptimizer":
@@ -256,11 +257,21 @@ class Run:
                    for value in values.values() if torch.is_tensor(value) and value.dim())
 
     def kept(self):
-        """After backward: gradients the module's parameters still hold, and elements of its
-        trainable parameters still there (ZeRO-3 frees them)."""
-        trainable = [param for param in self.module.parameters() if param.requires_grad]
-        return {"gradients": sum(param.grad is not None for param in trainable),
+        """After backward: gradients the whole parameters still hold, and elements of them still
+        there (ZeRO-3 frees them: its module shows this rank's pieces instead); ZeRO-3's pieces'
+        gradients, as (name, shape, dtype, the piece's shape)."""
+        if self.level == "zero3":
+            trainable = [param for shard in self.model.shards for param in shard.params]
+        else:
+            trainable = [param for param in self.module.parameters() if param.requires_grad]
+        kept = {"gradients": sum(param.grad is not None for param in trainable),
                 "parameter elements": sum(param.numel() for param in trainable)}
+        if self.level == "zero3":
+            kept["piece gradients"] = [
+                (name, None if piece.grad is None else tuple(piece.grad.shape),
+                 None if piece.grad is None else str(piece.grad.dtype), tuple(piece.shape))
+                for name, piece in self.module.named_parameters() if piece.requires_grad]
+        return kept
 
     def gathered_state(self):
         """The optimizer state gathered whole (a collective), and each shard's parameter names.
@@ -704,7 +715,12 @@ def test_the_shards_hold_each_trainable_parameter_once_and_1_over_n_of_the_state
             assert len(numels) > 1, f"200-byte buckets should make several, not {numels}"
         else:
             assert numels == UNIT_NUMELS, f"rank {rank}: units of {numels} elements"
-        share = per_element * sum(math.ceil(numel / world_size) for numel in numels)
+        if level == "zero3":  # a state per piece: this rank's elements, not the padding
+            share = per_element * sum(
+                max(0, min(numel, (rank + 1) * math.ceil(numel / world_size))
+                    - rank * math.ceil(numel / world_size)) for numel in numels)
+        else:
+            share = per_element * sum(math.ceil(numel / world_size) for numel in numels)
         assert outcome["state_numel"] == share, \
             f"rank {rank} holds {outcome['state_numel']} elements of state, not {share}"
 
@@ -720,6 +736,22 @@ def test_zero2_and_zero3_keep_no_whole_gradient_and_zero3_no_whole_parameter(con
         assert outcome["kept"]["gradients"] == 0, f"rank {rank}: {outcome['kept']}"
         if configuration[0] == "zero3":
             assert outcome["kept"]["parameter elements"] == 0, f"rank {rank}: {outcome['kept']}"
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+@pytest.mark.parametrize("configuration", rubric_cases(
+    [c for c in LESSON + SIXTEEN_BIT if c[0] == "zero3"]))
+def test_zero3_gives_each_parameter_a_float32_gradient_of_its_pieces_shape(configuration,
+                                                                          world_size):
+    """As fully_shard: the module's trainable parameters are this rank's pieces, under their
+    names, and after the gradient sync each holds a float32 gradient of its own shape, in 16-bit
+    compute too."""
+    for rank, outcome in enumerate(runs(world_size, configuration)):
+        pieces = outcome["kept"]["piece gradients"]
+        assert [name for name, *_ in pieces] == ["embed.weight", "embed.bias", "first.weight",
+                                                 "first.bias", "second.bias", "head.weight"]
+        for name, shape, dtype, piece_shape in pieces:
+            assert (shape, dtype) == (piece_shape, "torch.float32"), f"rank {rank}, {name}"
 
 
 @pytest.mark.rubric("core.fsdp")

@@ -435,8 +435,10 @@ def train(model, forward, recorder, step):
 
 
 def whole_and_gradients(model):
-    """(elements of the trainable parameters held, how many of them hold a gradient)."""
-    params = [param for param in model.parameters() if param.requires_grad]
+    """(elements of the trainable parameters held, how many of them hold a gradient) of `model`
+    (a module, or a list of parameters)."""
+    params = model if isinstance(model, list) else model.parameters()
+    params = [param for param in params if param.requires_grad]
     return (sum(param.numel() for param in params),
             sum(param.grad is not None for param in params))
 
@@ -596,9 +598,11 @@ def fsdp_cases(rank, world_size, labels):
         with Recorder() as recorder:
             counting(model, recorder)
             version, options = versions[label]
+            whole = list(model.parameters())
             sharded = version(model, **through(recorder), **options)
-            optimizer = torch.optim.AdamW(sharded.sharded_parameters(), lr=LR)
-            held = train(model, sharded, recorder, functools.partial(step, optimizer, sharded))
+            optimizer = torch.optim.AdamW(sharded.parameters(), lr=LR)
+            # the whole parameters, which the module shows only while a unit computes
+            held = train(whole, sharded, recorder, functools.partial(step, optimizer, sharded))
         recorded[label] = (recorder.calls, held)
     return recorded
 
