@@ -108,25 +108,26 @@ def one_machine_section(numbers, results_dir):
 
 
 def one_machine_sweep(numbers, folder):
-    """Every series' spreads ('one_machine.<model>.<series>.w<n>.<field>') and shm's step over
-    DDP's and flat's, within each round."""
+    """Each model's series in the folder ('one_machine.<model>.<series>.w<n>.<field>': the
+    table's spreads) and shm's step over DDP's and flat's, within each round."""
     grouped = scaling_inputs.grouped_runs(folder)
     runs_of = scaling_inputs.runs_of
     rows = []
-    for model in ("mlp", "cnn"):
+    for model in [model for model in ("mlp", "cnn") if any(key[0] == model for key in grouped)]:
         single_runs = runs_of(grouped, model, "single", 1)
         for series in ONE_MACHINE_SERIES:
             for world in (1,) if series == "single" else (2, 4):
                 found = runs_of(grouped, model, series, world)
+                if not found:
+                    continue
                 name = f"one_machine.{model}.{series.replace('manual ', '')}.w{world}"
-                register_run_spreads(numbers, name, found)
+                register_run_spreads(numbers, name, found, ("step", "comm_exposed", "throughput"))
                 numbers.paired_ratio(f"{name}.vs_single", found, single_runs,
                                      "throughput_samples_per_s",
                                      formula="throughput / one process's, in the same round")
-                if found:
-                    rows.append([f"{model.upper()} {series.replace('manual ', '')}, {world}"]
-                                + [numbers.spread_text(f"{name}.{field}") for field in
-                                   ("step", "comm_exposed", "throughput", "vs_single")])
+                rows.append([f"{model.upper()} {series.replace('manual ', '')}, {world}"]
+                            + [numbers.spread_text(f"{name}.{field}") for field in
+                               ("step", "comm_exposed", "throughput", "vs_single")])
         for world in (2, 4):
             for against in ("ddp", "manual flat"):  # the same global batch per step
                 name = f"shm.{model}.w{world}.step_vs_{against.replace('manual ', '')}"

@@ -20,7 +20,6 @@ LINKS = {"fitted": "this machine's fit", "1g": "1 Gbit/s, emulated",
 FITTED_LINKS = {"fitted": "fit.projection", "1g": "emulated.fit.gloo.w2"}
 ALGORITHM_SLUGS = {"ring": "ring", "halving-doubling": "hd"}  # algorithm -> its part of names
 PROJECTED_FIELDS = {"step_s": "ms", "exposed_s": "ms", "efficiency": "percent", "bucket": "name"}
-REGISTERED_WORLDS = (cost_model.REFERENCE_WORLD_SIZE, cost_model.LARGE_WORLD_SIZE)
 # (model, ranks, link) of §5.4's table: points of the figure
 SCENARIOS = (("mlp", 64, "25g"), ("mlp", 256, "100g"), ("mlp", 256, "fitted"),
              ("cnn", 64, "25g"), ("cnn", 256, "100g"), ("cnn", 256, "fitted"))
@@ -155,13 +154,10 @@ def projection_section(numbers, results_dir, layouts):
         tables[f"text.drift.{model}"] = drift_text(numbers, results_dir, model)
         projector = functools.partial(project, sizes)
         base = [compute, f"{single}.backward.median"]
-        for world in REGISTERED_WORLDS:
-            for link in LINKS:
-                register_projections(numbers, model, projector, world, link,
-                                     base + cost[link] + shares)
         for world_model, world, link in SCENARIOS:
             if world_model == model:
                 name = f"project.{model}.{link}.n{world}"
+                register_projections(numbers, name, projector, world, base + cost[link] + shares)
                 scenario_rows.append([model.upper(), f"{world}, {LINKS[link]}",
                                       numbers.text(f"{name}.flat.efficiency"),
                                       with_bucket(numbers, name),
@@ -197,11 +193,11 @@ def projection_section(numbers, results_dir, layouts):
     return tables
 
 
-def register_projections(numbers, model, projector, world, link, inputs):
-    """'project.<model>.<link>.n<world>[.hd].<field>' (flat: '.flat.'): the best of flat and every
-    bucket size, and one flat all-reduce, with each algorithm."""
+def register_projections(numbers, scenario, projector, world, inputs):
+    """'<scenario>[.hd].<field>' (flat: '.flat.'): the best of flat and every bucket size, and one
+    flat all-reduce, with each algorithm."""
     for algorithm, slug in ALGORITHM_SLUGS.items():
-        name = f"project.{model}.{link}.n{world}" + ("" if slug == "ring" else f".{slug}")
+        name = scenario + ("" if slug == "ring" else f".{slug}")
         numbers.derived_fields(name, functools.partial(projector, world=world,
                                                        algorithm=algorithm),
                                inputs, PROJECTED_FIELDS,
