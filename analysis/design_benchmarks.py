@@ -140,18 +140,13 @@ def one_machine_sweep(numbers, folder):
 
 
 def shm_allreduce(numbers, bench):
-    """The worst shm / gloo bus-bandwidth ratio at 1 MiB and above per world size; the best."""
+    """The worst shm / gloo bus-bandwidth ratio at 1 MiB and above per world size."""
     document = load(bench) if os.path.exists(bench) else {}
     measured = document.get("shm_target", {}).get("per_world_size", {})
     for world in SHM_WORLDS:
         numbers.measured(f"shm.allreduce.w{world}.worst_ratio",
                          bench if str(world) in measured else None,
                          f"shm_target.per_world_size.{world}.worst_ratio", "ratio")
-    largest = [row["busbw_ratio_to_gloo"] for row in document.get("comparisons", [])
-               if row["implementation"] == "shm" and row["bytes"] >= 2**20]
-    numbers.add("shm.allreduce.best_ratio", max(largest) if largest else None, "ratio",
-                kind="derived", inputs=[f"{bench}#comparisons"],
-                formula="the largest shm / gloo busbw ratio at 1 MiB and above")
 
 
 def same_transport(numbers):

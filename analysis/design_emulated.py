@@ -41,10 +41,6 @@ def emulated_section(numbers, results_dir, layouts):
     folder = os.path.join(results_dir, "emulated")
     numbers.stated("emulated.rate", 1.0, "Gbit/s", "code",
                    "analysis/make_emulated_results.sh: LINK_RATE=1gbit")
-    numbers.stated("emulated.link_beta", LINK_BETA, "ns/byte", "code",
-                   "8 bits per byte / the configured rate")
-    numbers.stated("emulated.large_mib", LARGE_BYTES / 2**20, "MiB", "code",
-                   "design_emulated.LARGE_BYTES")
     ring_order_numbers(numbers, folder)
     context = fits_tables(numbers, folder)
     context["text.emulated.beta_vs_link"] = with_interval(numbers,
@@ -103,7 +99,6 @@ def fits_tables(numbers, folder):
     """Per file, implementation and world size: the α-β fit with its interval, β against the
     link's, the largest error at 1 MiB and more of the fit and of its α with the link's β."""
     rows = {implementation: [] for implementation in IMPLEMENTATIONS}
-    worst = {implementation: [] for implementation in IMPLEMENTATIONS}
     for name, label, layout in ALLREDUCE_FILES:
         path = os.path.join(folder, name)
         if not os.path.exists(path):
@@ -132,16 +127,11 @@ def fits_tables(numbers, folder):
                                 [f"{key}.alpha_s"], "percent",
                                 f"largest relative error with α fitted and β of the link, "
                                 f">= 1 MiB, rows of {path}")
-                worst[implementation].append(f"{key}.large_error")
                 rows[implementation].append([implementation, layout.format(n=world),
                                              with_interval(numbers, f"{key}.alpha_s"),
                                              with_interval(numbers, f"{key}.beta_vs_link"),
                                              numbers.text(f"{key}.large_error"),
                                              numbers.text(f"{key}.link_error")])
-    for implementation, names in worst.items():
-        numbers.derived(f"emulated.fit.{implementation}.worst_large_error",
-                        lambda *errors: max(errors), names, "percent",
-                        f"the largest error at >= 1 MiB of every {implementation} fit")
     columns = ["implementation", "layout", "α (95% interval)", "β ÷ the link's 8 ns/byte",
                "largest error ≥ 1 MiB", "… with the link's β"]
     return {f"table.emulated.fits{'' if implementation == 'gloo' else '.' + implementation}":
@@ -170,8 +160,6 @@ def ceiling_table(numbers, folder):
     path = os.path.join(folder, "link-ceiling.json")
     found = path if os.path.exists(path) else None
     numbers.measured("emulated.ceiling.rate", found, "highest_link_bound_rate", "name")
-    numbers.measured("emulated.ceiling.size", found, "rows[0].bytes", "bytes")
-    numbers.measured("emulated.ceiling.bound", found, "config.bound", "round-percent")
     if not found:
         return "*Not measured: run `sudo python -m benchmarks.link_ceiling`.*"
     by_rate = {}

@@ -68,10 +68,7 @@ def register_machine(numbers, grouped, top):
     anyone = (runs_of(grouped, "mlp", "single", 1) or next(iter(grouped.values())))[0]
     numbers.measured("machine.cores", anyone["path"], "environment.cores", "count")
     numbers.measured("machine.torch", anyone["path"], "environment.torch", "name")
-    largest_ddp = runs_of(grouped, "mlp", "ddp", top)
-    numbers.measured("machine.threads_largest", largest_ddp[0]["path"] if largest_ddp else None,
-                     "environment.threads_per_rank", "count")
-    for field in ("batch_size", "accum_steps", "val_samples", "warmup_steps", "epochs"):
+    for field in ("batch_size", "accum_steps", "val_samples"):
         numbers.measured(f"config.{field}", anyone["path"], f"config.{field}", "count")
     numbers.stated("config.largest_world", top, "count", "code",
                    "the largest world size among the runs")

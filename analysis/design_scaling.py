@@ -76,7 +76,6 @@ def register_assumptions(numbers):
         numbers.stated(f"assume.{name}", value, "us", "assumption", f"cost_model.{name.upper()}")
     for name, value in (("reference_world", cost_model.REFERENCE_WORLD_SIZE),
                         ("batch_factor", cost_model.LARGER_BATCH_FACTOR),
-                        ("smallest_world", min(cost_model.FIGURE_WORLD_SIZES)),
                         ("figure_largest_world", max(cost_model.FIGURE_WORLD_SIZES)),
                         ("largest_world", cost_model.LARGE_WORLD_SIZE),
                         ("draws", cost_model.BOOTSTRAP_DRAWS)):
@@ -99,12 +98,10 @@ def register_assumptions(numbers):
     steps, _ = cost_model.ring_coefficients(cost_model.LARGE_WORLD_SIZE)
     numbers.stated("latency.ring_steps", int(steps), "count", "model",
                    "cost_model.ring_coefficients: 2(n-1) message steps at LARGE_WORLD_SIZE")
-    for algorithm, slug in ALGORITHM_SLUGS.items():
-        numbers.derived(f"technique.latency_per_allreduce.{slug}",
-                        functools.partial(latency_term, algorithm,
-                                          cost_model.REFERENCE_WORLD_SIZE),
-                        ["assume.alpha_s"], "ms",
-                        f"{algorithm}: message steps x alpha at the reference world size")
+    numbers.derived("technique.latency_per_allreduce.ring",
+                    functools.partial(latency_term, "ring", cost_model.REFERENCE_WORLD_SIZE),
+                    ["assume.alpha_s"], "ms", "ring: message steps x alpha at the reference "
+                                              "world size")
 
 
 def register_readiness(numbers, results_dir, model):
@@ -223,16 +220,7 @@ def latency_shares(numbers, model, sizes):
     link = f"{max(cost_model.CLUSTER_LINKS_GBIT)}g"
     inputs = ["assume.alpha_s", f"assume.beta.{link}"]
     for algorithm, slug in ALGORITHM_SLUGS.items():
-        name = f"latency.{model}.{slug}"
-        numbers.derived(f"{name}.total_s",
-                        functools.partial(cost_model.allreduce_time, sum(sizes), world,
-                                          algorithm=algorithm),
-                        inputs, "ms",
-                        f"one {algorithm} all-reduce of the gradient, {world} ranks, {link}")
-        numbers.derived(f"{name}.latency_s", functools.partial(latency_term, algorithm, world),
-                        ["assume.alpha_s"], "ms",
-                        f"{algorithm}: message steps x alpha at {world} ranks")
-        numbers.derived(f"{name}.share",
+        numbers.derived(f"latency.{model}.{slug}.share",
                         functools.partial(cost_model.latency_share, sum(sizes), world,
                                           algorithm=algorithm),
                         inputs, "percent", "latency term / the all-reduce's time")
