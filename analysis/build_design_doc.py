@@ -171,14 +171,18 @@ def build(results_dir, out_dir):
     return documents
 
 
-def shown_names(numbers):
-    """The numbers a reader sees (quoted by a template, or given out by numbers.text) and every
-    number they are derived from."""
-    wanted = set(numbers.shown)
+def read_names(numbers):
+    """The names a reader sees: quoted by a template, or given out by numbers.text."""
+    names = set(numbers.shown)
     for path in glob.glob(os.path.join(TEMPLATES, "*.md")):
         with open(path) as file:
-            wanted |= set(PLACEHOLDER.findall(file.read()))
-    shown, stack = set(), [name for name in wanted if name in numbers.entries]
+            names |= set(PLACEHOLDER.findall(file.read()))
+    return names
+
+
+def shown_names(numbers):
+    """The numbers a reader sees and every number they are derived from."""
+    shown, stack = set(), [name for name in read_names(numbers) if name in numbers.entries]
     while stack:
         name = stack.pop()
         if name not in shown:
@@ -194,6 +198,9 @@ def numbers_json(numbers, results_dir):
     that a diff shows what changed."""
     entries, sources, ids = {}, {}, {}
     shown = shown_names(numbers)
+    # the absent numbers a reader sees, or that a shown number is derived from
+    absent = set(numbers.absent) & (read_names(numbers) | {
+        source for name in shown for source in numbers.entries[name].get("inputs", [])})
     for name, entry in numbers.entries.items():
         if name not in shown:
             continue
@@ -212,7 +219,8 @@ def numbers_json(numbers, results_dir):
             entry["derived_from"] = ids[identity]
         entries[name] = entry
     document = {"about": ABOUT, "results_dir": repo_relative(results_dir), "numbers": entries,
-                "sources": sources, "not_measured": sorted(set(numbers.absent))}
+                "sources": sources,
+                "not_measured": sorted(absent)}
 
     def line(value):
         return json.dumps(value, ensure_ascii=False)

@@ -108,25 +108,26 @@ def one_machine_section(numbers, results_dir):
 
 
 def one_machine_sweep(numbers, folder):
-    """Every series' spreads ('one_machine.<model>.<series>.w<n>.<field>') and shm's step over
-    DDP's and flat's, within each round."""
+    """Each model's series in the folder ('one_machine.<model>.<series>.w<n>.<field>': the
+    table's spreads) and shm's step over DDP's and flat's, within each round."""
     grouped = scaling_inputs.grouped_runs(folder)
     runs_of = scaling_inputs.runs_of
     rows = []
-    for model in ("mlp", "cnn"):
+    for model in [model for model in ("mlp", "cnn") if any(key[0] == model for key in grouped)]:
         single_runs = runs_of(grouped, model, "single", 1)
         for series in ONE_MACHINE_SERIES:
             for world in (1,) if series == "single" else (2, 4):
                 found = runs_of(grouped, model, series, world)
+                if not found:
+                    continue
                 name = f"one_machine.{model}.{series.replace('manual ', '')}.w{world}"
-                register_run_spreads(numbers, name, found)
+                register_run_spreads(numbers, name, found, ("step", "comm_exposed", "throughput"))
                 numbers.paired_ratio(f"{name}.vs_single", found, single_runs,
                                      "throughput_samples_per_s",
                                      formula="throughput / one process's, in the same round")
-                if found:
-                    rows.append([f"{model.upper()} {series.replace('manual ', '')}, {world}"]
-                                + [numbers.spread_text(f"{name}.{field}") for field in
-                                   ("step", "comm_exposed", "throughput", "vs_single")])
+                rows.append([f"{model.upper()} {series.replace('manual ', '')}, {world}"]
+                            + [numbers.spread_text(f"{name}.{field}") for field in
+                               ("step", "comm_exposed", "throughput", "vs_single")])
         for world in (2, 4):
             for against in ("ddp", "manual flat"):  # the same global batch per step
                 name = f"shm.{model}.w{world}.step_vs_{against.replace('manual ', '')}"
@@ -139,18 +140,13 @@ def one_machine_sweep(numbers, folder):
 
 
 def shm_allreduce(numbers, bench):
-    """The worst shm / gloo bus-bandwidth ratio at 1 MiB and above per world size; the best."""
+    """The worst shm / gloo bus-bandwidth ratio at 1 MiB and above per world size."""
     document = load(bench) if os.path.exists(bench) else {}
     measured = document.get("shm_target", {}).get("per_world_size", {})
     for world in SHM_WORLDS:
         numbers.measured(f"shm.allreduce.w{world}.worst_ratio",
                          bench if str(world) in measured else None,
                          f"shm_target.per_world_size.{world}.worst_ratio", "ratio")
-    largest = [row["busbw_ratio_to_gloo"] for row in document.get("comparisons", [])
-               if row["implementation"] == "shm" and row["bytes"] >= 2**20]
-    numbers.add("shm.allreduce.best_ratio", max(largest) if largest else None, "ratio",
-                kind="derived", inputs=[f"{bench}#comparisons"],
-                formula="the largest shm / gloo busbw ratio at 1 MiB and above")
 
 
 def same_transport(numbers):

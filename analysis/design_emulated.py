@@ -28,8 +28,7 @@ IMPLEMENTATIONS = ("gloo", "ring")
 RING_VARIANT = f"ring-receive-first-{RATE}.json"  # benchmarks/ring_variants/receive_first.py
 RING_NAMES = {"ring": "lesson", "candidate": "receive_first"}
 RING_QUOTED = ("lesson.w2.16m", "receive_first.w2.16m", "lesson.w4.1m", "receive_first.w4.1m")
-SERIES = ("ddp", "manual per-param", "manual flat", "manual bucketed")
-SHOWN_SERIES = ("ddp", "manual flat", "manual bucketed")  # §5.8's tables; per-param in numbers
+SERIES = ("ddp", "manual flat", "manual bucketed")  # §5.8's tables
 SHAPES = {2: "2 × 1", 4: "2 × 2"}  # world size -> nodes × ranks per node of the SLURM sweep
 FITS_OF_SHAPES = {2: "emulated.fit.gloo.w2", 4: "emulated.fit.gloo.w4.2pn"}
 SMALL_BUCKET_MB = 4.0  # the CNN's fc1 gradient (4.7 MB) in a bucket of its own
@@ -42,10 +41,6 @@ def emulated_section(numbers, results_dir, layouts):
     folder = os.path.join(results_dir, "emulated")
     numbers.stated("emulated.rate", 1.0, "Gbit/s", "code",
                    "analysis/make_emulated_results.sh: LINK_RATE=1gbit")
-    numbers.stated("emulated.link_beta", LINK_BETA, "ns/byte", "code",
-                   "8 bits per byte / the configured rate")
-    numbers.stated("emulated.large_mib", LARGE_BYTES / 2**20, "MiB", "code",
-                   "design_emulated.LARGE_BYTES")
     ring_order_numbers(numbers, folder)
     context = fits_tables(numbers, folder)
     context["text.emulated.beta_vs_link"] = with_interval(numbers,
@@ -104,7 +99,6 @@ def fits_tables(numbers, folder):
     """Per file, implementation and world size: the α-β fit with its interval, β against the
     link's, the largest error at 1 MiB and more of the fit and of its α with the link's β."""
     rows = {implementation: [] for implementation in IMPLEMENTATIONS}
-    worst = {implementation: [] for implementation in IMPLEMENTATIONS}
     for name, label, layout in ALLREDUCE_FILES:
         path = os.path.join(folder, name)
         if not os.path.exists(path):
@@ -133,16 +127,11 @@ def fits_tables(numbers, folder):
                                 [f"{key}.alpha_s"], "percent",
                                 f"largest relative error with α fitted and β of the link, "
                                 f">= 1 MiB, rows of {path}")
-                worst[implementation].append(f"{key}.large_error")
                 rows[implementation].append([implementation, layout.format(n=world),
                                              with_interval(numbers, f"{key}.alpha_s"),
                                              with_interval(numbers, f"{key}.beta_vs_link"),
                                              numbers.text(f"{key}.large_error"),
                                              numbers.text(f"{key}.link_error")])
-    for implementation, names in worst.items():
-        numbers.derived(f"emulated.fit.{implementation}.worst_large_error",
-                        lambda *errors: max(errors), names, "percent",
-                        f"the largest error at >= 1 MiB of every {implementation} fit")
     columns = ["implementation", "layout", "α (95% interval)", "β ÷ the link's 8 ns/byte",
                "largest error ≥ 1 MiB", "… with the link's β"]
     return {f"table.emulated.fits{'' if implementation == 'gloo' else '.' + implementation}":
@@ -171,8 +160,6 @@ def ceiling_table(numbers, folder):
     path = os.path.join(folder, "link-ceiling.json")
     found = path if os.path.exists(path) else None
     numbers.measured("emulated.ceiling.rate", found, "highest_link_bound_rate", "name")
-    numbers.measured("emulated.ceiling.size", found, "rows[0].bytes", "bytes")
-    numbers.measured("emulated.ceiling.bound", found, "config.bound", "round-percent")
     if not found:
         return "*Not measured: run `sudo python -m benchmarks.link_ceiling`.*"
     by_rate = {}
@@ -228,11 +215,10 @@ def training_rows(numbers, grouped, model, sizes, ddp_sent, shares):
                                 "backward, gradients ready as traced")
                 spread_over(numbers, f"{prefix}.busy_vs_predicted", f"{prefix}.comm_busy",
                             f"{prefix}.predicted_busy", "measured busy / predicted busy")
-            if series in SHOWN_SERIES:
-                rows.append([series, shape, numbers.text(f"{prefix}.step.median"),
-                             numbers.spread_text(f"{prefix}.comm_exposed"),
-                             numbers.text(f"{prefix}.predicted_exposed"),
-                             numbers.spread_text(f"{prefix}.busy_vs_predicted")])
+            rows.append([series, shape, numbers.text(f"{prefix}.step.median"),
+                         numbers.spread_text(f"{prefix}.comm_exposed"),
+                         numbers.text(f"{prefix}.predicted_exposed"),
+                         numbers.spread_text(f"{prefix}.busy_vs_predicted")])
     return rows
 
 
@@ -242,8 +228,8 @@ def smaller_buckets(numbers, folder):
     grouped = scaling_inputs.grouped_runs(folder)
     found = {series: grouped.get(("cnn", series, 2, SMALL_BUCKET_MB), [])
              for series in ("manual flat", "manual bucketed", "ddp")}
-    for series, runs in found.items():
-        register_run_spreads(numbers, f"emulated.bucket4.{series.replace('manual ', '')}", runs)
+    # flat's exposed time: the same work as the first session's flat, so their drift
+    register_run_spreads(numbers, "emulated.bucket4.flat", found["manual flat"], ("comm_exposed",))
     for series in ("manual bucketed", "ddp"):
         name = f"emulated.bucket4.{series.replace('manual ', '')}"
         numbers.paired_ratio(f"{name}.exposed_ratio", found[series], found["manual flat"],

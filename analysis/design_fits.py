@@ -11,10 +11,8 @@ from runtime.options import DEFAULT_BUCKET_MB
 IMPLEMENTATIONS = ("gloo", "ring")
 # (number's field, Fit attribute, unit) of each fit registered
 FIT_FIELDS = (("alpha_s", "alpha", "us"), ("beta_s_per_byte", "beta", "ns/byte"),
-              ("bandwidth", "bandwidth_gbps", "GB/s"), ("r2", "r2", "number"),
               ("median_relative_error", "median_relative_error", "percent"),
-              ("max_relative_error", "max_relative_error", "percent"),
-              ("points", "points", "count"))
+              ("max_relative_error", "max_relative_error", "percent"))
 FITS_COLUMNS = ["implementation", "ranks", "α (95% interval)", "β (95% interval)",
                 "median error", "largest error"]
 RESIDUAL_COLUMNS = ["size", "gloo median", "model, this n (error)", "model, all n (error)",
@@ -29,10 +27,7 @@ def register_fit(numbers, name, fit, bench, implementation, world=None, points=N
              else f"the verified {implementation} rows of every world size")
     scope = {"world_size": world} if world else {}
     for field, attribute, unit in FIT_FIELDS:
-        value = getattr(fit, attribute)
-        if field == "bandwidth" and fit.beta <= 0:
-            value = None  # no bandwidth term fitted: 1/β is not a number
-        numbers.add(f"{name}.{field}", value, unit, kind="fit", file=bench,
+        numbers.add(f"{name}.{field}", getattr(fit, attribute), unit, kind="fit", file=bench,
                     implementation=implementation, **scope,
                     formula=f"cost_model.fit_alpha_beta(world_size, bytes, median_s) of {where}")
     if points is None:
@@ -84,9 +79,6 @@ def allreduce_section(numbers, bench):
                             numbers.entries[source]["unit"],
                             "the smallest world size's fit: the fewest ranks per core")
     if fitted:
-        numbers.derived("fit.gloo.alpha_growth", lambda first, last: last / first,
-                        [f"fit.gloo.w{worlds[0]}.alpha_s", f"fit.gloo.w{worlds[-1]}.alpha_s"],
-                        "ratio", "alpha at the largest world size / at the smallest")
         for label, world in (("smallest", worlds[0]), ("largest", worlds[-1])):
             numbers.derived(f"fit.gloo.{label}.alpha_s", unchanged,
                             [f"fit.gloo.w{world}.alpha_s"], "us", "alias")

@@ -197,9 +197,9 @@ class Numbers:
 
     def spread_text(self, key):
         """'7.49 ms (7.05–7.60)': the median and the range, the unit once; '(one run)' alone."""
+        self.shown.update([f"{key}.median", f"{key}.n"])
         if self.value(f"{key}.median") is None:
             return NOT_MEASURED
-        self.shown.add(f"{key}.n")
         median = self.text(f"{key}.median")
         if self.value(f"{key}.n") == 1:
             return median + " (one run)"

@@ -12,8 +12,8 @@ from runtime.results import overlap
 QUIET = ("single", "ddp-no-sync")  # no communication: their comm fields are zero
 COMMUNICATING = ("ddp", "manual per-param", "manual flat", "manual bucketed", "manual ring")
 SERIES = QUIET + COMMUNICATING
-STEP_FIELDS = {"step": "ms", "data": "ms", "compute": "ms", "backward": "ms", "comm_busy": "ms",
-               "comm_hidden": "ms", "comm_exposed": "ms"}  # of a run's timing.across_ranks
+# of a run's timing.across_ranks, in ms; a run's data time and straggler figure are not quoted
+STEP_FIELDS = ("step", "compute", "backward", "comm_busy", "comm_hidden", "comm_exposed")
 PAIRS = (("manual flat", "manual per-param"), ("manual bucketed", "manual flat"),
          ("manual ring", "manual flat"), ("ddp", "manual bucketed"))
 REFERENCE = "manual flat"  # what every other strategy is compared with: one all-reduce, no overlap
@@ -36,20 +36,22 @@ def runs_of(grouped, model, series, world):
     return grouped.get((model, series, world, DEFAULT_BUCKET_MB), [])
 
 
-def register_run_spreads(numbers, prefix, runs):
-    """The spreads over `runs` of every quoted field, under `prefix`."""
-    for field, unit in STEP_FIELDS.items():
-        numbers.over_repeats(f"{prefix}.{field}", runs, f"timing.across_ranks.{field}.mean", unit,
-                             formula=f"the run's mean {field} per step")
-    numbers.over_repeats(f"{prefix}.overlap", runs,
-                         ("timing.across_ranks.comm_hidden.mean",
-                          "timing.across_ranks.comm_busy.mean"),
-                         "percent", combine=overlap,
-                         formula="comm_hidden / comm_busy (results.overlap)")
-    numbers.over_repeats(f"{prefix}.throughput", runs, THROUGHPUT, "samples/s",
-                         formula="throughput")
-    numbers.over_repeats(f"{prefix}.straggler", runs, "timing.straggler", "ratio",
-                         formula="the straggler figure")
+def register_run_spreads(numbers, prefix, runs, fields=(*STEP_FIELDS, "overlap", "throughput")):
+    """The spreads over `runs` of each of `fields` (STEP_FIELDS, overlap, throughput), under
+    `prefix`."""
+    for field in fields:
+        if field == "overlap":
+            numbers.over_repeats(f"{prefix}.overlap", runs,
+                                 ("timing.across_ranks.comm_hidden.mean",
+                                  "timing.across_ranks.comm_busy.mean"),
+                                 "percent", combine=overlap,
+                                 formula="comm_hidden / comm_busy (results.overlap)")
+        elif field == "throughput":
+            numbers.over_repeats(f"{prefix}.throughput", runs, THROUGHPUT, "samples/s",
+                                 formula="throughput")
+        else:
+            numbers.over_repeats(f"{prefix}.{field}", runs, f"timing.across_ranks.{field}.mean",
+                                 "ms", formula=f"the run's mean {field} per step")
 
 
 def compare(numbers, name, runs, others, field="timing.across_ranks.step.mean"):
@@ -66,10 +68,7 @@ def register_machine(numbers, grouped, top):
     anyone = (runs_of(grouped, "mlp", "single", 1) or next(iter(grouped.values())))[0]
     numbers.measured("machine.cores", anyone["path"], "environment.cores", "count")
     numbers.measured("machine.torch", anyone["path"], "environment.torch", "name")
-    largest_ddp = runs_of(grouped, "mlp", "ddp", top)
-    numbers.measured("machine.threads_largest", largest_ddp[0]["path"] if largest_ddp else None,
-                     "environment.threads_per_rank", "count")
-    for field in ("batch_size", "accum_steps", "val_samples", "warmup_steps", "epochs"):
+    for field in ("batch_size", "accum_steps", "val_samples"):
         numbers.measured(f"config.{field}", anyone["path"], f"config.{field}", "count")
     numbers.stated("config.largest_world", top, "count", "code",
                    "the largest world size among the runs")
@@ -125,7 +124,7 @@ def sweep_section(numbers, grouped, worlds):
 
 def row(numbers, grouped, model, series, world):
     """A row of the sweep table: step, exposed communication, overlap, efficiency, and the step
-    over flat's (compute, busy time, throughput and the straggler are in numbers.json)."""
+    over flat's."""
     name = key(model, series, world)
     cells = [numbers.spread_text(f"{name}.step")]
     cells += ["—", "—"] if series in QUIET else [
@@ -211,7 +210,7 @@ def bucket_sweep_section(numbers, grouped):
     for size in sizes:
         for series in BUCKETING:
             register_run_spreads(numbers, f"bucket.{slug(series)}.{size:g}",
-                                 runs.get(("mlp", series, world, size), []))
+                                 runs.get(("mlp", series, world, size), []), ("step",))
         rows.append([f"{size:g} MiB"] + [numbers.spread_text(f"bucket.{slug(series)}.{size:g}.step")
                                          for series in BUCKETING])
     takeaways = [best_size(numbers, runs, world, series, sizes) for series in BUCKETING]

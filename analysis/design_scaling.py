@@ -20,7 +20,6 @@ LINKS = {"fitted": "this machine's fit", "1g": "1 Gbit/s, emulated",
 FITTED_LINKS = {"fitted": "fit.projection", "1g": "emulated.fit.gloo.w2"}
 ALGORITHM_SLUGS = {"ring": "ring", "halving-doubling": "hd"}  # algorithm -> its part of names
 PROJECTED_FIELDS = {"step_s": "ms", "exposed_s": "ms", "efficiency": "percent", "bucket": "name"}
-REGISTERED_WORLDS = (cost_model.REFERENCE_WORLD_SIZE, cost_model.LARGE_WORLD_SIZE)
 # (model, ranks, link) of §5.4's table: points of the figure
 SCENARIOS = (("mlp", 64, "25g"), ("mlp", 256, "100g"), ("mlp", 256, "fitted"),
              ("cnn", 64, "25g"), ("cnn", 256, "100g"), ("cnn", 256, "fitted"))
@@ -77,7 +76,6 @@ def register_assumptions(numbers):
         numbers.stated(f"assume.{name}", value, "us", "assumption", f"cost_model.{name.upper()}")
     for name, value in (("reference_world", cost_model.REFERENCE_WORLD_SIZE),
                         ("batch_factor", cost_model.LARGER_BATCH_FACTOR),
-                        ("smallest_world", min(cost_model.FIGURE_WORLD_SIZES)),
                         ("figure_largest_world", max(cost_model.FIGURE_WORLD_SIZES)),
                         ("largest_world", cost_model.LARGE_WORLD_SIZE),
                         ("draws", cost_model.BOOTSTRAP_DRAWS)):
@@ -100,12 +98,10 @@ def register_assumptions(numbers):
     steps, _ = cost_model.ring_coefficients(cost_model.LARGE_WORLD_SIZE)
     numbers.stated("latency.ring_steps", int(steps), "count", "model",
                    "cost_model.ring_coefficients: 2(n-1) message steps at LARGE_WORLD_SIZE")
-    for algorithm, slug in ALGORITHM_SLUGS.items():
-        numbers.derived(f"technique.latency_per_allreduce.{slug}",
-                        functools.partial(latency_term, algorithm,
-                                          cost_model.REFERENCE_WORLD_SIZE),
-                        ["assume.alpha_s"], "ms",
-                        f"{algorithm}: message steps x alpha at the reference world size")
+    numbers.derived("technique.latency_per_allreduce.ring",
+                    functools.partial(latency_term, "ring", cost_model.REFERENCE_WORLD_SIZE),
+                    ["assume.alpha_s"], "ms", "ring: message steps x alpha at the reference "
+                                              "world size")
 
 
 def register_readiness(numbers, results_dir, model):
@@ -155,13 +151,10 @@ def projection_section(numbers, results_dir, layouts):
         tables[f"text.drift.{model}"] = drift_text(numbers, results_dir, model)
         projector = functools.partial(project, sizes)
         base = [compute, f"{single}.backward.median"]
-        for world in REGISTERED_WORLDS:
-            for link in LINKS:
-                register_projections(numbers, model, projector, world, link,
-                                     base + cost[link] + shares)
         for world_model, world, link in SCENARIOS:
             if world_model == model:
                 name = f"project.{model}.{link}.n{world}"
+                register_projections(numbers, name, projector, world, base + cost[link] + shares)
                 scenario_rows.append([model.upper(), f"{world}, {LINKS[link]}",
                                       numbers.text(f"{name}.flat.efficiency"),
                                       with_bucket(numbers, name),
@@ -197,11 +190,11 @@ def projection_section(numbers, results_dir, layouts):
     return tables
 
 
-def register_projections(numbers, model, projector, world, link, inputs):
-    """'project.<model>.<link>.n<world>[.hd].<field>' (flat: '.flat.'): the best of flat and every
-    bucket size, and one flat all-reduce, with each algorithm."""
+def register_projections(numbers, scenario, projector, world, inputs):
+    """'<scenario>[.hd].<field>' (flat: '.flat.'): the best of flat and every bucket size, and one
+    flat all-reduce, with each algorithm."""
     for algorithm, slug in ALGORITHM_SLUGS.items():
-        name = f"project.{model}.{link}.n{world}" + ("" if slug == "ring" else f".{slug}")
+        name = scenario + ("" if slug == "ring" else f".{slug}")
         numbers.derived_fields(name, functools.partial(projector, world=world,
                                                        algorithm=algorithm),
                                inputs, PROJECTED_FIELDS,
@@ -227,16 +220,7 @@ def latency_shares(numbers, model, sizes):
     link = f"{max(cost_model.CLUSTER_LINKS_GBIT)}g"
     inputs = ["assume.alpha_s", f"assume.beta.{link}"]
     for algorithm, slug in ALGORITHM_SLUGS.items():
-        name = f"latency.{model}.{slug}"
-        numbers.derived(f"{name}.total_s",
-                        functools.partial(cost_model.allreduce_time, sum(sizes), world,
-                                          algorithm=algorithm),
-                        inputs, "ms",
-                        f"one {algorithm} all-reduce of the gradient, {world} ranks, {link}")
-        numbers.derived(f"{name}.latency_s", functools.partial(latency_term, algorithm, world),
-                        ["assume.alpha_s"], "ms",
-                        f"{algorithm}: message steps x alpha at {world} ranks")
-        numbers.derived(f"{name}.share",
+        numbers.derived(f"latency.{model}.{slug}.share",
                         functools.partial(cost_model.latency_share, sum(sizes), world,
                                           algorithm=algorithm),
                         inputs, "percent", "latency term / the all-reduce's time")

@@ -29,8 +29,7 @@ MAIN_JOB_FIELDS = (("main.test_accuracy", "test.accuracy", "percent"),
                    ("main.epochs", "config.epochs", "count"),
                    ("main.world", "environment.world_size", "count"),
                    ("main.sync", "config.sync", "name"),
-                   ("main.total_time", "total_time_s", "s"),
-                   ("main.throughput", "throughput_samples_per_s", "samples/s"))
+                   ("main.total_time", "total_time_s", "s"))
 LOAD = "environment.load_average_1min_at_start"
 
 
@@ -238,8 +237,6 @@ def main_job_section(numbers, results_dir):
     numbers.over_repeats("main.seeds.accuracy", runs, "test.accuracy", "percent")
     numbers.over_repeats("main.seeds.time", runs, "total_time_s", "s")
     loader = existing(os.path.join(results_dir, "dataloader-bench.json"))
-    numbers.measured("loader.in_memory_s", loader, "median_seconds.in_memory", "s")
-    numbers.measured("loader.dataloader_s", loader, "median_seconds.dataloader", "s")
     numbers.measured("loader.ratio", loader, "ratio", "ratio")
     return {"main.seeds.accuracy": numbers.spread_text("main.seeds.accuracy"),
             "main.seeds.time": numbers.spread_text("main.seeds.time")}

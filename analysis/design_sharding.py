@@ -105,15 +105,13 @@ def main_job_table(numbers, results_dir):
 
 def describe_run(numbers, path, document):
     """Registers the run's settings ('sharding.steps', '.warmup', '.repeats', '.batch', '.bucket_mb'
-    and the threads per rank at 1 and 4 ranks); returns the command it was made with."""
+    and the load average); returns the command it was made with."""
     source = path if document.get("config") else None
     for name, field, unit in (("steps", "config.steps", "count"),
                               ("warmup", "config.warmup", "count"),
                               ("repeats", "config.repeats", "count"),
                               ("batch", "config.batch_size", "count"),
                               ("bucket_mb", "config.bucket_mb", "MiB"),
-                              ("threads.w1", "environment.threads_per_rank.1", "count"),
-                              ("threads.w4", "environment.threads_per_rank.4", "count"),
                               ("load_average", "environment.load_average_1min_at_start",
                                "number")):
         numbers.measured(f"sharding.{name}", source, field, unit)
