@@ -146,6 +146,9 @@ class SharedMemoryAllReduce:
     the counter sees the data; an aligned 8-byte store is atomic. Weaker machines (ARM, POWER)
     need a fence between the two, which torch does not offer: the constructor refuses them.
 
+    The same segment gives the two halves ZeRO needs, for the ranks of one host: `reduce_scatter`
+    (each rank sums chunk r of every slot) and `all_gather` (each rank copies every slot).
+
     Several hosts: ranks share memory when they share the host's name and network namespace (two
     SLURM nodes emulated on one machine share the name only). Each host sums in shared memory,
     its lowest rank (the leader) all-reduces the host's sum with the other leaders through the
@@ -222,6 +225,49 @@ class SharedMemoryAllReduce:
                 for piece in pieces:
                     self.broadcast_on_host(piece)
         return tensor
+
+    def reduce_scatter(self, output, tensor):
+        """Chunk r of the sum over this host's ranks of `tensor` (n equal chunks) into rank r's
+        `output`, as dist.reduce_scatter_single does: each rank writes its tensor to its slot,
+        sums chunk r of every slot, and reads nothing else. One host only."""
+        chunks = self.halves_on_one_host(tensor).view(self.local_world, -1)
+        step = max(1, self.slot_bytes // (tensor.element_size() * self.local_world))
+        for begin in range(0, chunks.shape[1], step):  # a column of every chunk per piece
+            columns = chunks[:, begin:begin + step]
+            width = columns.shape[1]
+            self.region(self.local_rank, tensor.dtype, columns.numel()).view_as(
+                columns).copy_(columns)
+            self.arrive_and_wait()  # every slot written
+            slots = self.data[:self.local_world * self.slot_bytes].view(tensor.dtype)
+            mine = slots.view(self.local_world, -1)[:, :columns.numel()].view(
+                self.local_world, self.local_world, width)[:, self.local_rank]  # chunk r of each
+            accumulate = torch.float32 if tensor.element_size() < 4 else tensor.dtype
+            output[begin:begin + width].copy_(mine.sum(dim=0, dtype=accumulate))
+            self.arrive_and_wait()  # every rank has read: the next piece may overwrite
+        return output
+
+    def all_gather(self, output, shard):
+        """Every rank's `shard` into chunk r of `output` on every rank of this host, as
+        dist.all_gather_single does: each rank writes its shard to its slot and copies all of
+        them. `shard` may be `output`'s own chunk r. One host only."""
+        chunks = self.halves_on_one_host(output).view(self.local_world, -1)
+        step = max(1, self.slot_bytes // shard.element_size())
+        for begin in range(0, shard.numel(), step):
+            piece = shard.view(-1)[begin:begin + step]
+            self.region(self.local_rank, shard.dtype, piece.numel()).copy_(piece)
+            self.arrive_and_wait()  # every slot written
+            for index in range(self.local_world):
+                chunks[index, begin:begin + piece.numel()].copy_(
+                    self.region(index, shard.dtype, piece.numel()))
+            self.arrive_and_wait()  # every rank has read
+        return output
+
+    def halves_on_one_host(self, tensor):
+        """`tensor`, flat, where the halves can take it: every rank on this host."""
+        if self.leaders is not None:
+            raise RuntimeError("the shared-memory reduce-scatter and all-gather join the ranks of "
+                               "one host; across hosts use the ring's or the library's")
+        return tensor.view(-1)
 
     def own_slot(self, dtype, length):
         """This rank's slot as a tensor of `length` `dtype`s, for a caller that keeps its buffer

@@ -81,11 +81,51 @@ def compare_with_library(rank, world_size):
     return mismatches, paths
 
 
+def compare_halves_with_library(rank, world_size):
+    """[(half, dtype, chunk, what differs)] of the shared-memory reduce-scatter and all-gather
+    against the library's, on one host, for chunks that fit a slot and chunks that take several
+    pieces; and what the halves say across two hosts."""
+    from manual_collectives import SharedMemoryAllReduce
+
+    shared = SharedMemoryAllReduce(SLOT_BYTES)
+    found = []
+    for dtype in DTYPES:
+        for chunk in (1, 7, 20_011):
+            generator = torch.Generator().manual_seed(rank * 1000 + chunk)
+            # small integers: every order of addition gives the library's bits
+            tensor = torch.randint(-8, 9, (chunk * world_size,), generator=generator).to(dtype)
+            library = tensor.new_empty(chunk)
+            dist.reduce_scatter_single(library, tensor.clone())
+            if not torch.equal(shared.reduce_scatter(tensor.new_empty(chunk), tensor), library):
+                found.append(("reduce_scatter", str(dtype), chunk, "differs"))
+            shard = torch.randn(chunk, generator=generator).to(dtype)
+            library = shard.new_empty(chunk * world_size)
+            dist.all_gather_single(library, shard)
+            if not torch.equal(shared.all_gather(shard.new_empty(chunk * world_size), shard),
+                               library):
+                found.append(("all_gather", str(dtype), chunk, "differs"))
+            in_place = shard.new_zeros(chunk * world_size)
+            own = in_place.view(world_size, -1)[rank]
+            own.copy_(shard)
+            if not torch.equal(shared.all_gather(in_place, own), library):
+                found.append(("all_gather", str(dtype), chunk, "differs with the shard in place"))
+    two_hosts = SharedMemoryAllReduce(SLOT_BYTES, host=f"host{rank % 2}")
+    try:
+        two_hosts.all_gather(torch.empty(world_size), torch.ones(1))
+        found.append(("all_gather", "", 1, "took ranks of two hosts"))
+    except RuntimeError as error:
+        if "one host" not in str(error):
+            found.append(("all_gather", "", 1, str(error)))
+    return found
+
+
 def all_cases(rank, world_size):
-    """Every case of one world size, in one launch: the sums, the paths, and at 3 ranks DDP."""
+    """Every case of one world size, in one launch: the sums, the paths, the halves (from 2 ranks)
+    and at 3 ranks DDP."""
     mismatches, paths = compare_with_library(rank, world_size)
+    halves = compare_halves_with_library(rank, world_size) if world_size > 1 else []
     ddp = train_ddp(rank, world_size) if world_size == DDP_WORLD_SIZE else None
-    return mismatches, paths, ddp
+    return mismatches, paths, ddp, halves
 
 
 @launch_once
@@ -95,15 +135,23 @@ def outcomes(world_size):
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5])
 def test_shm_all_reduce_equals_dist_all_reduce_for_awkward_lengths_dtypes_and_hosts(world_size):
-    for rank, (mismatches, _, _) in enumerate(outcomes(world_size)):
+    for rank, (mismatches, _, _, _) in enumerate(outcomes(world_size)):
         for layout, found in mismatches.items():
             # each case as dist.all_reduce (integers), within one rounding (random values)
             assert found == [], f"rank {rank}, {layout}: (dtype, length, data, problem) {found}"
 
 
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_shm_reduce_scatter_and_all_gather_equal_the_librarys_on_one_host_only(world_size):
+    for rank, (_, _, _, halves) in enumerate(outcomes(world_size)):
+        # to the bit (integer sums; an all-gather only copies), in one piece or several; two
+        # hosts refused in one line
+        assert halves == [], f"rank {rank}: (half, dtype, chunk, problem) {halves}"
+
+
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_no_segment_is_left_in_dev_shm_after_the_collective_is_set_up(world_size):
-    for _, paths, _ in outcomes(world_size):
+    for _, paths, _, _ in outcomes(world_size):
         # unlinked once every rank had mapped it: nothing to clean up, however the run ends
         assert paths and not any(os.path.exists(path) for path in paths), paths
 
@@ -139,7 +187,7 @@ def train_ddp(rank, world_size):
 
 
 def test_ddp_with_the_shm_comm_hook_trains_exactly_as_ddp():
-    for rank, (_, _, histories) in enumerate(outcomes(DDP_WORLD_SIZE)):
+    for rank, (_, _, histories, _) in enumerate(outcomes(DDP_WORLD_SIZE)):
         for step, (theirs, mine) in enumerate(zip(histories["none"], histories["shm"])):
             # float32 sums of 3 values in different orders: a few roundings apart at most
             torch.testing.assert_close(mine, theirs, rtol=1e-6, atol=1e-7,
