@@ -10,9 +10,11 @@ Configurations, each training with AdamW (lr 1e-3, fused):
   zero3-no-prefetch  the same, each gather started only when its layer needs it
 Per rank: the bytes of parameters, gradients and optimizer state it holds (runtime/memory.py's
 MemoryWatch, just before the optimizer step), its peak resident memory, the bytes it sends per step
-(from each collective's bytes as the timing layer records them: a ring all-reduce of B bytes sends
-2B(n-1)/n, a reduce-scatter of input B or an all-gather of output B sends B(n-1)/n), and the median
-over its steps of timing.py's fields: step, compute, communication busy, hidden and exposed.
+as the timing layer measures them and what carried them (the library's process group, gloo: its
+reduce-scatter is a whole all-reduce, so ZeRO sends more than the formula; timing.SENT_BY_LIBRARY),
+beside what a ring sends for the same collectives (an all-reduce of B bytes 2B(n-1)/n, a
+reduce-scatter of input B or an all-gather of output B, B(n-1)/n), and the median over its steps of
+timing.py's fields: step, compute, communication busy, hidden and exposed.
 A gather inside forward is "hidden" by those definitions (compute has not ended): the step time,
 not the hidden share, says what prefetching buys.
 
@@ -199,10 +201,13 @@ def rank_result(run, world, reset, rss_at_start):
     sent = sum(zero_formulas.bytes_sent(zero_formulas.collective_kind(name), nbytes, world)
                for name, nbytes in layout)
     held = run.watch.record()
+    measured = run.timer.bytes_sent()
     records = run.timer.take_epoch()
     return {"held_bytes": {key: held[key] for key in CATEGORIES + ("model_states",)},
             "peak_rss_bytes": held["peak_rss"], "rss_at_start_bytes": rss_at_start,
             "peak_rss_reset": reset, "bytes_sent_per_step": sent,
+            "transport": measured["transport"],
+            "bytes_measured_per_step": measured["measured_per_step"],
             "same_collectives_every_step": all(step == layout for step in run.collectives),
             "collectives": [{"name": name, "kind": zero_formulas.collective_kind(name),
                              "bytes": nbytes} for name, nbytes in layout],
@@ -242,7 +247,10 @@ def measurement(name, model_name, run, world, per_rank):
             "peak_rss_bytes": max(rank["peak_rss_bytes"] for rank in per_rank),
             "peak_rss_growth_bytes": max(rank["peak_rss_bytes"] - rank["rss_at_start_bytes"]
                                          for rank in per_rank),
+            # a ring's bytes for the recorded collectives, and what left the rank: the most of any
             "bytes_sent_per_step": max(rank["bytes_sent_per_step"] for rank in per_rank),
+            "transport": per_rank[0]["transport"],
+            "bytes_measured_per_step": max(rank["bytes_measured_per_step"] for rank in per_rank),
             "collectives": per_rank[0]["collectives"],
             "same_collectives_every_step": all(rank["same_collectives_every_step"]
                                                and rank["collectives"] == per_rank[0]["collectives"]
@@ -353,6 +361,8 @@ def summarize(rows):
             "peak_rss_bytes": spread([row["peak_rss_bytes"] for row in repeats]),
             "peak_rss_growth_bytes": spread([row["peak_rss_growth_bytes"] for row in repeats]),
             "bytes_sent_per_step": spread([row["bytes_sent_per_step"] for row in repeats]),
+            "transport": first["transport"],
+            "bytes_measured_per_step": spread([row["bytes_measured_per_step"] for row in repeats]),
             "step_ratio_to_ddp": spread_or_none([row["step_ratio_to_ddp"] for row in repeats]),
             "model_states_ratio_to_ddp": spread_or_none([row["model_states_ratio_to_ddp"]
                                                          for row in repeats]),
@@ -371,9 +381,11 @@ def megabytes(value):
 
 def print_table(summary):
     """Side by side: model states (measured, formula, x DDP), peak RSS, bytes sent per step
-    (measured, formula), step and its communication, medians with the step's spread."""
+    (measured, by what transport, the formula), step and its communication, medians with the
+    step's spread."""
     print(f"\n{'model':>5} {'n':>2} {'configuration':>17} {'states MB':>9} {'formula':>8} "
-          f"{'x ddp':>6} {'RSS MB':>7} {'sent MB':>8} {'formula':>8} {'step ms (min-max)':>20} "
+          f"{'x ddp':>6} {'RSS MB':>7} {'sent MB':>8} {'over':>14} {'formula':>8} "
+          f"{'step ms (min-max)':>20} "
           f"{'x ddp':>5} {'busy':>7} {'hidden':>7} {'exposed':>7}")
     for entry in summary:
         formula = entry["formula"]
@@ -384,7 +396,8 @@ def print_table(summary):
               f"{megabytes(formula['held_bytes']['model_states']):>8} "
               f"{'' if states_ratio is None else format(states_ratio['median'], '.2f'):>6} "
               f"{entry['peak_rss_bytes']['median'] / 1e6:>7.0f} "
-              f"{megabytes(entry['bytes_sent_per_step']['median']):>8} "
+              f"{megabytes(entry['bytes_measured_per_step']['median']):>8} "
+              f"{entry['transport'] or '':>14} "
               f"{megabytes(formula['bytes_sent_per_step']):>8} "
               f"{range_text(entry['median_step_s'], 1e3):>20} "
               f"{'' if step_ratio is None else format(step_ratio['median'], '.2f'):>5} "
@@ -392,9 +405,10 @@ def print_table(summary):
                          for field in ("comm_busy", "comm_hidden", "comm_exposed")))
     repeats = max(entry["repeats"] for entry in summary)
     print(f"(per rank; MB = 1e6 bytes; states: parameters + gradients + optimizer state held "
-          f"before the step;\n sent: bytes a rank sends per step; ms: the median over steps, "
-          f"median (min-max) over {repeats} repeats;\n x ddp: within each repeat; formulas: "
-          "analysis/zero_formulas.py, without the shards' padding)")
+          "before the step;\n sent: bytes that left a rank per step, measured; over: what carried "
+          f"them;\n ms: the median over steps, median (min-max) over {repeats} repeats; "
+          "x ddp: within each repeat;\n formulas: "
+          "analysis/zero_formulas.py, a ring's bytes, without the shards' padding)")
 
 
 def main(argv=None):

@@ -81,6 +81,7 @@ class WaitedFuture:
 
 COLLECTIVES = {"library": (reduce_scatter, all_gather),
                "ring": (reduce_scatter_by_ring, all_gather_by_ring)}  # --collectives
+TRANSPORT = {"library": "library", "ring": "point-to-point"}  # what carries them (runtime.timing)
 
 
 def collectives(name="library", recorder=None, message="bucket", layers=()):
@@ -93,7 +94,7 @@ def collectives(name="library", recorder=None, message="bucket", layers=()):
         for layer in layers:
             collective = layer(collective)
         if recorder is not None:
-            collective = timed(collective, recorder, kind, message)
+            collective = timed(collective, recorder, kind, message, TRANSPORT[name])
         made[kind.replace("-", "_")] = collective
     return made
 

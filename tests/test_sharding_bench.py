@@ -92,6 +92,21 @@ def test_bytes_per_step_are_the_rings_bytes_of_the_recorded_collectives(document
 
 
 @pytest.mark.rubric("core.end_to_end")
+def test_bytes_measured_over_the_library_are_what_gloo_sends_beside_the_rings(document):
+    for (world, name), row in rows_of(document).items():
+        padded = padded_bytes(row)
+        # gloo's all-reduce and all-gather are rings; its reduce-scatter is a whole all-reduce
+        reduce_scatter, gathers = {"ddp": (0, 0), "zero3": (2, 2),
+                                   "zero3-no-prefetch": (2, 2)}.get(name, (2, 1))
+        expected = 2 * padded if name == "ddp" else (reduce_scatter + gathers) * padded
+        assert row["transport"] == "library"
+        assert row["bytes_measured_per_step"] == expected * (world - 1) // world
+        # the ring's figure is the formula's: the measured one is higher wherever ZeRO scatters
+        assert (row["bytes_measured_per_step"] > row["bytes_sent_per_step"]) == (
+            world > 1 and name != "ddp")
+
+
+@pytest.mark.rubric("core.end_to_end")
 def test_each_level_holds_its_shards_one_nth_of_ddps_plus_the_padding(document):
     rows = rows_of(document)
     for world in WORLDS:
