@@ -14,15 +14,16 @@ one chunk between them:
               gathered just before its forward and its backward and freed after
 Bytes sent per rank and step (P the parameter bytes): DDP 2P(n-1)/n; ZeRO-1 and 2 the same;
 ZeRO-3 3P(n-1)/n (a second all-gather, for backward). runtime/sharded.py adds what a run needs:
-the library's and shared memory's collectives, timed; state gathered for checkpoints.
+the library's collectives, timed; mixed precision; state gathered for checkpoints.
 """
 import itertools
+from functools import partial
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
-from torch.utils._pytree import tree_leaves, tree_map
+from torch.utils._pytree import tree_leaves
 
 from manual_allreduce import DEFAULT_BUCKET_MB, completed
 
@@ -45,21 +46,18 @@ def ring_reduce_scatter(output, tensor):
     incoming = torch.empty_like(chunks[0])
     right, left = (rank + 1) % world, (rank - 1) % world
     for step in range(world - 1):
-        send = chunks[(rank - step - 1) % world]
-        receive = chunks[(rank - step - 2) % world]
-        request = dist.isend(send, right)
+        request = dist.isend(chunks[(rank - step - 1) % world], right)
         dist.recv(incoming, left)
         request.wait()
-        receive.add_(incoming)
+        chunks[(rank - step - 2) % world].add_(incoming)
     output.copy_(chunks[rank])
     return output
     # END SOLUTION
 
 
 def ring_all_gather(output, shard):
-    """Every rank's `shard` into chunk r of `output` on every rank, as
-    dist.all_gather_single, around the ring: (n-1)/n of `output` sent per rank. `shard` may
-    be `output`'s own chunk r."""
+    """Every rank's `shard` into chunk r of `output` on every rank, as dist.all_gather_single,
+    around the ring: (n-1)/n of `output` sent per rank. `shard` may be `output`'s chunk r."""
     # BEGIN PROMPT
     # Only point-to-point messages, no collective; chunk i is output.view(n, -1)[i]. Copy your
     # shard into chunk r; at step s (0 to n-2) send chunk (r - s) mod n to rank (r + 1) mod n with
@@ -80,8 +78,7 @@ def ring_all_gather(output, shard):
     # END SOLUTION
 
 
-# The classes below take their collectives as `collective(output, input)`, returning a future:
-# the ring's by default (complete, the ring blocks); the runtime passes others, timed.
+# The classes' collectives: (output, input) in, a future out; the ring's by default, blocking.
 def reduce_scatter_by_ring(output, tensor):
     return completed(ring_reduce_scatter(output, tensor))
 
@@ -92,8 +89,7 @@ def all_gather_by_ring(output, shard):
 
 # --- 2. The shard: rank r owns one equal, contiguous piece of the flat parameters ---------------
 def trainable(params):
-    """Each parameter that takes gradients, once (tied ones are one tensor); frozen ones stay
-    whole on every rank, as in DDP."""
+    """Each parameter that takes gradients, once (tied ones are one); frozen ones stay whole."""
     return list({id(param): param for param in params if param.requires_grad}.values())
 
 
@@ -111,12 +107,12 @@ class FlatShard:
         self.offsets = [0] + list(itertools.accumulate(param.numel() for param in params))
 
     def flatten(self, tensors, dtype=None):
-        """`tensors` (one per parameter; None as zeros) end to end in a new padded flat buffer."""
+        """A new padded flat buffer of `tensors` end to end (one per parameter; None as zeros)."""
         first = self.params[0]
         flat = torch.zeros(self.padded_numel, dtype=dtype or first.dtype, device=first.device)
         for tensor, start, end in zip(tensors, self.offsets, self.offsets[1:]):
             if tensor is not None:
-                flat[start:end].copy_(tensor.reshape(-1))
+                flat[start:end].copy_(tensor.detach().reshape(-1))
         return flat
 
     def views(self, flat):
@@ -141,16 +137,13 @@ class ShardedOptimizer:
     """`ShardedOptimizer(model.parameters(), torch.optim.AdamW, lr=1e-3)` where code says
     `ZeroRedundancyOptimizer(...)`: any torch.optim class, stepping this rank's shard only (1/n of
     the state), on a plain model whose ranks start equal: `step()` also averages the gradients (a
-    reduce-scatter) and all-gathers the updated parameters, so no DDP goes around it. torch's
-    ZeRO-1 partitions whole parameters among the ranks, averages every gradient with DDP's
-    all-reduce and broadcasts each parameter from its owner after the step: uneven shards, the
-    same bytes again in n broadcasts. Here the shards are equal slices of one flat buffer, and the
-    reduce-scatter sends half of an all-reduce: the two halves together cost one all-reduce.
+    reduce-scatter) and all-gathers the updated parameters, so no DDP goes around it. (torch's
+    all-reduces every gradient, then broadcasts each whole parameter from its owner: more bytes.)
 
     The parameters become views of one flat buffer, their gradients of another (DDP's
     gradient_as_bucket_view), reduce-scattered in place: zero_grad() after every step. ZeRO-2
-    (`shard_gradients=True`) keeps no gradient: each bucket of up to `bucket_mb` MiB, parameters
-    in reverse, is reduce-scattered as soon as backward has made it, then freed."""
+    (`shard_gradients=True`) keeps no gradient: each bucket of up to `bucket_mb` MiB is
+    reduce-scattered as soon as backward has made it, then freed."""
 
     def __init__(self, params, optimizer_class, *, shard_gradients=False,
                  bucket_mb=DEFAULT_BUCKET_MB, reduce_scatter=reduce_scatter_by_ring,
@@ -170,8 +163,7 @@ class ShardedOptimizer:
         self.reduce_scatter, self.all_gather = reduce_scatter, all_gather
         self.flat_params, self.flat_grads = [], []
         for shard in self.shards:
-            with torch.no_grad():
-                flat = shard.flatten(shard.params)
+            flat = shard.flatten(shard.params)
             for param, view in zip(shard.params, shard.views(flat)):
                 param.data = view  # the parameter now lives in the flat buffer
             self.flat_params.append(flat)
@@ -194,9 +186,8 @@ class ShardedOptimizer:
                 param.register_post_accumulate_grad_hook(self._grad_ready)
 
     def start_reduce_scatter(self, index, grad_flat):
-        """Divide shard `index`'s flat gradient (before the sum, as DDP) and start its
-        reduce-scatter: ZeRO-1 in place, into its own shard; ZeRO-2 into a new tensor, so that the
-        bucket's buffer is freed once sent."""
+        """Divide shard `index`'s flat gradient (before the sum, as DDP), start its reduce-scatter:
+        ZeRO-1 in place, into its own shard; ZeRO-2 into a new tensor, the bucket then freed."""
         # BEGIN PROMPT
         # Divide grad_flat by the world size in place. The output: ZeRO-1 (not
         # self.shard_gradients) this rank's own shard of grad_flat (FlatShard.own), ZeRO-2 a new
@@ -206,12 +197,9 @@ class ShardedOptimizer:
         # BEGIN SOLUTION Task 11: starting a gradient's reduce-scatter
         shard = self.shards[index]
         grad_flat.div_(shard.world)
-        if self.shard_gradients:
-            output = grad_flat.new_empty(shard.shard_numel)
-        else:
-            output = shard.own(grad_flat)
-        future = self.reduce_scatter(output, grad_flat)
-        self.pending.append((index, future, output))
+        output = (grad_flat.new_empty(shard.shard_numel) if self.shard_gradients
+                  else shard.own(grad_flat))
+        self.pending.append((index, self.reduce_scatter(output, grad_flat), output))
         # END SOLUTION
 
     def _grad_ready(self, param):
@@ -252,10 +240,7 @@ class ShardedOptimizer:
         for index, future, output in self.pending:
             future.wait()
             master = self.masters[index]
-            if master.grad is None:
-                master.grad = output
-            else:
-                master.grad += output
+            master.grad = output if master.grad is None else master.grad.add_(output)
         self.pending = []
         # END SOLUTION
         self.reduced = True
@@ -282,16 +267,14 @@ class ShardedOptimizer:
         """ZeRO-1's flat gradient buffers zeroed (.grad are views of them), the others freed."""
         for grads in self.flat_grads:
             grads.zero_()
-        if self.shard_gradients:
-            for shard in self.shards:
-                for param in shard.params:
-                    param.grad = None
+        for param in self.shard_of if self.shard_gradients else ():
+            param.grad = None
         for master in self.masters:
             master.grad = None
 
+
 def buckets(params, bucket_mb):
-    """ZeRO-2's buckets: parameters in reverse (the order backward makes them), up to `bucket_mb`
-    MiB each, a larger parameter alone."""
+    """ZeRO-2's buckets: parameters in reverse (backward's order), up to `bucket_mb` MiB each."""
     groups, size = [[]], 0
     for param in reversed(params):
         nbytes = param.numel() * param.element_size()
@@ -304,30 +287,34 @@ def buckets(params, bucket_mb):
 
 # --- 5. ZeRO-3 / FSDP: parameters sharded too, gathered per layer as they are needed -------------
 class FullyShardedModel(nn.Module):
-    """`module` with each unit's parameters sharded, as torch's fully_shard: the module's
-    parameters become this rank's pieces (views of the unit's float32 flat shard, empty where it
-    misses one) under the same names; build the optimizer over `model.parameters()`. After
-    finish_gradient_synchronization() each piece's .grad is its averaged float32 gradient.
-    A unit is a layer (each submodule with trainable parameters of its own; tied ones merged). The
-    module shows a unit's whole parameters only around its use:
+    """`module` with each unit's parameters sharded, as torch's fully_shard: its parameters become
+    this rank's pieces of the unit's float32 flat shard, under the same names; build the optimizer
+    over `model.parameters()`; finish_gradient_synchronization() averages their gradients. A unit
+    is a layer (tied ones merged), and the module shows its whole parameters only around its use:
       forward   gather; the unit's forward; free             (and start the next unit's gather)
       backward  gather; its backward; reduce-scatter its gradients; free  (and the previous one's)
-    `compute_dtype` (float16, bfloat16): gathered, computed and reduce-scattered in it; shards and
-    optimizer state stay float32. Parameters in no unit stay whole and compute in float32; a
-    trainable one's gradient is averaged as DDP does, so that no rank drifts apart."""
+    Trainable parameters in no unit make a last unit, as fully_shard(model) at the root holds
+    what no layer's took."""
 
-    def __init__(self, module, units=None, compute_dtype=None, prefetch=True,
+    def __init__(self, module, units=None, prefetch=True,
                  reduce_scatter=reduce_scatter_by_ring, all_gather=all_gather_by_ring):
         super().__init__()
-        self.module, self.compute_dtype, self.prefetch = module, compute_dtype, prefetch
+        self.module, self.prefetch = module, prefetch
+        self.compute_dtype = None  # float32; runtime/sharded.py's mixed precision sets another
         self.reduce_scatter, self.all_gather = reduce_scatter, all_gather
-        self.units = units if units is not None else layer_units(module)
+        units = units if units is not None else layer_units(module)
+        listed = {param for modules in units for each in modules for param in each.parameters()}
+        rest = [each for each in module.modules() if any(  # the modules holding the others
+            param.requires_grad and param not in listed for param in each.parameters(False))]
+        self.units = units + [rest] if rest else units
         self.shards, self.masters, self.pieces, self.shown = [], [], [], []
+        taken = set()  # a parameter goes to the first unit that holds it
         for index, modules in enumerate(self.units):
-            params = trainable(param for each in modules for param in each.parameters())
+            params = [param for param in trainable(
+                param for each in modules for param in each.parameters()) if param not in taken]
+            taken.update(params)
             shard = FlatShard(params)  # of the whole parameters: what forward and backward use
-            with torch.no_grad():
-                master = shard.own(shard.flatten(params, torch.float32)).clone()
+            master = shard.own(shard.flatten(params, torch.float32)).clone()
             pieces = [nn.Parameter(view) for view in shard.pieces(master)]  # share its storage
             self.shards.append(shard), self.masters.append(master), self.pieces.append(pieces)
             piece_of = {param: piece for param, piece in zip(params, pieces)}
@@ -335,39 +322,22 @@ class FullyShardedModel(nn.Module):
             self.shown.append([(each, name, param, piece_of[param]) for each in modules
                                for name, param in each._parameters.items() if param in piece_of])
             for each in modules:
-                each.register_forward_pre_hook(self._before_forward(index), with_kwargs=True)
-                each.register_forward_hook(self._after_forward(index))
+                each.register_forward_pre_hook(partial(self.before_forward, index))
+                each.register_forward_hook(partial(self.after_forward, index))
             for param in params:
                 param.freed_by_sharding = True  # an optimizer over it is refused
-                param.register_post_accumulate_grad_hook(self._after_backward(index))
+                param.register_post_accumulate_grad_hook(partial(self.after_backward, index))
         self.gathering = [None] * len(self.units)  # per unit: the future of a gather in flight
         self.ready = [0] * len(self.units)  # per unit: gradients accumulated this backward
         self.pending = []  # (unit, future, output) of reduce-scatters in flight
-        self.backward_started = [False] * len(self.units)
-        sharded = {param for shard in self.shards for param in shard.params}
-        self.left_whole = [param for param in trainable(module.parameters())
-                           if param not in sharded]
         for index in range(len(self.units)):
             self.free(index)
             self.show(index, False)
-        in_units = {id(each) for modules in self.units for each in modules}
-        for each in module.modules():  # a layer of whole parameters computes in their float32
-            if compute_dtype is not None and id(each) not in in_units and any(
-                    param not in sharded for param in each.parameters(recurse=False)):
-                each.register_forward_pre_hook(in_float32)
-        if not REFUSING:
-            REFUSING.append(register_optimizer_step_pre_hook(refuse_freed))
-
-    def sharded_parameters(self):
-        """What the optimizer steps: model.parameters() that take a gradient."""
-        return trainable(self.module.parameters())
 
     def forward(self, *args, **kwargs):
         self.backward_started = [False] * len(self.units)
-        output = self.module(*args, **kwargs)
-        return output if self.compute_dtype is None else cast_floats(output, torch.float32)
+        return self.module(*args, **kwargs)
 
-    # -- gathering and freeing a unit's parameters
     def start_gather(self, index, dtype=None):
         """Start the all-gather of unit `index` into a new flat buffer, unless one is in flight or
         it is whole already."""
@@ -409,8 +379,7 @@ class FullyShardedModel(nn.Module):
         # END SOLUTION
 
     def free(self, index):
-        """Release unit `index`'s gathered parameters: each becomes an empty tensor (autograd
-        keeps the Parameter object, so a later gather refills what backward will read)."""
+        """Unit `index`'s parameters emptied; autograd keeps each object, which a gather refills."""
         for param in self.shards[index].params:
             param.data = torch.empty(0, dtype=param.dtype, device=param.device)
 
@@ -419,43 +388,34 @@ class FullyShardedModel(nn.Module):
         for module, name, param, piece in self.shown[index]:
             module._parameters[name] = param if whole else piece
 
-    # -- the hooks
-    def _before_forward(self, index):
-        def hook(module, args, kwargs):
+    # -- the hooks, each bound to its unit's index
+    def before_forward(self, index, module, args):
+        self.gather(index)
+        self.show(index, True)
+        if self.prefetch and index + 1 < len(self.units):
+            self.start_gather(index + 1)
+
+    def after_forward(self, index, module, args, output):
+        self.show(index, False)
+        self.free(index)
+        for tensor in tree_leaves(output):
+            if torch.is_tensor(tensor) and tensor.requires_grad:
+                tensor.register_hook(partial(self.before_backward, index))
+
+    def before_backward(self, index, grad):
+        """The first of the unit's outputs' gradients: its backward starts."""
+        if not self.backward_started[index]:
+            self.backward_started[index] = True
             self.gather(index)
-            self.show(index, True)
-            if self.prefetch and index + 1 < len(self.units):
-                self.start_gather(index + 1)
-            if self.compute_dtype is not None:
-                return cast_floats((args, kwargs), self.compute_dtype)
-        return hook
+            if self.prefetch and index > 0 and not self.backward_started[index - 1]:
+                self.start_gather(index - 1)  # unless done: a gather then would outlive the step
 
-    def _after_forward(self, index):
-        def hook(module, args, output):
-            self.show(index, False)
-            self.free(index)
-            for tensor in tree_leaves(output):
-                if torch.is_tensor(tensor) and tensor.requires_grad:
-                    tensor.register_hook(self._before_backward(index))
-        return hook
-
-    def _before_backward(self, index):
-        def hook(grad):
-            if not self.backward_started[index]:
-                self.backward_started[index] = True
-                self.gather(index)
-                if self.prefetch and index > 0:
-                    self.start_gather(index - 1)
-            return grad
-        return hook
-
-    def _after_backward(self, index):
-        def hook(param):
-            self.ready[index] += 1
-            if self.ready[index] == len(self.shards[index].params):
-                self.ready[index] = 0
-                self.scatter_gradients(index)
-        return hook
+    def after_backward(self, index, param):
+        """One more of the unit's gradients accumulated: the last sends them."""
+        self.ready[index] += 1
+        if self.ready[index] == len(self.shards[index].params):
+            self.ready[index] = 0
+            self.scatter_gradients(index)
 
     def scatter_gradients(self, index):
         """Unit `index`'s backward is done: average its gradients into a shard (a reduce-scatter
@@ -468,8 +428,8 @@ class FullyShardedModel(nn.Module):
         # END PROMPT
         # BEGIN SOLUTION Task 12: a unit's gradients reduce-scattered
         shard = self.shards[index]
-        grads = [param.grad for param in shard.params]
-        flat = shard.flatten(grads, self.compute_dtype or torch.float32).div_(shard.world)
+        flat = shard.flatten([param.grad for param in shard.params],
+                             self.compute_dtype or torch.float32).div_(shard.world)
         output = flat.new_empty(shard.shard_numel)
         self.pending.append((index, self.reduce_scatter(output, flat), output))
         for param in shard.params:
@@ -478,14 +438,12 @@ class FullyShardedModel(nn.Module):
         # END SOLUTION
 
     def finish_gradient_synchronization(self):
-        """After backward: wait for every reduce-scatter and add each averaged shard (in float32)
-        to its pieces' .grad. A unit some of whose parameters got no gradient is sent now, with
-        zeros for them; a unit whose backward never ran gets no gradient."""
+        """After backward: each averaged shard added to its pieces' .grad, in float32. A unit with
+        a gradient missing is sent now, zeros for it; one whose backward never ran gets none."""
         for index in range(len(self.units)):
             if self.ready[index]:
                 self.ready[index] = 0
                 self.scatter_gradients(index)
-        self.average_whole()
         for index, future, output in self.pending:
             future.wait()
             grads = self.shards[index].pieces(output.to(torch.float32))
@@ -493,60 +451,32 @@ class FullyShardedModel(nn.Module):
                 piece.grad = grad if piece.grad is None else piece.grad.add_(grad)
         self.pending = []
 
-    def average_whole(self):
-        """The gradients of the trainable parameters in no unit, whole on every rank, averaged as
-        DDP does (divided by n, then summed: an all-reduce's two halves): no rank drifts apart."""
-        params = [param for param in self.left_whole if param.grad is not None]
-        if params:
-            shard = FlatShard(params)
-            flat = shard.flatten([param.grad for param in params]).div_(shard.world)
-            self.reduce_scatter(shard.own(flat), flat).wait()
-            self.all_gather(flat, shard.own(flat)).wait()
-            for param, grad in zip(params, shard.views(flat)):
-                param.grad.copy_(grad)
-
-
-def in_float32(module, args):
-    return cast_floats(args, torch.float32)
-
-
-REFUSING = []  # the hook below, once registered
-
 
 def refuse_freed(optimizer, args, kwargs):
-    """Before any optimizer's step: one over parameters taken before FullyShardedModel freed them
-    would step nothing, silently."""
+    """Before every optimizer's step: parameters FullyShardedModel freed would step nothing."""
     if any(getattr(param, "freed_by_sharding", False) for group in optimizer.param_groups
            for param in group["params"]):
         raise ValueError("the optimizer holds parameters FullyShardedModel freed: build it over "
                          "model.parameters() after wrapping the model")
 
 
+register_optimizer_step_pre_hook(refuse_freed)  # every optimizer's; it only reads a flag
+
+
 def layer_units(module):
     """FSDP's default wrapping, per layer: each submodule holding trainable parameters of its own,
     in the order the module lists them; submodules that share a parameter merged into one unit."""
-    units = []
-    owner = {}  # parameter -> its unit's index
+    units, owner = [], {}  # owner: parameter -> its unit's index
     for each in module.modules():
         params = [param for param in each.parameters(recurse=False) if param.requires_grad]
-        if not params:
-            continue
-        shared = sorted({owner[param] for param in params if param in owner})
-        if shared:
-            index = shared[0]
+        shared = [owner[param] for param in params if param in owner]
+        if params and not shared:
+            units.append([])
+        index = min(shared, default=len(units) - 1)
+        if params:
             units[index].append(each)
-        else:
-            index = len(units)
-            units.append([each])
-        for param in params:
-            owner[param] = index
+            owner.update(dict.fromkeys(params, index))
     return units
-
-
-def cast_floats(value, dtype):
-    """`value` with every floating tensor in it (in tuples, lists, dicts) cast to `dtype`."""
-    return tree_map(lambda each: each.to(dtype) if torch.is_tensor(each)
-                    and each.is_floating_point() else each, value)
 
 
 LEVELS = ("optimizer", "gradients", "parameters")  # ZeRO-1, ZeRO-2, ZeRO-3: --shard

@@ -8,11 +8,17 @@ Configurations, each training with AdamW (lr 1e-3, fused):
   zero3              --shard parameters: ... and 1/n of the parameters, each layer gathered when it
                      is used, the next layer's gather started early (prefetch)
   zero3-no-prefetch  the same, each gather started only when its layer needs it
+  torch-zero1        torch's ZeroRedundancyOptimizer inside its DDP: ZeRO-1 as torch ships it
+  torch-fully-shard  torch's fully_shard on each layer, then on the root: ZeRO-3 as torch ships it
+torch's two run their own collectives, which the timing layer does not see (DDP's all-reduces
+aside): their rows give the step and the memory, and no bytes or communication times.
 Per rank: the bytes of parameters, gradients and optimizer state it holds (runtime/memory.py's
 MemoryWatch, just before the optimizer step), its peak resident memory, the bytes it sends per step
-(from each collective's bytes as the timing layer records them: a ring all-reduce of B bytes sends
-2B(n-1)/n, a reduce-scatter of input B or an all-gather of output B sends B(n-1)/n), and the median
-over its steps of timing.py's fields: step, compute, communication busy, hidden and exposed.
+as the timing layer measures them and what carried them (the library's process group, gloo: its
+reduce-scatter is a whole all-reduce, so ZeRO sends more than the formula; timing.SENT_BY_LIBRARY),
+beside what a ring sends for the same collectives (an all-reduce of B bytes 2B(n-1)/n, a
+reduce-scatter of input B or an all-gather of output B, B(n-1)/n), and the median over its steps of
+timing.py's fields: step, compute, communication busy, hidden and exposed.
 A gather inside forward is "hidden" by those definitions (compute has not ended): the step time,
 not the hidden share, says what prefetching buys.
 
@@ -23,7 +29,7 @@ configuration, in an order rotated from repeat to repeat; the summary gives the 
 over the repeats, and each repeat's ratio to that repeat's DDP. Data: random tensors of MNIST's
 shape, as benchmarks/step_bench.py's.
 
-    python -m benchmarks.sharding_bench      # mlp,cnn x world 1-4, 5 configurations, 3 repeats
+    python -m benchmarks.sharding_bench      # mlp,cnn x world 1-4, 7 configurations, 3 repeats
     python -m benchmarks.sharding_bench --models mlp --world-sizes 1,2 --steps 2 --warmup 1 \
         --repeats 1 --output /tmp/sharding.json
 
@@ -62,10 +68,12 @@ from runtime.results import write_json_atomic
 from runtime.sharded import wrap_sharded
 from runtime.step import Precision, TrainingStep
 from runtime.timing import FIELDS, CommRecorder, StepTimer, summarize_ranks, watch_gradients
-from runtime.wrappers import SyncOptions, wrap_model
+from runtime.wrappers import SyncOptions, WrappedModel, wrap_model
 
 SCHEMA = "sharding-bench/1"
-CONFIGURATIONS = zero_formulas.CONFIGURATIONS
+TORCH = ("torch-zero1", "torch-fully-shard")  # torch's own, beside ours at the same world sizes
+CONFIGURATIONS = zero_formulas.CONFIGURATIONS + TORCH
+LEVEL_OF = {**zero_formulas.LEVEL_OF, "torch-zero1": "zero1", "torch-fully-shard": "zero3"}
 # configuration -> (runtime/sharded.py's level, prefetch); ddp is torch's
 SHARDING = {"zero1": ("optimizer", True), "zero2": ("gradients", True),
             "zero3": ("parameters", True), "zero3-no-prefetch": ("parameters", False)}
@@ -130,6 +138,20 @@ class CollectiveLog(CommRecorder):
         return named
 
 
+class TorchFullyShard(WrappedModel, torch.nn.Module):
+    """torch's fully_shard on each layer holding parameters, then on the root (as a user writes
+    it), behind the training step's interface: the optimizer steps the DTensor shards."""
+
+    def __init__(self, module):
+        from torch.distributed.fsdp import fully_shard
+
+        super().__init__()
+        for each in list(module.modules())[1:]:
+            if any(True for _ in each.parameters(recurse=False)):
+                fully_shard(each)
+        self.module = fully_shard(module)
+
+
 class Run:
     """One model in one configuration: wrapped, its AdamW optimizer, its timer and memory watch."""
 
@@ -140,9 +162,18 @@ class Run:
         self.timer = StepTimer(warmup_steps=args.warmup)
         self.timer.comm = recorder = CollectiveLog(self.timer.clock)
         adamw = dict(lr=1e-3, fused=True)
-        if configuration == "ddp":
+        if configuration in ("ddp", "torch-zero1"):
             options = SyncOptions("ddp", bucket_mb=args.bucket_mb)
             wrapped = wrap_model(self.model, options, recorder)
+            if configuration == "ddp":
+                optimizer = torch.optim.AdamW(self.model.parameters(), **adamw)
+            else:
+                from torch.distributed.optim import ZeroRedundancyOptimizer
+
+                optimizer = ZeroRedundancyOptimizer(self.model.parameters(), torch.optim.AdamW,
+                                                    **adamw)
+        elif configuration == "torch-fully-shard":
+            wrapped = TorchFullyShard(self.model)
             optimizer = torch.optim.AdamW(self.model.parameters(), **adamw)
         else:
             level, prefetch = SHARDING[configuration]
@@ -151,6 +182,7 @@ class Run:
                                    recorder=recorder)
             optimizer = wrapped.make_optimizer(torch.optim.AdamW, **adamw)
         self.wrapped = wrapped
+        self.configuration = configuration
         self.watch = MemoryWatch(wrapped, optimizer)
         self.train_step = TrainingStep(wrapped, optimizer, Schedule(), load=lambda batch: batch,
                                        precision=Precision(None, torch.device("cpu")),
@@ -199,10 +231,16 @@ def rank_result(run, world, reset, rss_at_start):
     sent = sum(zero_formulas.bytes_sent(zero_formulas.collective_kind(name), nbytes, world)
                for name, nbytes in layout)
     held = run.watch.record()
+    measured = run.timer.bytes_sent()
+    if run.configuration in TORCH:  # torch's collectives are out of the timing layer's sight
+        measured = {"transport": None, "measured_per_step": None}
+        sent = None
     records = run.timer.take_epoch()
     return {"held_bytes": {key: held[key] for key in CATEGORIES + ("model_states",)},
             "peak_rss_bytes": held["peak_rss"], "rss_at_start_bytes": rss_at_start,
             "peak_rss_reset": reset, "bytes_sent_per_step": sent,
+            "transport": measured["transport"],
+            "bytes_measured_per_step": measured["measured_per_step"],
             "same_collectives_every_step": all(step == layout for step in run.collectives),
             "collectives": [{"name": name, "kind": zero_formulas.collective_kind(name),
                              "bytes": nbytes} for name, nbytes in layout],
@@ -234,7 +272,7 @@ def measurement(name, model_name, run, world, per_rank):
     pooled medians."""
     pooled = summarize_ranks([rank.pop("records") for rank in per_rank])["across_ranks"]
     return {"world_size": world, "model": model_name, "configuration": name,
-            "level": zero_formulas.LEVEL_OF[name], "parameters": run.parameters,
+            "level": LEVEL_OF[name], "parameters": run.parameters,
             "parameter_bytes": 4 * run.parameters, "steps_per_rank": len(run.collectives),
             # the largest rank's (ZeRO's shards are equal: so are the ranks)
             "held_bytes": {key: max(rank["held_bytes"][key] for rank in per_rank)
@@ -242,7 +280,11 @@ def measurement(name, model_name, run, world, per_rank):
             "peak_rss_bytes": max(rank["peak_rss_bytes"] for rank in per_rank),
             "peak_rss_growth_bytes": max(rank["peak_rss_bytes"] - rank["rss_at_start_bytes"]
                                          for rank in per_rank),
-            "bytes_sent_per_step": max(rank["bytes_sent_per_step"] for rank in per_rank),
+            # a ring's bytes for the recorded collectives, and what left the rank: the most of any
+            "bytes_sent_per_step": most([rank["bytes_sent_per_step"] for rank in per_rank]),
+            "transport": per_rank[0]["transport"],
+            "bytes_measured_per_step": most([rank["bytes_measured_per_step"]
+                                             for rank in per_rank]),
             "collectives": per_rank[0]["collectives"],
             "same_collectives_every_step": all(rank["same_collectives_every_step"]
                                                and rank["collectives"] == per_rank[0]["collectives"]
@@ -251,6 +293,11 @@ def measurement(name, model_name, run, world, per_rank):
             # the median over every rank's measured steps
             **{f"median_{field}_s": pooled[field]["median"] for field in FIELDS},
             "per_rank": per_rank}
+
+
+def most(values):
+    """The largest of `values`, or None if any is None (not measured)."""
+    return None if None in values else max(values)
 
 
 def bench_rank(placement, args):
@@ -352,7 +399,11 @@ def summarize(rows):
                            for key in first["held_bytes"]},
             "peak_rss_bytes": spread([row["peak_rss_bytes"] for row in repeats]),
             "peak_rss_growth_bytes": spread([row["peak_rss_growth_bytes"] for row in repeats]),
-            "bytes_sent_per_step": spread([row["bytes_sent_per_step"] for row in repeats]),
+            "bytes_sent_per_step": spread_or_none([row["bytes_sent_per_step"]
+                                                   for row in repeats]),
+            "transport": first["transport"],
+            "bytes_measured_per_step": spread_or_none([row["bytes_measured_per_step"]
+                                                       for row in repeats]),
             "step_ratio_to_ddp": spread_or_none([row["step_ratio_to_ddp"] for row in repeats]),
             "model_states_ratio_to_ddp": spread_or_none([row["model_states_ratio_to_ddp"]
                                                          for row in repeats]),
@@ -369,11 +420,18 @@ def megabytes(value):
     return f"{value / 1e6:.2f}"
 
 
+def measured_megabytes(spread_of_bytes):
+    """The median's megabytes, or "-" where torch's collectives went unmeasured."""
+    return "-" if spread_of_bytes is None else megabytes(spread_of_bytes["median"])
+
+
 def print_table(summary):
     """Side by side: model states (measured, formula, x DDP), peak RSS, bytes sent per step
-    (measured, formula), step and its communication, medians with the step's spread."""
+    (measured, by what transport, the formula), step and its communication, medians with the
+    step's spread."""
     print(f"\n{'model':>5} {'n':>2} {'configuration':>17} {'states MB':>9} {'formula':>8} "
-          f"{'x ddp':>6} {'RSS MB':>7} {'sent MB':>8} {'formula':>8} {'step ms (min-max)':>20} "
+          f"{'x ddp':>6} {'RSS MB':>7} {'sent MB':>8} {'over':>14} {'formula':>8} "
+          f"{'step ms (min-max)':>20} "
           f"{'x ddp':>5} {'busy':>7} {'hidden':>7} {'exposed':>7}")
     for entry in summary:
         formula = entry["formula"]
@@ -384,7 +442,8 @@ def print_table(summary):
               f"{megabytes(formula['held_bytes']['model_states']):>8} "
               f"{'' if states_ratio is None else format(states_ratio['median'], '.2f'):>6} "
               f"{entry['peak_rss_bytes']['median'] / 1e6:>7.0f} "
-              f"{megabytes(entry['bytes_sent_per_step']['median']):>8} "
+              f"{measured_megabytes(entry['bytes_measured_per_step']):>8} "
+              f"{entry['transport'] or '':>14} "
               f"{megabytes(formula['bytes_sent_per_step']):>8} "
               f"{range_text(entry['median_step_s'], 1e3):>20} "
               f"{'' if step_ratio is None else format(step_ratio['median'], '.2f'):>5} "
@@ -392,9 +451,10 @@ def print_table(summary):
                          for field in ("comm_busy", "comm_hidden", "comm_exposed")))
     repeats = max(entry["repeats"] for entry in summary)
     print(f"(per rank; MB = 1e6 bytes; states: parameters + gradients + optimizer state held "
-          f"before the step;\n sent: bytes a rank sends per step; ms: the median over steps, "
-          f"median (min-max) over {repeats} repeats;\n x ddp: within each repeat; formulas: "
-          "analysis/zero_formulas.py, without the shards' padding)")
+          "before the step;\n sent: bytes that left a rank per step, measured; over: what carried "
+          f"them;\n ms: the median over steps, median (min-max) over {repeats} repeats; "
+          "x ddp: within each repeat;\n formulas: "
+          "analysis/zero_formulas.py, a ring's bytes, without the shards' padding)")
 
 
 def main(argv=None):

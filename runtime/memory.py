@@ -18,6 +18,8 @@ def storage_bytes(tensors):
     an empty one, as a freed ZeRO-3 parameter's, counts nothing)."""
     seen = {}
     for tensor in tensors:
+        if hasattr(tensor, "to_local"):  # a DTensor (fully_shard's): this rank's shard
+            tensor = tensor.to_local()
         storage = tensor.untyped_storage()
         if storage.nbytes():
             seen[storage.data_ptr()] = storage.nbytes()
@@ -30,10 +32,12 @@ def optimizer_parameters(optimizer):
 
 def held_bytes(model, optimizer):
     """{category: bytes} of CATEGORIES this rank holds now, for `model` (any wrapper) and
-    `optimizer` (a torch optimizer or manual_sharding.ShardedOptimizer)."""
+    `optimizer` (a torch optimizer, manual_sharding.ShardedOptimizer or torch's
+    ZeroRedundancyOptimizer)."""
     params = list(model.parameters()) + optimizer_parameters(optimizer)
     grads = [param.grad for param in params if param.grad is not None]
-    state = [value for values in optimizer.state.values() for value in values.values()
+    inner = getattr(optimizer, "optim", optimizer)  # ZeroRedundancyOptimizer's keeps the state
+    state = [value for values in inner.state.values() for value in values.values()
              if torch.is_tensor(value) and value.dim() > 0]  # not the step counters
     return {"parameters": storage_bytes(params), "gradients": storage_bytes(grads),
             "optimizer_state": storage_bytes(state)}

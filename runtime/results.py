@@ -8,8 +8,8 @@ from runtime.memory import CATEGORIES
 from runtime.timing import FIELDS
 
 # 2: comm busy as a union, hidden and exposed split at compute's end; 3: compute ends at the last
-# gradient's accumulation for DDP too (no estimate), and timing.all_reduce_layouts. `memory` came
-# later, optional (the committed files have none), checked where present.
+# gradient's accumulation for DDP too (no estimate), and timing.all_reduce_layouts. `memory` and
+# `timing.bytes_sent` came later, optional (the committed files have none), checked where present.
 SCHEMA = "ddp-mnist-results/3"
 
 PHASE_STATS = ("mean", "median", "p95")
@@ -18,6 +18,7 @@ EPOCH_FIELDS = ("epoch", "steps", "train_loss", "train_accuracy", "val_loss", "v
                 "epoch_time_s", "data_s", "compute_s", "comm_busy_s", "comm_hidden_s",
                 "comm_exposed_s", "samples_seen", "elapsed_s", "samples_per_s", "lr")
 MEMORY_FIELDS = CATEGORIES + ("model_states", "peak_rss")  # bytes, runtime/memory.py
+BYTES_SENT_FIELDS = ("transport", "measured_per_step", "ring_formula_per_step")  # timing.py's
 ENVIRONMENT_FIELDS = ("torch", "python", "backend", "device", "launcher", "world_size", "hosts",
                       "cores", "threads_per_rank", "parameters")
 
@@ -76,6 +77,8 @@ def validate(document):
             if need(stats, TIMED_FIELDS, where):
                 for field in TIMED_FIELDS:
                     need(stats[field], PHASE_STATS, f"{where}.{field}")
+        if "bytes_sent" in timing:
+            problems += bytes_sent_problems(timing["bytes_sent"], world)
     if "memory" in document:
         problems += memory_problems(document["memory"], document["environment"].get("world_size"))
     return problems
@@ -96,6 +99,28 @@ def memory_problems(memory, world_size):
             continue
         for field in MEMORY_FIELDS:
             value = held.get(field)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                problems.append(f"{where}.{field} is not a number of bytes")
+    return problems
+
+
+def bytes_sent_problems(sent, world_size):
+    """What is wrong with a `timing.bytes_sent` object: {"per_rank": [StepTimer.bytes_sent()]},
+    one entry per rank."""
+    if not isinstance(sent, dict) or not isinstance(sent.get("per_rank"), list):
+        return ["timing.bytes_sent.per_rank is not a list"]
+    problems = []
+    if len(sent["per_rank"]) != world_size:
+        problems.append("timing.bytes_sent.per_rank does not have one entry per rank")
+    for rank, entry in enumerate(sent["per_rank"]):
+        where = f"timing.bytes_sent.per_rank[{rank}]"
+        if not isinstance(entry, dict) or any(field not in entry for field in BYTES_SENT_FIELDS):
+            problems.append(f"{where} lacks one of {', '.join(BYTES_SENT_FIELDS)}")
+            continue
+        if not (entry["transport"] is None or isinstance(entry["transport"], str)):
+            problems.append(f"{where}.transport is not a name")
+        for field in BYTES_SENT_FIELDS[1:]:
+            value = entry[field]
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 problems.append(f"{where}.{field} is not a number of bytes")
     return problems

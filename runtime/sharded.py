@@ -14,10 +14,12 @@ not per parameter). no_sync() changes nothing here: ZeRO-1 averages only in
 shards' gradients, which add up.
 """
 from contextlib import contextmanager, nullcontext
+from functools import partial
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.utils._pytree import tree_map
 
 from manual_allreduce import broadcast_parameters
 from manual_sharding import (
@@ -81,6 +83,7 @@ class WaitedFuture:
 
 COLLECTIVES = {"library": (reduce_scatter, all_gather),
                "ring": (reduce_scatter_by_ring, all_gather_by_ring)}  # --collectives
+TRANSPORT = {"library": "library", "ring": "point-to-point"}  # what carries them (runtime.timing)
 
 
 def collectives(name="library", recorder=None, message="bucket", layers=()):
@@ -93,7 +96,7 @@ def collectives(name="library", recorder=None, message="bucket", layers=()):
         for layer in layers:
             collective = layer(collective)
         if recorder is not None:
-            collective = timed(collective, recorder, kind, message)
+            collective = timed(collective, recorder, kind, message, TRANSPORT[name])
         made[kind.replace("-", "_")] = collective
     return made
 
@@ -200,12 +203,14 @@ class ShardedOptimizerModel(WrappedModel, nn.Module):
 class FullyShardedTraining(FullyShardedModel, WrappedModel):
     """ZeRO-3: manual_sharding.FullyShardedModel started from rank 0's parameters, with the
     optimizer built over its shards, the whole model and optimizer state gathered for checkpoints
-    and each collective named by its unit in the trace."""
+    and each collective named by its unit in the trace; `compute_dtype`: `computing_in`'s."""
 
     def __init__(self, module, compute_dtype=None, prefetch=True, recorder=None, **collectives):
         broadcast_parameters(module)  # before the shards are cut from it
         self.recorder = recorder
-        super().__init__(module, compute_dtype=compute_dtype, prefetch=prefetch, **collectives)
+        super().__init__(module, prefetch=prefetch, **collectives)
+        if compute_dtype is not None:
+            computing_in(self, compute_dtype)
 
     def start_gather(self, index, dtype=None):
         with labelled(self.recorder, f"unit {index}"):
@@ -214,10 +219,6 @@ class FullyShardedTraining(FullyShardedModel, WrappedModel):
     def scatter_gradients(self, index):
         with labelled(self.recorder, f"unit {index}"):
             super().scatter_gradients(index)
-
-    def average_whole(self):
-        with labelled(self.recorder, "whole"):
-            super().average_whole()
 
     def make_optimizer(self, optimizer_class, **kwargs):
         return optimizer_class(self.module.parameters(), **kwargs)
@@ -266,8 +267,8 @@ class FullyShardedTraining(FullyShardedModel, WrappedModel):
 
     def optimizer_state_dict(self, optimizer):
         """`optimizer`'s state (an optimizer over the model's parameters, the pieces) gathered
-        whole per unit, as one flat tensor per state key, the padding cut: loads at any world size.
-        The whole parameters' state follows, one entry each."""
+        whole per unit, as one flat tensor per state key, the padding cut: loads at any world
+        size."""
         with labelled(self.recorder, "state"):
             state = optimizer.state
             full = {"param_groups": optimizer.state_dict()["param_groups"], "state": {}}
@@ -283,8 +284,6 @@ class FullyShardedTraining(FullyShardedModel, WrappedModel):
                         self.all_gather(whole, mine).wait()
                         value = whole[:shard.numel].clone()
                     full["state"][index][key] = value
-            for number, param in enumerate(self.left_whole, start=len(self.shards)):
-                full["state"][number] = dict(state.get(param, {}))
             return full
 
     def load_optimizer_state_dict(self, optimizer, full):
@@ -293,11 +292,7 @@ class FullyShardedTraining(FullyShardedModel, WrappedModel):
             param for group in optimizer.param_groups for param in group["params"])}
         local = {}
         for index, values in full["state"].items():
-            index = int(index)
-            if index >= len(self.shards):
-                local[number[self.left_whole[index - len(self.shards)]]] = values
-                continue
-            shard, pieces = self.shards[index], self.pieces[index]
+            shard, pieces = self.shards[int(index)], self.pieces[int(index)]
             for piece in pieces:
                 local[number[piece]] = {}
             for key, value in values.items():
@@ -312,6 +307,33 @@ class FullyShardedTraining(FullyShardedModel, WrappedModel):
 
     def optimizer_layout(self):
         return layout("parameters", self.shards)
+
+
+def computing_in(model, dtype):
+    """`model` (a FullyShardedModel) computing in `dtype` (float16, bfloat16), as fully_shard's
+    MixedPrecisionPolicy: each unit gathered, computed and reduce-scattered in it, its inputs cast
+    to it; shards and optimizer state stay float32, and so do the output and a layer outside every
+    unit (one of frozen parameters only)."""
+    model.compute_dtype = dtype
+    in_units = {id(each) for modules in model.units for each in modules}
+    for each in model.module.modules():
+        if id(each) in in_units:  # after the unit's own hook, which gathers it
+            each.register_forward_pre_hook(partial(cast_inputs, dtype), with_kwargs=True)
+        elif any(True for _ in each.parameters(recurse=False)):
+            each.register_forward_pre_hook(partial(cast_inputs, torch.float32), with_kwargs=True)
+    model.register_forward_hook(lambda _model, _args, output: cast_floats(output, torch.float32))
+    return model
+
+
+def cast_inputs(dtype, module, args, kwargs):
+    """A forward pre-hook's: the module's floating inputs cast to `dtype`."""
+    return cast_floats((args, kwargs), dtype)
+
+
+def cast_floats(value, dtype):
+    """`value` with every floating tensor in it (in tuples, lists, dicts) cast to `dtype`."""
+    return tree_map(lambda each: each.to(dtype) if torch.is_tensor(each)
+                    and each.is_floating_point() else each, value)
 
 
 def layout(level, shards):

@@ -19,22 +19,40 @@ which waits for its buckets inside backward: the end of backward is not the end 
 So 0 <= comm_hidden <= comm_busy <= step, comm_exposed <= comm_busy, and
 data + compute + comm_exposed == step, exactly.
 The recorder also keeps the bytes of each collective, so a run records the bucket layout that
-actually went over the wire (DDP rebuilds its buckets after the first step; see `LayoutLog`).
+actually went over the wire (DDP rebuilds its buckets after the first step; see `LayoutLog`), and
+the bytes that left the rank, counted where they are sent (`SENT_BY_LIBRARY`, `count_sends`).
 On CUDA the stamps are CUDA events on the current stream, read after the epoch: no device-wide
 synchronize per mark, which would also wait for the communication streams.
 """
+import functools
 import statistics
 import threading
 import time
 from contextlib import contextmanager
 
 import torch
+import torch.distributed as dist
 
 PHASES = ("data", "forward", "backward", "sync", "optimizer")
 # A trace span's name starts with its collective, then what it sends: "all-reduce bucket 0"
 COLLECTIVES = ("all-reduce", "reduce-scatter", "all-gather")
 COMM_FIELDS = ("comm_busy", "comm_hidden", "comm_exposed")
 FIELDS = PHASES + ("compute",) + COMM_FIELDS + ("own_work", "step")
+
+# Bytes that leave a rank in one collective of B bytes (an all-reduce's buffer, a reduce-scatter's
+# input, an all-gather's output) over n ranks, in units of B(n-1)/n. A bandwidth-optimal ring sends
+# RING_SENT; the library's process group sends SENT_BY_LIBRARY, gloo's algorithms in torch 2.13:
+# all_reduce is a ring; reduce_scatter_single is a clone plus a whole all-reduce, so it sends an
+# all-reduce's bytes, twice a ring's (torch.profiler shows gloo:all_reduce, not a reduce-scatter,
+# under c10d::_reduce_scatter_base_); all_gather_single is gloo:all_gather, a ring. The library's
+# sends happen inside the process group, out of Python's sight: they are counted by this table at
+# the launch. The hand-written collectives' point-to-point messages are counted at each send
+# (`count_sends`), so they are measured, not predicted.
+RING_SENT = {"all-reduce": 2, "reduce-scatter": 1, "all-gather": 1}
+SENT_BY_LIBRARY = {"all-reduce": 2, "reduce-scatter": 2, "all-gather": 1}
+# what carries a timed collective's bytes; shared memory's are counted at sends as the ring's:
+# none within a host (between hosts, its library all-reduce is not counted)
+TRANSPORTS = ("library", "point-to-point", "shared-memory")
 
 
 class HostClock:
@@ -77,6 +95,7 @@ class CommRecorder:
         self.gradients = []  # (parameter name, stamp) as each gradient was accumulated
         self.sent = {}  # per collective: how many it has started this step
         self.label = None  # what the collectives started now send, where the runtime says so
+        self.outgoing = []  # (transport, bytes that left the rank, a ring's) per collective
         self._lock = threading.Lock()
 
     @contextmanager
@@ -105,6 +124,18 @@ class CommRecorder:
             self.sizes.append(nbytes)
         return span
 
+    def left_rank(self, transport, nbytes, ring_bytes):
+        """Called once a collective carried by `transport` has sent `nbytes` from this rank, where
+        a ring would have sent `ring_bytes`."""
+        with self._lock:
+            self.outgoing.append((transport, nbytes, ring_bytes))
+
+    def take_outgoing(self):
+        """(transport, bytes sent, a ring's bytes) of each collective since the last call."""
+        with self._lock:
+            outgoing, self.outgoing = self.outgoing, []
+        return outgoing
+
     def finished(self, span):
         """Called once the collective is complete (on CUDA, ordered after it on the stream)."""
         span[2] = self.clock.stamp()
@@ -115,11 +146,12 @@ class CommRecorder:
 
     def take(self):
         """This step's finished spans, its collectives' bytes and its gradient stamps; fresh
-        lists for the next step."""
+        lists for the next step (the bytes sent too: `take_outgoing` first to keep them)."""
         with self._lock:
             spans, self.spans = self.spans, []
             sizes, self.sizes = self.sizes, []
             self.sent = {}
+            self.outgoing = []
         gradients, self.gradients = self.gradients, []
         return [tuple(span) for span in spans if span[2] is not None], sizes, gradients
 
@@ -148,21 +180,66 @@ class LayoutLog:
             self.layouts.append({"from_step": step, "bytes": list(sizes)})
 
 
-def timed(collective, recorder, kind="all-reduce", message="message"):
+COUNTING = threading.local()  # .total: [bytes] sent by this thread's timed collective, or None
+
+
+def count_sends():
+    """Wrap torch.distributed's send and isend, once, so that each message's bytes are added to
+    the count of the timed collective that sends it (as runtime/collective_record.py wraps them):
+    a hand-written collective is measured at its sends, whoever wrote it."""
+    for name in ("send", "isend"):
+        function = getattr(dist, name)
+        if getattr(function, "counts_sends", False):
+            continue
+
+        def counted(tensor, *args, function=function, **kwargs):
+            total = getattr(COUNTING, "total", None)
+            if total is not None:
+                total[0] += tensor.numel() * tensor.element_size()
+            return function(tensor, *args, **kwargs)
+
+        functools.update_wrapper(counted, function, updated=())
+        counted.counts_sends = True
+        setattr(dist, name, counted)
+
+
+def bytes_sent(table, kind, nbytes, world):
+    """Bytes a rank sends in a `kind` of `nbytes` over `world` ranks, by `table` (RING_SENT,
+    SENT_BY_LIBRARY)."""
+    return table[kind] * nbytes * (world - 1) // world
+
+
+def timed(collective, recorder, kind="all-reduce", message="message", transport="library"):
     """A layer around a collective called with tensors and returning a future (manual_allreduce's
     all-reduce, manual_sharding's reduce-scatter and all-gather): each call's span goes to
     `recorder`, from just before the call (a collective may do its work inside it) to its
     completion, with the bytes of its largest tensor (the buffer all-reduced, a reduce-scatter's
-    input, an all-gather's output), named `kind` and what it sends (CommRecorder.next_name)."""
+    input, an all-gather's output), named `kind` and what it sends (CommRecorder.next_name), and
+    the bytes that left the rank: the library's by SENT_BY_LIBRARY, a "point-to-point" one's
+    counted at its sends, all of which happen inside the call (a hand-written ring blocks)."""
+    if transport == "point-to-point":
+        count_sends()
+
     def timed_collective(*tensors):
-        span = recorder.started(recorder.next_name(kind, message),
-                                max(tensor.numel() * tensor.element_size() for tensor in tensors))
+        nbytes = max(tensor.numel() * tensor.element_size() for tensor in tensors)
+        span = recorder.started(recorder.next_name(kind, message), nbytes)
 
         def record_end(done):
             recorder.finished(span)
             return done.value()  # raises the collective's error again, if it failed
 
-        return collective(*tensors).then(record_end)
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        ring = bytes_sent(RING_SENT, kind, nbytes, world)
+        if transport == "library":
+            recorder.left_rank(transport, bytes_sent(SENT_BY_LIBRARY, kind, nbytes, world), ring)
+            return collective(*tensors).then(record_end)
+        COUNTING.total = [0]
+        try:
+            future = collective(*tensors)
+        finally:
+            recorder.left_rank(transport, COUNTING.total[0], ring)
+            COUNTING.total = None
+        return future.then(record_end)
 
     return timed_collective
 
@@ -233,6 +310,8 @@ class StepTimer:
         self.measured = 0
         self.pending = []  # (step, marks, spans, gradients) of the epoch's measured steps, stamps
         self.trace = []  # (step, name, start, end) for the first trace_window measured steps
+        self.sent_per_step = []  # (bytes that left the rank, a ring's) in each measured step
+        self.transports = set()  # what carried them
 
     def start_step(self):
         """Stamp the start of a step."""
@@ -245,11 +324,25 @@ class StepTimer:
     def end_step(self):
         """Close the step: keep its marks, collectives and gradient stamps unless it is a warm-up
         step."""
+        outgoing = self.comm.take_outgoing()
         spans, sizes, gradients = self.comm.take()
         self.layouts.add(self.steps_seen, sizes)
         self.steps_seen += 1
         if self.steps_seen > self.warmup_steps:
             self.pending.append((self.steps_seen - 1, self.marks, spans, gradients))
+            self.sent_per_step.append((sum(sent for _, sent, _ in outgoing),
+                                       sum(ring for _, _, ring in outgoing)))
+            self.transports.update(transport for transport, _, _ in outgoing)
+
+    def bytes_sent(self):
+        """What left this rank per measured step, the median over the steps, beside what a ring
+        would have sent for the same collectives (RING_SENT: the formula's 2P(n-1)/n for DDP,
+        ZeRO-1 and ZeRO-2, 3P(n-1)/n for ZeRO-3): {"transport", "measured_per_step",
+        "ring_formula_per_step"}; the transport None if nothing was sent."""
+        steps = self.sent_per_step or [(0, 0)]
+        return {"transport": "+".join(sorted(self.transports)) or None,
+                "measured_per_step": statistics.median_low(sent for sent, _ in steps),
+                "ring_formula_per_step": statistics.median_low(ring for _, ring in steps)}
 
     def take_epoch(self):
         """The step records of the epoch's measured steps, and an empty list for the next epoch."""

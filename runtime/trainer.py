@@ -68,6 +68,7 @@ class Trainer:
         self.report.log(f"test loss {test_loss:.4f} acc {100 * test_accuracy:.2f}%")
         timing = summarize_ranks(gather(self.steps_timed))
         timing["all_reduce_layouts"] = self.timer.layouts.layouts  # rank 0's; every rank's agree
+        timing["bytes_sent"] = {"per_rank": gather(self.timer.bytes_sent())}
         if self.args.trace:
             traces = gather((trace_origin, self.timer.trace))
             if self.placement.rank == 0:

@@ -200,6 +200,7 @@ def all_reduce_by_ring(tensor):
 
 # what each --sync's messages are called in the trace, numbered in the order they are sent
 MESSAGES = {"per-param": "param", "bucketed": "bucket"}
+TRANSPORTS = {"ring": "point-to-point", "shm": "shared-memory"}  # --sync's; the others: library
 
 
 def wrap_model(model, options, recorder=None, device_ids=None):
@@ -215,7 +216,9 @@ def wrap_model(model, options, recorder=None, device_ids=None):
         shm = options.comm_hook == "shm"
         collective = shared_memory_all_reduce()[0] if shm else library_all_reduce
         if recorder:
-            collective = timed(collective, recorder, message="bucket")  # DDP's, in index order
+            # DDP's buckets, in index order
+            collective = timed(collective, recorder, message="bucket",
+                               transport="shared-memory" if shm else "library")
         return HookedDDP(model, collective, options.bucket_mb, options.compress, device_ids)
     if options.mode == "sharded":
         from runtime.sharded import wrap_sharded  # the lesson's code runs only here, and in manual
@@ -225,7 +228,9 @@ def wrap_model(model, options, recorder=None, device_ids=None):
     from runtime.manual_ddp import ManualDDP  # the lesson's code: see the module's docstring
 
     message = MESSAGES.get(options.sync, "flat")
-    timing = [partial(timed, recorder=recorder, message=message)] if recorder else []
+    transport = TRANSPORTS.get(options.sync, "library")
+    timing = [partial(timed, recorder=recorder, message=message, transport=transport)
+              ] if recorder else []
     return ManualDDP(model, options.sync, options.bucket_mb,
                      timing + compression_layers(options.compress))
 

@@ -191,6 +191,27 @@ def test_the_results_record_what_each_rank_holds_zero_3_half_of_ddp_at_2_ranks(r
 
 
 @pytest.mark.rubric("core.end_to_end")
+def test_the_results_record_the_bytes_each_rank_sent_and_over_what_beside_the_rings(runs):
+    ddp, _ = runs("ddp", "--mode", "ddp", *TWO, *COMMON)
+    documents = {level: runs.level(level)[0] for level in LEVELS}
+    for name, document in {"ddp": ddp, **documents}.items():
+        for sent in document["timing"]["bytes_sent"]["per_rank"]:
+            ring = sent["ring_formula_per_step"]
+            if name == "optimizer":  # over the hand-written ring (LEVEL_OPTIONS): its bytes
+                assert sent["transport"] == "point-to-point"
+                assert sent["measured_per_step"] == ring
+                continue
+            assert sent["transport"] == "library"
+            # gloo's all-reduce is a ring (DDP: as the formula); its reduce-scatter is a whole
+            # all-reduce: ZeRO-2 sends 3/2 of the ring's bytes, ZeRO-3 4/3
+            more = {"ddp": 1, "gradients": 3 / 2, "parameters": 4 / 3}[name]
+            assert sent["measured_per_step"] == pytest.approx(more * ring, rel=1e-6), name
+    # checked when present: a rank's record without its bytes is a problem
+    del ddp["timing"]["bytes_sent"]["per_rank"][0]["measured_per_step"]
+    assert any("bytes_sent.per_rank[0]" in problem for problem in results.validate(ddp))
+
+
+@pytest.mark.rubric("core.end_to_end")
 def test_the_trace_shows_sharding_collectives_on_the_communication_track_by_their_names(runs):
     runs.level("parameters")
     events = json.loads((runs.folder / "parameters-trace.json").read_text())["traceEvents"]

@@ -14,7 +14,9 @@ import pytest
 from benchmarks import sharding_bench
 from tests.grading.sandbox import run_python
 
-CONFIGURATIONS = ("ddp", "zero1", "zero2", "zero3", "zero3-no-prefetch")
+OURS = ("ddp", "zero1", "zero2", "zero3", "zero3-no-prefetch")
+TORCH = ("torch-zero1", "torch-fully-shard")  # torch's ZeroRedundancyOptimizer and fully_shard
+CONFIGURATIONS = OURS + TORCH
 WORLDS = (1, 2)
 TIMING = ("step", "comm_busy", "comm_hidden", "comm_exposed")
 
@@ -69,6 +71,9 @@ def test_communication_never_exceeds_the_step_and_exposed_never_exceeds_busy(doc
 @pytest.mark.rubric("core.end_to_end")
 def test_bytes_per_step_are_the_rings_bytes_of_the_recorded_collectives(document):
     for (world, name), row in rows_of(document).items():
+        if name in TORCH:  # torch's own collectives: out of the timing layer's sight
+            assert row["bytes_sent_per_step"] is None and row["bytes_measured_per_step"] is None
+            continue
         sizes = {"all-reduce": 0, "reduce-scatter": 0, "all-gather": 0}
         for collective in row["collectives"]:
             sizes[collective["kind"]] += collective["bytes"]
@@ -92,6 +97,23 @@ def test_bytes_per_step_are_the_rings_bytes_of_the_recorded_collectives(document
 
 
 @pytest.mark.rubric("core.end_to_end")
+def test_bytes_measured_over_the_library_are_what_gloo_sends_beside_the_rings(document):
+    for (world, name), row in rows_of(document).items():
+        if name in TORCH:
+            continue
+        padded = padded_bytes(row)
+        # gloo's all-reduce and all-gather are rings; its reduce-scatter is a whole all-reduce
+        reduce_scatter, gathers = {"ddp": (0, 0), "zero3": (2, 2),
+                                   "zero3-no-prefetch": (2, 2)}.get(name, (2, 1))
+        expected = 2 * padded if name == "ddp" else (reduce_scatter + gathers) * padded
+        assert row["transport"] == "library"
+        assert row["bytes_measured_per_step"] == expected * (world - 1) // world
+        # the ring's figure is the formula's: the measured one is higher wherever ZeRO scatters
+        assert (row["bytes_measured_per_step"] > row["bytes_sent_per_step"]) == (
+            world > 1 and name != "ddp")
+
+
+@pytest.mark.rubric("core.end_to_end")
 def test_each_level_holds_its_shards_one_nth_of_ddps_plus_the_padding(document):
     rows = rows_of(document)
     for world in WORLDS:
@@ -101,7 +123,7 @@ def test_each_level_holds_its_shards_one_nth_of_ddps_plus_the_padding(document):
         assert ddp["held_bytes"] == {"parameters": 4 * parameters, "gradients": 4 * parameters,
                                      "optimizer_state": 8 * parameters,
                                      "model_states": 16 * parameters}
-        for name in CONFIGURATIONS[1:]:
+        for name in OURS[1:]:
             row = rows[world, name]
             held = row["held_bytes"]
             shard = padded_bytes(row) / world  # one rank's 4-byte elements of the flat shards
@@ -122,16 +144,34 @@ def test_each_level_holds_its_shards_one_nth_of_ddps_plus_the_padding(document):
 def test_the_summary_sets_each_configuration_beside_the_papers_formulas(document):
     for entry in document["summary"]:
         world, parameters = entry["world_size"], entry["parameters"]
+        # torch's configurations beside the formulas of their level: ZeRO-1 and ZeRO-3
         sharded = {"ddp": 16, "zero1": 8 + 8 / world, "zero2": 4 + 12 / world}.get(
-            entry["configuration"], 16 / world)
+            entry["level"], 16 / world)
         formula = entry["formula"]
         assert formula["held_bytes"]["model_states"] == pytest.approx(sharded * parameters)
-        factor = 3 if entry["configuration"].startswith("zero3") else 2
+        factor = 3 if entry["level"] == "zero3" else 2
         assert formula["bytes_sent_per_step"] == pytest.approx(
             factor * 4 * parameters * (world - 1) / world)
         # one repeat: the spread is that repeat's value
         assert entry["repeats"] == 1
         assert entry["median_step_s"]["min"] == entry["median_step_s"]["max"]
+
+
+@pytest.mark.rubric("core.end_to_end")
+def test_torchs_zero_1_and_fully_shard_run_beside_ours_and_shard_what_they_claim(document):
+    rows = rows_of(document)
+    for world in WORLDS:
+        ddp = rows[world, "ddp"]["held_bytes"]
+        zero1, fully_shard = (rows[world, name]["held_bytes"] for name in TORCH)
+        if world == 1:  # one rank holds it all
+            assert zero1 == ddp and fully_shard == ddp
+            continue
+        # ZeroRedundancyOptimizer: whole parameters' state to each rank, so less than DDP's
+        # but not 1/n of it; fully_shard: 1/n of every model state, as ours
+        assert zero1["parameters"] == ddp["parameters"]
+        assert 0 < zero1["optimizer_state"] < ddp["optimizer_state"]
+        for category in ("parameters", "gradients", "optimizer_state"):
+            assert fully_shard[category] == pytest.approx(ddp[category] / world, rel=1e-3)
 
 
 def test_bad_options_are_one_line_and_exit_code_2(capsys):

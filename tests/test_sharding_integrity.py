@@ -671,8 +671,14 @@ def fsdp_versions():
                 param.grad = None
             self.free(index)
 
+    def in_bfloat16(model, **collectives):
+        """The lesson's FullyShardedModel computing in bfloat16, as the runtime runs it."""
+        from runtime.sharded import computing_in
+
+        return computing_in(FullyShardedModel(model, **collectives), torch.bfloat16)
+
     return {"FSDP": (FullyShardedModel, {}),
-            "FSDP in bfloat16": (FullyShardedModel, {"compute_dtype": torch.bfloat16}),
+            "FSDP in bfloat16": (in_bfloat16, {}),
             "all-reduced gradients": (AllReduceTheGradients, {}),
             "gathered by all-reduce": (GatherByAllReduce, {}), "never freed": (NeverFreed, {}),
             "reduce-scatter for show": (ForShow, {})}

@@ -1,7 +1,7 @@
 """FullyShardedModel seen from a torch user's side, as fully_shard is: the optimizer built over
 `model.parameters()` trains; one over the parameters taken before wrapping is refused in one line;
-a trainable layer left out of every unit stays whole and alike on every rank; and no thread is
-left waiting for a collective after the last step.
+a trainable layer left out of every unit is sharded in a last unit, alike on every rank; and no
+thread is left waiting for a collective after the last step.
 """
 import threading
 
@@ -59,9 +59,10 @@ def train_with_a_layer_outside_every_unit(rank, world_size):
     return whole_parameters(model), dict(reference.named_parameters())
 
 
-def test_a_trainable_layer_in_no_unit_stays_whole_and_alike_on_every_rank():
-    """The LayerNorm left out of `units` is averaged as DDP averages it: every rank holds the same
-    parameters, to the bit, and they are one process's on the global batch."""
+def test_a_trainable_layer_in_no_unit_is_sharded_in_a_last_unit_and_alike_on_every_rank():
+    """The LayerNorm left out of `units` goes to a last unit, as fully_shard's root holds what no
+    layer took: every rank holds the same parameters, to the bit, and they are one process's on
+    the global batch."""
     outcomes = run_in_processes(2, train_with_a_layer_outside_every_unit)
     (first, reference), (second, _) = outcomes
     assert set(first) == set(reference)
