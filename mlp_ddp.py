@@ -144,8 +144,8 @@ def train_rank(placement, args):
     torch.manual_seed(args.seed + placement.rank)
     sync_options = SyncOptions.from_args(args)
     if backend == "nccl" and sync_options.through_shared_memory:
-        raise LaunchError("--sync shm and --comm-hook shm sum CPU tensors; on GPUs use NCCL "
-                          "(another --sync, or --comm-hook none)")
+        raise LaunchError("--sync shm, --comm-hook shm and --collectives shm sum CPU tensors; on "
+                          "GPUs use NCCL (another --sync or --collectives, or --comm-hook none)")
     with process_group(placement, backend, args.timeout):
         device = device_for(backend, placement.local_rank)
         dataset = prepare_data(placement, args)

@@ -78,9 +78,10 @@ def build_parser(description):
     add("--no-prefetch", dest="prefetch", action="store_false", default=None,
         help="--shard parameters: gather each layer only when it is needed, not the next one "
              "early")
-    add("--collectives", choices=("library", "ring"), default=None,
+    add("--collectives", choices=("library", "ring", "shm"), default=None,
         help="--mode sharded: the reduce-scatter and all-gather of gloo/NCCL (library, the "
-             "default) or the hand-written ring of manual_sharding.py")
+             "default), the hand-written ring of manual_sharding.py, or shared memory "
+             "(manual_collectives.py; the ranks of one host)")
     add("--comm-hook", choices=("none", "shm"), default="none",
         help="how --mode ddp sums its buckets: none = DDP's own all-reduce (gloo/NCCL), shm = "
              "the hand-written shared-memory all-reduce, ranks of a host through memory")

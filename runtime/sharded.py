@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils._pytree import tree_map
 
-from manual_allreduce import broadcast_parameters
+from manual_allreduce import broadcast_parameters, completed
 from manual_sharding import (
     FullyShardedModel,
     ShardedOptimizer,
@@ -81,9 +81,22 @@ class WaitedFuture:
         return WaitedFuture(lambda: (self.wait(), callback(self))[1])
 
 
-COLLECTIVES = {"library": (reduce_scatter, all_gather),
-               "ring": (reduce_scatter_by_ring, all_gather_by_ring)}  # --collectives
-TRANSPORT = {"library": "library", "ring": "point-to-point"}  # what carries them (runtime.timing)
+def shared_memory_halves():
+    """manual_collectives' reduce-scatter and all-gather through shared memory, for the ranks of
+    one host; blocking, so each future is complete when it returns. A collective: every rank
+    calls it."""
+    from manual_collectives import SLOT_BYTES, SharedMemoryAllReduce
+
+    shared = SharedMemoryAllReduce(SLOT_BYTES)
+    return (lambda output, tensor: completed(shared.reduce_scatter(output, tensor)),
+            lambda output, shard: completed(shared.all_gather(output, shard)))
+
+
+COLLECTIVES = {"library": lambda: (reduce_scatter, all_gather),  # --collectives
+               "ring": lambda: (reduce_scatter_by_ring, all_gather_by_ring),
+               "shm": shared_memory_halves}
+# what carries them (runtime.timing)
+TRANSPORT = {"library": "library", "ring": "point-to-point", "shm": "shared-memory"}
 
 
 def collectives(name="library", recorder=None, message="bucket", layers=()):
@@ -92,7 +105,7 @@ def collectives(name="library", recorder=None, message="bucket", layers=()):
     and, given a `recorder`, the timing layer outermost: messages named `message` and numbered in
     the order sent, unless labelled (`labelled`)."""
     made = {}
-    for kind, collective in zip(("reduce-scatter", "all-gather"), COLLECTIVES[name]):
+    for kind, collective in zip(("reduce-scatter", "all-gather"), COLLECTIVES[name]()):
         for layer in layers:
             collective = layer(collective)
         if recorder is not None:

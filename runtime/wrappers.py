@@ -104,7 +104,8 @@ class SyncOptions:
     def through_shared_memory(self):
         """Whether the gradients are summed through shared memory, which holds CPU tensors."""
         return ((self.mode == "manual" and self.sync == "shm")
-                or (self.mode == "ddp" and self.comm_hook == "shm"))
+                or (self.mode == "ddp" and self.comm_hook == "shm")
+                or (self.mode == "sharded" and self.collectives == "shm"))
 
 
 class SingleProcess(WrappedModel, nn.Module):

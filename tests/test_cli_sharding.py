@@ -92,6 +92,19 @@ def test_each_level_trains_to_the_accuracy_and_parameters_of_mode_manual(runs, l
     assert sharded["config"]["shard"] == level
 
 
+def test_zero_3_through_shared_memory_trains_as_mode_manual_and_sends_nothing_on_the_wire(
+        runs):
+    manual, manual_parameters = runs.manual()
+    shared, shared_parameters = runs("shm", "--mode", "sharded", "--shard", "parameters", *TWO,
+                                     *COMMON, "--collectives", "shm")
+    # the same training as the library's and the ring's (manual_collectives.py's halves)
+    assert shared["test"]["accuracy"] == manual["test"]["accuracy"]
+    assert_close(shared_parameters, manual_parameters)
+    # the ranks of one host exchange through memory: no byte leaves a rank
+    for sent in shared["timing"]["bytes_sent"]["per_rank"]:
+        assert sent["transport"] == "shared-memory" and sent["measured_per_step"] == 0
+
+
 @pytest.mark.rubric("core.end_to_end")
 def test_zero_3_computing_in_bfloat16_learns_and_sends_half_the_bytes(runs):
     manual, _ = runs.manual()
