@@ -22,7 +22,8 @@ STATES_TEXT = {"ddp": "4Ψ + 4Ψ + 8Ψ", "zero1": "4Ψ + 4Ψ + 8Ψ/n", "zero2": 
 FIELDS = {"step": ("median_step_s", "ms"), "busy": ("median_comm_busy_s", "ms"),
           "hidden": ("median_comm_hidden_s", "ms"), "exposed": ("median_comm_exposed_s", "ms"),
           "states": ("held_bytes.model_states", "bytes"), "peak_rss": ("peak_rss_bytes", "bytes"),
-          "sent": ("bytes_sent_per_step", "bytes"), "step_ratio": ("step_ratio_to_ddp", "ratio"),
+          "sent": ("bytes_measured_per_step", "bytes"),  # what left the rank, measured
+          "step_ratio": ("step_ratio_to_ddp", "ratio"),
           "states_ratio": ("model_states_ratio_to_ddp", "ratio")}
 # the projection's links: a short name -> (what a reader sees, with the number it names, and the
 # number of its β)
