@@ -123,6 +123,8 @@ def run_rank(placement, args):
     except (data.DataError, LaunchError) as error:
         if placement.local_rank == 0:  # every rank sees the same problem: one line per node
             print(f"error: {error}", file=sys.stderr, flush=True)
+        else:  # the first rank to end stops the others: let the one that says why end first
+            time.sleep(1)
         exit_now(2, placement)
     except (Stopped, KeyboardInterrupt) as stop:
         exit_now(getattr(stop, "exit_code", 130), placement)

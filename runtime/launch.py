@@ -241,10 +241,6 @@ def _launch_local(worker, world_size, args, port, network, fork):
         while not context.join():
             pass
     except multiprocessing.ProcessExitedException as failure:
-        if failure.exit_code == 2:  # bad input: every rank stops, and rank 0 says why
-            deadline = time.monotonic() + 5
-            for process in context.processes:
-                process.join(max(0.0, deadline - time.monotonic()))
         return failure.error_index, failure.exit_code
     except multiprocessing.ProcessRaisedException as failure:
         return failure.error_index, 1

@@ -410,10 +410,10 @@ def largest_difference(got, want):
 
 def compare_halves(rank, world_size, half):
     """For each dtype, kind of values and padded length, one half's largest differences from the
-    library's: the ring's reduce-scatter's; its all-gather's (a separate shard, and output's own
-    chunk); or their composition's from ring_all_reduce. With what each ring half carried, and
-    the largest element of the library's sum. A piece that raises leaves its error in place of its
-    numbers; one that hangs, in place of every later piece's too."""
+    library's: the ring's reduce-scatter's; or its all-gather's (a separate shard, and output's
+    own chunk) and the two halves' composition's from ring_all_reduce. With what each ring half
+    carried, and the largest element of the library's sum. A piece that raises leaves its error
+    in place of its numbers; one that hangs, in place of every later piece's too."""
     from manual_sharding import ring_all_gather, ring_reduce_scatter
 
     library_group = dist.new_group(backend="gloo")  # the library's own, beside the recorded one
@@ -435,7 +435,7 @@ def compare_halves(rank, world_size, half):
                                         tensor.clone())
                     case.update(reduce_scatter=difference(scattered, library),
                                 reduce_scatter_carried=carried(scattered))
-                elif half == "all_gather":
+                else:
                     library = tensor.new_empty(length)
                     dist.all_gather_single(library, shard, group=library_group)
                     gathered = attempt(carrying, ring_all_gather, tensor.new_empty(length), shard)
@@ -443,7 +443,7 @@ def compare_halves(rank, world_size, half):
                     case.update(all_gather=difference(gathered, library),
                                 all_gather_in_place=difference(in_place, library),
                                 all_gather_carried=carried(gathered))
-                else:
+                    # the composition needs the all-gather: it hangs with it, not alone
                     composed = attempt(compose, ring_reduce_scatter, ring_all_gather,
                                        tensor.clone())
                     case["composed"] = difference(composed, attempt(all_reduce_by_ring,
@@ -542,7 +542,8 @@ def succeeded(outcome, where):
 def halves(world_size, half):
     """compare_halves' cases of one half, rank by rank, on the recorded process group: a launch of
     its own, since fully_shard's device mesh cannot take that group, and every collective through
-    it costs Python; and one per half, so that a half that hangs fails its own tests only. Every
+    it costs Python; and one per half, so that a half that hangs fails its own tests only (and
+    the composition's, which needs both). Every
     rank does the same small work, so a collective that waits 10 s waits for a deadlock."""
     return run_in_processes(world_size, compare_halves, half, timeout_s=10, recorded=True)
 
@@ -609,7 +610,7 @@ def test_reduce_scatter_then_all_gather_is_the_ring_all_reduce(dtype, world_size
     """The lesson's claim: the ring all-reduce is a reduce-scatter then an all-gather. To the bit
     on integer values (every order of addition is exact); within summation order on random ones
     (the all-reduce's chunk r ends on rank r-1, the reduce-scatter's on rank r: other orders)."""
-    for rank, cases in enumerate(halves(world_size, "composed")):
+    for rank, cases in enumerate(halves(world_size, "all_gather")):
         for (case_dtype, kind, length), case in cases.items():
             if case_dtype != dtype:
                 continue

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tests.harness import run_in_processes
+from tests.harness import launch_once, run_in_processes
 
 STEPS = 3
 
@@ -31,6 +31,18 @@ def whole_parameters(model):
 
     with FullyShardedTraining.whole(model) as module:
         return {name: param.detach().clone() for name, param in module.named_parameters()}
+
+
+def every_case(rank, world_size):
+    """Each test's case, in one launch of 2 ranks: the threads' first, before any other."""
+    return {"threads": threads_of_three_steps(rank, world_size),
+            "layer outside": train_with_a_layer_outside_every_unit(rank, world_size),
+            "optimizer over freed": optimizer_over_freed(rank, world_size)}
+
+
+@launch_once
+def launch():
+    return run_in_processes(2, every_case)
 
 
 def train_with_a_layer_outside_every_unit(rank, world_size):
@@ -63,7 +75,7 @@ def test_a_trainable_layer_in_no_unit_is_sharded_in_a_last_unit_and_alike_on_eve
     """The LayerNorm left out of `units` goes to a last unit, as fully_shard's root holds what no
     layer took: every rank holds the same parameters, to the bit, and they are one process's on
     the global batch."""
-    outcomes = run_in_processes(2, train_with_a_layer_outside_every_unit)
+    outcomes = [outcome["layer outside"] for outcome in launch()]
     (first, reference), (second, _) = outcomes
     assert set(first) == set(reference)
     for name, value in first.items():
@@ -93,7 +105,7 @@ def optimizer_over_freed(rank, world_size):
 
 def test_an_optimizer_over_the_parameters_taken_before_wrapping_is_refused():
     """They are freed: stepping them would change nothing, silently. One line says what to do."""
-    for said in run_in_processes(2, optimizer_over_freed):
+    for said in [outcome["optimizer over freed"] for outcome in launch()]:
         assert "build it over model.parameters() after wrapping" in said, said
         assert "\n" not in said
 
@@ -114,19 +126,22 @@ def threads_of_three_steps(rank, world_size):
         start(thread)
 
     threading.Thread.start = counted
-    model = FullyShardedModel(layer_norm_between(), **collectives("library"))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    for step in range(STEPS):
-        inputs, labels = batch(step, rank)
-        F.cross_entropy(model(inputs), labels).backward()
-        model.finish_gradient_synchronization()
-        optimizer.step()
-        optimizer.zero_grad()
+    try:
+        model = FullyShardedModel(layer_norm_between(), **collectives("library"))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(STEPS):
+            inputs, labels = batch(step, rank)
+            F.cross_entropy(model(inputs), labels).backward()
+            model.finish_gradient_synchronization()
+            optimizer.step()
+            optimizer.zero_grad()
+    finally:
+        threading.Thread.start = start
     return started, sorted(thread.name for thread in threading.enumerate())
 
 
 def test_no_thread_waits_for_a_collective_so_none_outlives_the_last_step():
     """A thread still waiting for a collective when the group is destroyed aborts the process at
     exit ("terminate called without an active exception"): no thread is started at all."""
-    for started, alive in run_in_processes(2, threads_of_three_steps):
+    for started, alive in [outcome["threads"] for outcome in launch()]:
         assert started == [] and alive == ["MainThread"], (started, alive)
