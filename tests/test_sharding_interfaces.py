@@ -25,6 +25,15 @@ def batch(step, rank):
     return torch.randn(4, 6, generator=generator), torch.randint(0, 3, (4,), generator=generator)
 
 
+def train_step(model, optimizer, inputs_and_labels):
+    """One step of a FullyShardedModel as a torch user writes it."""
+    inputs, labels = inputs_and_labels
+    F.cross_entropy(model(inputs), labels).backward()
+    model.finish_gradient_synchronization()
+    optimizer.step()
+    optimizer.zero_grad()
+
+
 def whole_parameters(model):
     """{name: whole parameter} of a FullyShardedModel (a collective)."""
     from runtime.sharded import FullyShardedTraining
@@ -57,11 +66,7 @@ def train_with_a_layer_outside_every_unit(rank, world_size):
     reference = layer_norm_between()
     reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
     for step in range(STEPS):
-        inputs, labels = batch(step, rank)
-        F.cross_entropy(model(inputs), labels).backward()
-        model.finish_gradient_synchronization()
-        optimizer.step()
-        optimizer.zero_grad()
+        train_step(model, optimizer, batch(step, rank))
         everyone = [batch(step, each) for each in range(world_size)]
         inputs = torch.cat([inputs for inputs, _ in everyone])
         labels = torch.cat([labels for _, labels in everyone])
@@ -130,11 +135,7 @@ def threads_of_three_steps(rank, world_size):
         model = FullyShardedModel(layer_norm_between(), **collectives("library"))
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         for step in range(STEPS):
-            inputs, labels = batch(step, rank)
-            F.cross_entropy(model(inputs), labels).backward()
-            model.finish_gradient_synchronization()
-            optimizer.step()
-            optimizer.zero_grad()
+            train_step(model, optimizer, batch(step, rank))
     finally:
         threading.Thread.start = start
     return started, sorted(thread.name for thread in threading.enumerate())
