@@ -179,8 +179,7 @@ def record_collectives(placement, args):
     and a hang longer than --hang-timeout ends the run with the record's verdict."""
     if placement.world_size == 1:
         return
-    collective_record.install(collective_record.run_folder(), placement.rank,
-                              placement.world_size, args.hang_timeout)
+    collective_record.install(collective_record.run_folder(), placement.rank, args.hang_timeout)
     if args.debug_skip_all_reduce and placement.rank == args.debug_exit_rank:
         faults.skip_an_all_reduce(args.debug_skip_all_reduce, placement.rank)
 

@@ -146,8 +146,8 @@ def bench_model(model_name, args, rank):
     names = list(DDP_CONFIGURATIONS) + args.strategies
     names += [name + RECORDED for name in args.strategies] if args.record else []
     # installed once; switched on for the recorded configurations' steps only
-    recorder = collective_record.install(tempfile.mkdtemp(prefix="step-bench-record-"), rank,
-                                         dist.get_world_size()) if args.record else None
+    recorder = collective_record.install(tempfile.mkdtemp(prefix="step-bench-record-"),
+                                         rank) if args.record else None
     configurations = [Configuration(name, model_name, args) for name in names]
     generator = torch.Generator().manual_seed(args.seed + rank)  # each rank its own slice
     images = torch.randn(BATCH_POOL, args.batch_size, 1, 28, 28, generator=generator)

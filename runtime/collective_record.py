@@ -43,7 +43,7 @@ RECORDER = None  # this process's, once installed
 POINT_TO_POINT = {"send", "recv", "isend", "irecv"}
 DTYPES = (None, torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64,
           torch.int32, torch.int8, torch.uint8, torch.bool)
-HEADER = np.dtype([("rank", "<i4"), ("world_size", "<i4"), ("count", "<i8")])
+HEADER = np.dtype([("rank", "<i8"), ("count", "<i8")])
 ENTRY = np.dtype([("number", "<i8"), ("operation", "<i2"), ("dtype", "<i2"), ("peer", "<i4"),
                   ("elements", "<i8"), ("started", "<f8"), ("finished", "<f8")])
 
@@ -51,14 +51,14 @@ ENTRY = np.dtype([("number", "<i8"), ("operation", "<i2"), ("dtype", "<i2"), ("p
 class Recorder:
     """This rank's record: a ring of ENTRY in a file mapped into memory."""
 
-    def __init__(self, folder, rank, world_size):
+    def __init__(self, folder, rank):
         self.path = os.path.join(folder, f"rank-{rank}.record")
         descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         os.ftruncate(descriptor, HEADER.itemsize + RING * ENTRY.itemsize)  # no bytes written
         os.close(descriptor)
         self.header = np.memmap(self.path, HEADER, "r+", shape=(1,))
         self.entries = np.memmap(self.path, ENTRY, "r+", offset=HEADER.itemsize, shape=(RING,))
-        self.header[0] = (rank, world_size, 0)
+        self.header[0] = (rank, 0)
         self.lock = threading.Lock()
         self.inside = threading.local()  # a recorded call's own collectives are not recorded
         self.enabled = True  # off: every call goes straight through (the step benchmark's)
@@ -97,11 +97,11 @@ def run_folder():
     return folder
 
 
-def install(folder, rank, world_size, hang_timeout_s=None):
+def install(folder, rank, hang_timeout_s=None):
     """Record every collective this process starts from now on, in `folder`; with
     `hang_timeout_s`, end the rank when one is in flight for longer. Returns the Recorder."""
     global RECORDER
-    recorder = RECORDER = Recorder(folder, rank, world_size)
+    recorder = RECORDER = Recorder(folder, rank)
     for operation in OPERATIONS:
         if hasattr(dist, operation):
             setattr(dist, operation, recorded(recorder, operation, getattr(dist, operation)))

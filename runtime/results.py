@@ -84,46 +84,50 @@ def validate(document):
     return problems
 
 
+def per_rank_problems(container, where, world_size, entry_problems):
+    """What is wrong with `container` ({"per_rank": [one entry per rank]}, found at `where`):
+    its shape, then `entry_problems(entry, where_the_entry_is)` of each entry."""
+    if not isinstance(container, dict) or not isinstance(container.get("per_rank"), list):
+        return [f"{where}.per_rank is not a list"]
+    problems = []
+    if len(container["per_rank"]) != world_size:
+        problems.append(f"{where}.per_rank does not have one entry per rank")
+    for rank, entry in enumerate(container["per_rank"]):
+        problems += entry_problems(entry, f"{where}.per_rank[{rank}]")
+    return problems
+
+
+def byte_counts_problems(entry, fields, where):
+    """Each of `fields` of `entry` that is not a whole number of bytes."""
+    return [f"{where}.{field} is not a number of bytes" for field in fields
+            if not isinstance(entry[field], int) or isinstance(entry[field], bool)
+            or entry[field] < 0]
+
+
 def memory_problems(memory, world_size):
     """What is wrong with a `memory` object: {"per_rank": [bytes of each of MEMORY_FIELDS]}, one
     entry per rank."""
-    if not isinstance(memory, dict) or not isinstance(memory.get("per_rank"), list):
-        return ["memory.per_rank is not a list"]
-    problems = []
-    if len(memory["per_rank"]) != world_size:
-        problems.append("memory.per_rank does not have one entry per rank")
-    for rank, held in enumerate(memory["per_rank"]):
-        where = f"memory.per_rank[{rank}]"
+    def held_problems(held, where):
         if not isinstance(held, dict):
-            problems.append(f"{where} is not an object")
-            continue
-        for field in MEMORY_FIELDS:
-            value = held.get(field)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                problems.append(f"{where}.{field} is not a number of bytes")
-    return problems
+            return [f"{where} is not an object"]
+        return byte_counts_problems({field: held.get(field) for field in MEMORY_FIELDS},
+                                    MEMORY_FIELDS, where)
+
+    return per_rank_problems(memory, "memory", world_size, held_problems)
 
 
 def bytes_sent_problems(sent, world_size):
     """What is wrong with a `timing.bytes_sent` object: {"per_rank": [StepTimer.bytes_sent()]},
     one entry per rank."""
-    if not isinstance(sent, dict) or not isinstance(sent.get("per_rank"), list):
-        return ["timing.bytes_sent.per_rank is not a list"]
-    problems = []
-    if len(sent["per_rank"]) != world_size:
-        problems.append("timing.bytes_sent.per_rank does not have one entry per rank")
-    for rank, entry in enumerate(sent["per_rank"]):
-        where = f"timing.bytes_sent.per_rank[{rank}]"
+    def entry_problems(entry, where):
         if not isinstance(entry, dict) or any(field not in entry for field in BYTES_SENT_FIELDS):
-            problems.append(f"{where} lacks one of {', '.join(BYTES_SENT_FIELDS)}")
-            continue
+            return [f"{where} lacks one of {', '.join(BYTES_SENT_FIELDS)}"]
+        problems = []
         if not (entry["transport"] is None or isinstance(entry["transport"], str)):
             problems.append(f"{where}.transport is not a name")
-        for field in BYTES_SENT_FIELDS[1:]:
-            value = entry[field]
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                problems.append(f"{where}.{field} is not a number of bytes")
-    return problems
+        return problems + byte_counts_problems(entry, BYTES_SENT_FIELDS[1:], where)
+
+    return per_rank_problems(sent, "timing.bytes_sent", world_size, entry_problems)
 
 
 def environment_problems(environment):

@@ -180,7 +180,7 @@ class LayoutLog:
             self.layouts.append({"from_step": step, "bytes": list(sizes)})
 
 
-COUNTING = threading.local()  # .total: [bytes] sent by this thread's timed collective, or None
+COUNTING = threading.local()  # .total: bytes sent by this thread's timed collective, or None
 
 
 def count_sends():
@@ -193,9 +193,8 @@ def count_sends():
             continue
 
         def counted(tensor, *args, function=function, **kwargs):
-            total = getattr(COUNTING, "total", None)
-            if total is not None:
-                total[0] += tensor.numel() * tensor.element_size()
+            if getattr(COUNTING, "total", None) is not None:
+                COUNTING.total += tensor.numel() * tensor.element_size()
             return function(tensor, *args, **kwargs)
 
         functools.update_wrapper(counted, function, updated=())
@@ -233,11 +232,11 @@ def timed(collective, recorder, kind="all-reduce", message="message", transport=
         if transport == "library":
             recorder.left_rank(transport, bytes_sent(SENT_BY_LIBRARY, kind, nbytes, world), ring)
             return collective(*tensors).then(record_end)
-        COUNTING.total = [0]
+        COUNTING.total = 0
         try:
             future = collective(*tensors)
         finally:
-            recorder.left_rank(transport, COUNTING.total[0], ring)
+            recorder.left_rank(transport, COUNTING.total, ring)
             COUNTING.total = None
         return future.then(record_end)
 

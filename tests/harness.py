@@ -295,7 +295,7 @@ def _worker(rank, world_size, port, folder, child, target, args, timeout_s, back
     if backend:
         dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=world_size, timeout=timedelta(seconds=timeout_s))
-        record_collectives(folder, rank, world_size)
+        record_collectives(folder, rank)
     try:
         result = function(rank, world_size, *args) if backend else function(*args)
     finally:
@@ -314,11 +314,11 @@ def _worker(rank, world_size, port, folder, child, target, args, timeout_s, back
     os._exit(0)
 
 
-def record_collectives(folder, rank, world_size):
+def record_collectives(folder, rank):
     """Each rank's collectives into its record in `folder`, for verdict(): the runtime's recorder,
     where the code under test has it."""
     try:
         from runtime import collective_record
     except ImportError:
         return
-    collective_record.install(folder, rank, world_size)
+    collective_record.install(folder, rank)

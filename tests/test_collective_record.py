@@ -18,7 +18,7 @@ FLOATS = torch.zeros(1024)
 
 def records_of(folder, *ranks):
     """A Recorder per rank in `folder`, written from this process, as the ranks would."""
-    return [collective_record.Recorder(str(folder), rank, len(ranks)) for rank in ranks]
+    return [collective_record.Recorder(str(folder), rank) for rank in ranks]
 
 
 def test_ranks_that_agree_and_wait_for_nothing_give_no_verdict(tmp_path):
@@ -88,7 +88,7 @@ def test_a_launch_whose_ranks_deadlock_fails_within_its_timeout_naming_where_eac
 
 def waits_alone(rank, world_size, folder):
     """Rank 0 waits in a collective that rank 1 never joins; rank 0's record watches for it."""
-    collective_record.install(folder, rank, world_size, hang_timeout_s=1)
+    collective_record.install(folder, rank, hang_timeout_s=1)
     if rank == 0:
         dist.all_reduce(torch.ones(4))
     else:
