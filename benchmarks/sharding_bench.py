@@ -70,13 +70,20 @@ from runtime.step import Precision, TrainingStep
 from runtime.timing import FIELDS, CommRecorder, StepTimer, summarize_ranks, watch_gradients
 from runtime.wrappers import SyncOptions, WrappedModel, wrap_model
 
-SCHEMA = "sharding-bench/1"
+SCHEMA = "sharding-bench/2"
 TORCH = ("torch-zero1", "torch-fully-shard")  # torch's own, beside ours at the same world sizes
-CONFIGURATIONS = zero_formulas.CONFIGURATIONS + TORCH
-LEVEL_OF = {**zero_formulas.LEVEL_OF, "torch-zero1": "zero1", "torch-fully-shard": "zero3"}
-# configuration -> (runtime/sharded.py's level, prefetch); ddp is torch's
-SHARDING = {"zero1": ("optimizer", True), "zero2": ("gradients", True),
-            "zero3": ("parameters", True), "zero3-no-prefetch": ("parameters", False)}
+SHARD_FLAG = {"zero1": "optimizer", "zero2": "gradients", "zero3": "parameters"}  # --shard
+# configuration -> (--shard, prefetch, --collectives) of ours; ddp and TORCH are torch's. The bare
+# names run over the default (auto: shared memory on one host); "-ring" sends what the formula
+# says, "-library" what gloo sends
+SHARDING = {**{level: (flag, True, "auto") for level, flag in SHARD_FLAG.items()},
+            "zero3-no-prefetch": ("parameters", False, "auto"),
+            **{f"{level}-{transport}": (flag, True, transport) for transport in ("ring", "library")
+               for level, flag in SHARD_FLAG.items()}}
+OTHER_TRANSPORTS = tuple(name for name in SHARDING if name not in zero_formulas.CONFIGURATIONS)
+CONFIGURATIONS = zero_formulas.CONFIGURATIONS + TORCH + OTHER_TRANSPORTS
+LEVEL_OF = {**zero_formulas.LEVEL_OF, "torch-zero1": "zero1", "torch-fully-shard": "zero3",
+            **{name: name.split("-")[0] for name in OTHER_TRANSPORTS}}
 TIMED = ("step", "compute", "comm_busy", "comm_hidden", "comm_exposed")  # summarised over repeats
 CLEAR_REFS = "/proc/self/clear_refs"
 
@@ -176,14 +183,14 @@ class Run:
             wrapped = TorchFullyShard(self.model)
             optimizer = torch.optim.AdamW(self.model.parameters(), **adamw)
         else:
-            level, prefetch = SHARDING[configuration]
+            level, prefetch, transport = SHARDING[configuration]
             watch_gradients(self.model, recorder)  # before the wrapper's own hooks, as wrap_model
             wrapped = wrap_sharded(self.model, level, args.bucket_mb, prefetch=prefetch,
-                                   recorder=recorder)
+                                   collective_name=transport, recorder=recorder)
             optimizer = wrapped.make_optimizer(torch.optim.AdamW, **adamw)
         self.wrapped = wrapped
         self.configuration = configuration
-        self.watch = MemoryWatch(wrapped, optimizer)
+        self.watch = MemoryWatch(wrapped, optimizer, recorder)
         self.train_step = TrainingStep(wrapped, optimizer, Schedule(), load=lambda batch: batch,
                                        precision=Precision(None, torch.device("cpu")),
                                        timer=self.timer)
@@ -235,8 +242,10 @@ def rank_result(run, world, reset, rss_at_start):
     if run.configuration in TORCH:  # torch's collectives are out of the timing layer's sight
         measured = {"transport": None, "measured_per_step": None}
         sent = None
+        held["model_states_peak"] = None  # counted as collectives start: theirs are unseen
     records = run.timer.take_epoch()
-    return {"held_bytes": {key: held[key] for key in CATEGORIES + ("model_states",)},
+    return {"held_bytes": {key: held[key] for key in CATEGORIES + ("model_states",
+                                                                   "model_states_peak")},
             "peak_rss_bytes": held["peak_rss"], "rss_at_start_bytes": rss_at_start,
             "peak_rss_reset": reset, "bytes_sent_per_step": sent,
             "transport": measured["transport"],
@@ -275,7 +284,7 @@ def measurement(name, model_name, run, world, per_rank):
             "level": LEVEL_OF[name], "parameters": run.parameters,
             "parameter_bytes": 4 * run.parameters, "steps_per_rank": len(run.collectives),
             # the largest rank's (ZeRO's shards are equal: so are the ranks)
-            "held_bytes": {key: max(rank["held_bytes"][key] for rank in per_rank)
+            "held_bytes": {key: most([rank["held_bytes"][key] for rank in per_rank])
                            for key in per_rank[0]["held_bytes"]},
             "peak_rss_bytes": max(rank["peak_rss_bytes"] for rank in per_rank),
             "peak_rss_growth_bytes": max(rank["peak_rss_bytes"] - rank["rss_at_start_bytes"]
@@ -395,7 +404,7 @@ def summarize(rows):
             "repeats": len(repeats), "parameters": first["parameters"],
             **{f"median_{field}_s": spread([row[f"median_{field}_s"] for row in repeats])
                for field in TIMED},
-            "held_bytes": {key: spread([row["held_bytes"][key] for row in repeats])
+            "held_bytes": {key: spread_or_none([row["held_bytes"][key] for row in repeats])
                            for key in first["held_bytes"]},
             "peak_rss_bytes": spread([row["peak_rss_bytes"] for row in repeats]),
             "peak_rss_growth_bytes": spread([row["peak_rss_growth_bytes"] for row in repeats]),

@@ -78,10 +78,11 @@ def build_parser(description):
     add("--no-prefetch", dest="prefetch", action="store_false", default=None,
         help="--shard parameters: gather each layer only when it is needed, not the next one "
              "early")
-    add("--collectives", choices=("library", "ring", "shm"), default=None,
-        help="--mode sharded: the reduce-scatter and all-gather of gloo/NCCL (library, the "
-             "default), the hand-written ring of manual_sharding.py, or shared memory "
-             "(manual_collectives.py; the ranks of one host)")
+    add("--collectives", choices=("auto", "library", "ring", "shm"), default=None,
+        help="--mode sharded: the reduce-scatter and all-gather of gloo/NCCL (library), the "
+             "hand-written ring of manual_sharding.py, or shared memory (manual_collectives.py; "
+             "the ranks of one host); auto, the default: shm where every rank shares this host "
+             "on gloo, else library")
     add("--comm-hook", choices=("none", "shm"), default="none",
         help="how --mode ddp sums its buckets: none = DDP's own all-reduce (gloo/NCCL), shm = "
              "the hand-written shared-memory all-reduce, ranks of a host through memory")
@@ -229,7 +230,7 @@ def check_sharding(parser, args):
                      "would see only this rank's shard of the gradients, so ranks could disagree "
                      "on skipping a step (use --amp bf16, or --compute-dtype bf16)")
     args.shard = args.shard or "parameters"
-    args.collectives = args.collectives or "library"
+    args.collectives = args.collectives or "auto"
     if args.shard != "parameters":
         for option in ("--compute-dtype", "--no-prefetch"):
             if option in given:

@@ -18,6 +18,7 @@ EPOCH_FIELDS = ("epoch", "steps", "train_loss", "train_accuracy", "val_loss", "v
                 "epoch_time_s", "data_s", "compute_s", "comm_busy_s", "comm_hidden_s",
                 "comm_exposed_s", "samples_seen", "elapsed_s", "samples_per_s", "lr")
 MEMORY_FIELDS = CATEGORIES + ("model_states", "peak_rss")  # bytes, runtime/memory.py
+# and model_states_peak, in the results of runs since memory.py has counted it
 BYTES_SENT_FIELDS = ("transport", "measured_per_step", "ring_formula_per_step")  # timing.py's
 ENVIRONMENT_FIELDS = ("torch", "python", "backend", "device", "launcher", "world_size", "hosts",
                       "cores", "threads_per_rank", "parameters")
@@ -110,8 +111,8 @@ def memory_problems(memory, world_size):
     def held_problems(held, where):
         if not isinstance(held, dict):
             return [f"{where} is not an object"]
-        return byte_counts_problems({field: held.get(field) for field in MEMORY_FIELDS},
-                                    MEMORY_FIELDS, where)
+        fields = MEMORY_FIELDS + tuple(field for field in ("model_states_peak",) if field in held)
+        return byte_counts_problems({field: held.get(field) for field in fields}, fields, where)
 
     return per_rank_problems(memory, "memory", world_size, held_problems)
 

@@ -13,6 +13,7 @@ not per parameter). no_sync() changes nothing here: ZeRO-1 averages only in
 `finish_gradient_synchronization()` anyway, and ZeRO-2 and ZeRO-3 average each backward into the
 shards' gradients, which add up.
 """
+import socket
 from contextlib import contextmanager, nullcontext
 from functools import partial
 
@@ -99,11 +100,27 @@ COLLECTIVES = {"library": lambda: (reduce_scatter, all_gather),  # --collectives
 TRANSPORT = {"library": "library", "ring": "point-to-point", "shm": "shared-memory"}
 
 
-def collectives(name="library", recorder=None, message="bucket", layers=()):
+def default_collectives():
+    """--collectives auto: shared memory where every rank runs on this host and the tensors are
+    the CPU's (gloo), since it copies each byte once where gloo's reduce-scatter is a whole
+    all-reduce; the library's otherwise. A collective: every rank calls it."""
+    from manual_collectives import namespace_inode
+
+    if dist.get_backend() != "gloo":
+        return "library"
+    host = f"{socket.gethostname()}/net:{namespace_inode('net')}"
+    hosts = [None] * dist.get_world_size()
+    dist.all_gather_object(hosts, host)
+    return "shm" if len(set(hosts)) == 1 else "library"
+
+
+def collectives(name="auto", recorder=None, message="bucket", layers=()):
     """{"reduce_scatter": ..., "all_gather": ...} for --collectives `name`, inside `layers`
     (functions that take a collective and return one doing more around it, the first innermost)
     and, given a `recorder`, the timing layer outermost: messages named `message` and numbered in
     the order sent, unless labelled (`labelled`)."""
+    if name == "auto":
+        name = default_collectives()
     made = {}
     for kind, collective in zip(("reduce-scatter", "all-gather"), COLLECTIVES[name]()):
         for layer in layers:
@@ -207,6 +224,9 @@ class ShardedOptimizerModel(WrappedModel, nn.Module):
     def finish_gradient_synchronization(self):
         self.optimizer.reduce_gradients()
 
+    def held_during_step(self):
+        return [], [output for _, _, output in self.optimizer.pending]  # gradient shards in flight
+
     def optimizer_layout(self):
         level = "gradients" if self.options["shard_gradients"] else "optimizer"
         return layout(level, self.optimizer.shards)
@@ -235,6 +255,13 @@ class FullyShardedTraining(FullyShardedModel, WrappedModel):
 
     def make_optimizer(self, optimizer_class, **kwargs):
         return optimizer_class(self.module.parameters(), **kwargs)
+
+    def held_during_step(self):
+        """The units' whole parameters (empty unless gathered, their .grad with them), gathers in
+        flight, and gradient shards in flight."""
+        whole = [param for shard in self.shards for param in shard.params]
+        gathering = [flat for each in self.gathering if each is not None for flat in each[1:]]
+        return whole + gathering, [output for _, _, output in self.pending]
 
     @contextmanager
     def whole(self):
@@ -356,7 +383,7 @@ def layout(level, shards):
 
 
 def wrap_sharded(module, level, bucket_mb, compute_dtype="fp32", prefetch=True,
-                 collective_name="library", recorder=None, layers=()):
+                 collective_name="auto", recorder=None, layers=()):
     """`module` wrapped for --shard `level`; `recorder` times every collective, inside which
     `layers` go (as collectives' `layers`)."""
     if level in ("optimizer", "gradients"):

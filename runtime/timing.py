@@ -96,6 +96,7 @@ class CommRecorder:
         self.sent = {}  # per collective: how many it has started this step
         self.label = None  # what the collectives started now send, where the runtime says so
         self.outgoing = []  # (transport, bytes that left the rank, a ring's) per collective
+        self.at_start = []  # called just before each collective starts (memory.MemoryWatch)
         self._lock = threading.Lock()
 
     @contextmanager
@@ -118,6 +119,8 @@ class CommRecorder:
     def started(self, name, nbytes=0):
         """Called just before a collective of `nbytes` starts; returns its span, for
         `finished`."""
+        for callback in self.at_start:
+            callback()
         span = [name, self.clock.stamp(), None]
         with self._lock:
             self.spans.append(span)

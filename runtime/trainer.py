@@ -49,7 +49,7 @@ class Trainer:
         self.faults = FaultInjection(args.debug_exit_rank, args.debug_exit_step,
                                      args.debug_slow_rank, placement.rank)
         self.report = Report(args.epochs, args.tensorboard, placement.rank)
-        self.memory = MemoryWatch(model, optimizer)  # what the rank holds, before a step
+        self.memory = MemoryWatch(model, optimizer, timer.comm)  # what the rank holds
 
     def fit(self):
         """Train the remaining epochs and score the test split; returns the results' training part:

@@ -71,6 +71,11 @@ class WrappedModel:
         """How the optimizer's state is laid out: a checkpoint resumes only into the same."""
         return PER_PARAMETER
 
+    def held_during_step(self):
+        """(parameters, gradients): model state held only during part of a step, beyond the
+        module's parameters and their .grad (runtime/memory.py counts its high-water mark)."""
+        return [], []
+
     @contextmanager
     def replicated(self):
         """The (name, tensor) pairs every rank holds alike after a step, for the check that the
@@ -89,7 +94,7 @@ class SyncOptions:
     shard: str = "parameters"  # mode sharded: "optimizer", "gradients" or "parameters" (ZeRO-1/2/3)
     compute_dtype: str = "fp32"  # --shard parameters: "fp32", "fp16" or "bf16"
     prefetch: bool = True  # --shard parameters: the next layer's gather started early
-    collectives: str = "library"  # mode sharded: "library" (gloo/NCCL) or "ring" (the lesson's)
+    collectives: str = "auto"  # mode sharded: "library" (gloo/NCCL), "ring", "shm" or "auto"
 
     @classmethod
     def from_args(cls, args):

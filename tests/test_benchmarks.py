@@ -49,22 +49,36 @@ def test_allreduce_benchmark_writes_verified_measurements_with_nccl_tests_bandwi
                   "--world-sizes", "2", "--output", str(output))
     assert "target:" in printed and "world 2:" in printed
     document = json.loads(output.read_text())
-    assert document["schema"] == "allreduce-bench/1"
+    assert document["schema"] == "allreduce-bench/2"
     assert {"torch", "cores", "threads_per_rank", "backend"} <= set(document["environment"])
     assert document["config"]["sizes"] == [1028, 65536]
     rows = document["measurements"]
     assert sorted((row["bytes"], row["implementation"]) for row in rows) == \
         [(size, name) for size in (1028, 65536) for name in ("gloo", "ring", "shm")]
-    for row in rows:
+    # the halves move whole chunks: 257 floats are 2 chunks of 128
+    halves = document["halves"]
+    assert sorted((row["bytes"], row["collective"], row["implementation"]) for row in halves) == \
+        [(size, collective, name) for size in (1024, 65536)
+         for collective in ("all-gather", "reduce-scatter") for name in ("gloo", "ring", "shm")]
+    copies = {row["bytes"]: row for row in document["memory_copy"]}
+    assert sorted(copies) == [1028, 65536]
+    for row in rows + halves + document["memory_copy"]:
         world = row["world_size"]
         assert world == 2 and row["verified"] and row["iterations"] == 2
         assert 0 < row["median_s"] <= row["p95_s"]
         assert row["algbw_gbps"] == pytest.approx(row["bytes"] / row["median_s"] / 1e9)
-        assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 2 * (world - 1) / world)
-    busbw = {(row["bytes"], row["implementation"]): row["busbw_gbps"] for row in rows}
+        bus = {"all-reduce": 2 * (world - 1) / world, "memory-copy": 1}.get(row["collective"],
+                                                                             (world - 1) / world)
+        assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * bus)
+        # each as a fraction of a copy of the same buffer, measured in the same run
+        copy = copies[1028 if row["bytes"] <= 1028 else 65536]
+        assert row["fraction_of_copy"] == pytest.approx(copy["median_s"] / row["median_s"])
+    busbw = {(row["collective"], row["bytes"], row["implementation"]): row["busbw_gbps"]
+             for row in rows + halves}
+    assert len(document["comparisons"]) == 12  # ring and shm of 3 collectives at 2 sizes
     for comparison in document["comparisons"]:
-        size = comparison["bytes"]
-        ratio = busbw[size, comparison["implementation"]] / busbw[size, "gloo"]
+        key = comparison["collective"], comparison["bytes"]
+        ratio = busbw[(*key, comparison["implementation"])] / busbw[(*key, "gloo")]
         assert comparison["busbw_ratio_to_gloo"] == pytest.approx(ratio)
     # nothing >= 4 MiB (the ring's target) or >= 1 MiB (shm's) was measured
     for target in ("target", "shm_target"):

@@ -14,9 +14,10 @@ import pytest
 from benchmarks import sharding_bench
 from tests.grading.sandbox import run_python
 
-OURS = ("ddp", "zero1", "zero2", "zero3", "zero3-no-prefetch")
+OURS = ("ddp", "zero1", "zero2", "zero3", "zero3-no-prefetch")  # ZeRO over shared memory
 TORCH = ("torch-zero1", "torch-fully-shard")  # torch's ZeroRedundancyOptimizer and fully_shard
-CONFIGURATIONS = OURS + TORCH
+OVER = ("zero2-library", "zero3-library", "zero1-ring", "zero3-ring")  # the other transports
+CONFIGURATIONS = OURS + TORCH + OVER
 WORLDS = (1, 2)
 TIMING = ("step", "comm_busy", "comm_hidden", "comm_exposed")
 
@@ -26,8 +27,9 @@ def document(tmp_path_factory):
     """results of a tiny run: the MLP at 1 and 2 ranks, every configuration, one measured step."""
     output = tmp_path_factory.mktemp("sharding") / "sharding.json"
     done = run_python(["-m", "benchmarks.sharding_bench", "--models", "mlp", "--world-sizes",
-                       "1,2", "--steps", "1", "--warmup", "1", "--repeats", "1", "--batch-size",
-                       "16", "--output", str(output)], timeout=120)
+                       "1,2", "--configurations", ",".join(CONFIGURATIONS), "--steps", "1", "--warmup",
+                       "1", "--repeats", "1", "--batch-size", "16", "--output", str(output)],
+                      timeout=180)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "x ddp" in done.stdout  # the side-by-side table
     return json.loads(output.read_text())
@@ -46,7 +48,7 @@ def padded_bytes(row):
 
 @pytest.mark.rubric("core.end_to_end")
 def test_every_configuration_runs_once_at_every_world_size_and_the_run_is_recorded(document):
-    assert document["schema"] == "sharding-bench/1"
+    assert document["schema"] == "sharding-bench/2"
     assert document["command"].startswith("python -m benchmarks.sharding_bench --models mlp")
     assert {"torch", "cores", "threads_per_rank", "backend"} <= set(document["environment"])
     assert document["config"]["world_sizes"] == list(WORLDS)
@@ -86,31 +88,57 @@ def test_bytes_per_step_are_the_rings_bytes_of_the_recorded_collectives(document
         if name == "ddp":  # the gradients all-reduced once: 2P(n-1)/n
             assert sizes == {"all-reduce": row["parameter_bytes"], "reduce-scatter": 0,
                              "all-gather": 0}
-        elif name in ("zero1", "zero2"):  # reduce-scatter the gradients, gather the parameters
+        elif row["level"] != "zero3":  # reduce-scatter the gradients, gather the parameters
             assert sizes == {"all-reduce": 0, "reduce-scatter": padded, "all-gather": padded}
         else:  # ZeRO-3 gathers every parameter twice, for forward and for backward: 3P(n-1)/n
             assert sizes == {"all-reduce": 0, "reduce-scatter": padded, "all-gather": 2 * padded}
-        factor = 3 if name.startswith("zero3") else 2
+        factor = 3 if row["level"] == "zero3" else 2
         assert row["bytes_sent_per_step"] == pytest.approx(factor * padded * (world - 1) / world)
         # one rank sends nothing
         assert world > 1 or row["bytes_sent_per_step"] == 0
 
 
 @pytest.mark.rubric("core.end_to_end")
-def test_bytes_measured_over_the_library_are_what_gloo_sends_beside_the_rings(document):
+def test_bytes_measured_are_what_each_transport_sends(document):
     for (world, name), row in rows_of(document).items():
         if name in TORCH:
             continue
         padded = padded_bytes(row)
-        # gloo's all-reduce and all-gather are rings; its reduce-scatter is a whole all-reduce
-        reduce_scatter, gathers = {"ddp": (0, 0), "zero3": (2, 2),
-                                   "zero3-no-prefetch": (2, 2)}.get(name, (2, 1))
-        expected = 2 * padded if name == "ddp" else (reduce_scatter + gathers) * padded
-        assert row["transport"] == "library"
-        assert row["bytes_measured_per_step"] == expected * (world - 1) // world
-        # the ring's figure is the formula's: the measured one is higher wherever ZeRO scatters
-        assert (row["bytes_measured_per_step"] > row["bytes_sent_per_step"]) == (
-            world > 1 and name != "ddp")
+        if name == "ddp" or name.endswith("-library"):
+            # gloo's all-reduce and all-gather are rings; its reduce-scatter a whole all-reduce
+            reduce_scatter, gathers = {"ddp": (0, 0), "zero3": (2, 2)}.get(row["level"], (2, 1))
+            expected = 2 * padded if name == "ddp" else (reduce_scatter + gathers) * padded
+            assert row["transport"] == "library"
+            assert row["bytes_measured_per_step"] == expected * (world - 1) // world
+            # higher than the ring's wherever ZeRO scatters
+            assert (row["bytes_measured_per_step"] > row["bytes_sent_per_step"]) == (
+                world > 1 and name != "ddp")
+        elif name.endswith("-ring"):  # the hand-written ring sends the formula's bytes
+            assert row["transport"] == "point-to-point"
+            assert row["bytes_measured_per_step"] == row["bytes_sent_per_step"]
+        else:  # the default on one host: through shared memory, not one byte through a socket
+            assert row["transport"] == "shared-memory" if world > 1 else row["transport"]
+            assert row["bytes_measured_per_step"] == 0
+
+
+@pytest.mark.rubric("core.end_to_end")
+def test_zero_3_holds_most_with_a_unit_whole_and_the_others_at_the_step(document):
+    rows = rows_of(document)
+    for (world, name), row in rows.items():
+        held = row["held_bytes"]
+        if name in TORCH:  # counted as collectives start: torch's are unseen
+            assert held["model_states_peak"] is None
+        elif row["level"] == "zero3":
+            # at its peak a unit is whole, its gradients with it: at least the largest unit's
+            # parameters and gradients beyond the shards held at the step
+            largest = 4 * max(shard["numel"] for shard in row["shards"])
+            assert held["model_states_peak"] >= held["model_states"] + 2 * largest * (
+                world - 1) / world
+        elif row["level"] == "zero2":  # each bucket's gradients whole until reduce-scattered
+            assert held["model_states"] <= held["model_states_peak"] <= rows[
+                world, "zero1"]["held_bytes"]["model_states"]
+        else:  # all a rank holds meets at the step
+            assert held["model_states_peak"] == held["model_states"]
 
 
 @pytest.mark.rubric("core.end_to_end")
@@ -122,7 +150,8 @@ def test_each_level_holds_its_shards_one_nth_of_ddps_plus_the_padding(document):
         # DDP: float32 parameters and gradients, AdamW's two moments, on every rank
         assert ddp["held_bytes"] == {"parameters": 4 * parameters, "gradients": 4 * parameters,
                                      "optimizer_state": 8 * parameters,
-                                     "model_states": 16 * parameters}
+                                     "model_states": 16 * parameters,
+                                     "model_states_peak": 16 * parameters}
         for name in OURS[1:]:
             row = rows[world, name]
             held = row["held_bytes"]
@@ -164,7 +193,8 @@ def test_torchs_zero_1_and_fully_shard_run_beside_ours_and_shard_what_they_claim
         ddp = rows[world, "ddp"]["held_bytes"]
         zero1, fully_shard = (rows[world, name]["held_bytes"] for name in TORCH)
         if world == 1:  # one rank holds it all
-            assert zero1 == ddp and fully_shard == ddp
+            for category in ("parameters", "gradients", "optimizer_state"):
+                assert zero1[category] == ddp[category] == fully_shard[category]
             continue
         # ZeroRedundancyOptimizer: whole parameters' state to each rank, so less than DDP's
         # but not 1/n of it; fully_shard: 1/n of every model state, as ours
