@@ -175,7 +175,7 @@ def test_a_sharded_checkpoint_resumed_in_another_mode_is_one_clear_line(runs, tm
 
 @pytest.mark.rubric("core.end_to_end")
 def test_the_results_record_what_each_rank_holds_zero_3_half_of_ddp_at_2_ranks(runs):
-    ddp, _ = runs("ddp", "--mode", "ddp", *TWO, *COMMON)
+    ddp, ddp_parameters = runs("ddp", "--mode", "ddp", *TWO, *COMMON)
     documents = {level: runs.level(level)[0] for level in LEVELS}
     for document in (ddp, *documents.values()):
         assert results.validate(document) == []
@@ -191,6 +191,15 @@ def test_the_results_record_what_each_rank_holds_zero_3_half_of_ddp_at_2_ranks(r
             for category in categories:
                 assert held[category] == pytest.approx(whole[category] / 2, rel=1e-3), \
                     (level, category)
+    # at its most ZeRO-3 holds a layer gathered whole with its whole gradients, where at the step
+    # it holds the gradients' shards: the largest layer's bytes more, at least; DDP's most is at
+    # the step
+    layers = {}
+    for key, value in ddp_parameters.items():
+        layers[key.rsplit(".", 1)[0]] = layers.get(key.rsplit(".", 1)[0], 0) + 4 * value.numel()
+    assert whole["model_states_peak"] == whole["model_states"]
+    for held in documents["parameters"]["memory"]["per_rank"]:
+        assert held["model_states_peak"] >= held["model_states"] + max(layers.values())
     assert documents["parameters"]["config"]["shard"] == "parameters"
     assert ddp["config"]["shard"] is None  # not a sharded run
     # the record is optional (results written before it have none) but checked when present

@@ -27,9 +27,9 @@ def document(tmp_path_factory):
     """results of a tiny run: the MLP at 1 and 2 ranks, every configuration, one measured step."""
     output = tmp_path_factory.mktemp("sharding") / "sharding.json"
     done = run_python(["-m", "benchmarks.sharding_bench", "--models", "mlp", "--world-sizes",
-                       "1,2", "--configurations", ",".join(CONFIGURATIONS), "--steps", "1", "--warmup",
-                       "1", "--repeats", "1", "--batch-size", "16", "--output", str(output)],
-                      timeout=180)
+                       "1,2", "--configurations", ",".join(CONFIGURATIONS), "--steps", "1",
+                       "--warmup", "1", "--repeats", "1", "--batch-size", "16",
+                       "--output", str(output)], timeout=180)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "x ddp" in done.stdout  # the side-by-side table
     return json.loads(output.read_text())
@@ -129,11 +129,10 @@ def test_zero_3_holds_most_with_a_unit_whole_and_the_others_at_the_step(document
         if name in TORCH:  # counted as collectives start: torch's are unseen
             assert held["model_states_peak"] is None
         elif row["level"] == "zero3":
-            # at its peak a unit is whole, its gradients with it: at least the largest unit's
-            # parameters and gradients beyond the shards held at the step
+            # at its most a unit is whole with its whole gradients, where at the step a rank holds
+            # the gradients' shards: the largest unit's bytes more, at least
             largest = 4 * max(shard["numel"] for shard in row["shards"])
-            assert held["model_states_peak"] >= held["model_states"] + 2 * largest * (
-                world - 1) / world
+            assert held["model_states_peak"] >= held["model_states"] + largest
         elif row["level"] == "zero2":  # each bucket's gradients whole until reduce-scattered
             assert held["model_states"] <= held["model_states_peak"] <= rows[
                 world, "zero1"]["held_bytes"]["model_states"]
