@@ -10,12 +10,17 @@ Configurations, each training with AdamW (lr 1e-3, fused):
   zero3-no-prefetch  the same, each gather started only when its layer needs it
   torch-zero1        torch's ZeroRedundancyOptimizer inside its DDP: ZeRO-1 as torch ships it
   torch-fully-shard  torch's fully_shard on each layer, then on the root: ZeRO-3 as torch ships it
+  zeroK-ring         zeroK over the hand-written ring (--collectives ring): the formula's bytes
+  zeroK-library      zeroK over gloo's reduce-scatter and all-gather (--collectives library)
+Ours run over --collectives' default, auto: shared memory, the ranks sharing this host.
 torch's two run their own collectives, which the timing layer does not see (DDP's all-reduces
 aside): their rows give the step and the memory, and no bytes or communication times.
 Per rank: the bytes of parameters, gradients and optimizer state it holds (runtime/memory.py's
-MemoryWatch, just before the optimizer step), its peak resident memory, the bytes it sends per step
-as the timing layer measures them and what carried them (the library's process group, gloo: its
-reduce-scatter is a whole all-reduce, so ZeRO sends more than the formula; timing.SENT_BY_LIBRARY),
+MemoryWatch, just before the optimizer step, and their sum at its most: as each collective starts
+too, where ZeRO-3 holds a unit whole; torch's collectives are unseen, so theirs is None), its peak
+resident memory, the bytes it sends per step as the timing layer measures them and what carried
+them (shared memory: none; the library's process group, gloo: its reduce-scatter is a whole
+all-reduce, so ZeRO sends more than the formula, timing.SENT_BY_LIBRARY),
 beside what a ring sends for the same collectives (an all-reduce of B bytes 2B(n-1)/n, a
 reduce-scatter of input B or an all-gather of output B, B(n-1)/n), and the median over its steps of
 timing.py's fields: step, compute, communication busy, hidden and exposed.
@@ -29,7 +34,7 @@ configuration, in an order rotated from repeat to repeat; the summary gives the 
 over the repeats, and each repeat's ratio to that repeat's DDP. Data: random tensors of MNIST's
 shape, as benchmarks/step_bench.py's.
 
-    python -m benchmarks.sharding_bench      # mlp,cnn x world 1-4, 7 configurations, 3 repeats
+    python -m benchmarks.sharding_bench      # mlp,cnn x world 1-4, 13 configurations, 5 repeats
     python -m benchmarks.sharding_bench --models mlp --world-sizes 1,2 --steps 2 --warmup 1 \
         --repeats 1 --output /tmp/sharding.json
 
@@ -100,7 +105,7 @@ def parse_args(argv=None):
     add("--steps", type=int, default=20, help="measured steps per model and configuration")
     add("--warmup", type=int, default=3,
         help="steps left out first (>= 1: DDP rebuilds its buckets after the first)")
-    add("--repeats", type=int, default=3, help="launches of every configuration, interleaved")
+    add("--repeats", type=int, default=5, help="launches of every configuration, interleaved")
     add("--batch-size", type=int, default=64, help="per rank")
     add("--bucket-mb", type=float, default=DEFAULT_BUCKET_MB,
         help="DDP's bucket cap and ZeRO-2's buckets (MiB)")
