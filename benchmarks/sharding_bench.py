@@ -435,7 +435,7 @@ def megabytes(value):
 
 
 def measured_megabytes(spread_of_bytes):
-    """The median's megabytes, or "-" where torch's collectives went unmeasured."""
+    """The median's megabytes, or "-" where torch's collectives went unseen."""
     return "-" if spread_of_bytes is None else megabytes(spread_of_bytes["median"])
 
 
@@ -444,7 +444,7 @@ def print_table(summary):
     (measured, by what transport, the formula), step and its communication, medians with the
     step's spread."""
     print(f"\n{'model':>5} {'n':>2} {'configuration':>17} {'states MB':>9} {'formula':>8} "
-          f"{'x ddp':>6} {'RSS MB':>7} {'sent MB':>8} {'over':>14} {'formula':>8} "
+          f"{'x ddp':>6} {'peak MB':>7} {'RSS MB':>7} {'sent MB':>8} {'over':>14} {'formula':>8} "
           f"{'step ms (min-max)':>20} "
           f"{'x ddp':>5} {'busy':>7} {'hidden':>7} {'exposed':>7}")
     for entry in summary:
@@ -455,6 +455,7 @@ def print_table(summary):
               f"{megabytes(entry['held_bytes']['model_states']['median']):>9} "
               f"{megabytes(formula['held_bytes']['model_states']):>8} "
               f"{'' if states_ratio is None else format(states_ratio['median'], '.2f'):>6} "
+              f"{measured_megabytes(entry['held_bytes']['model_states_peak']):>7} "
               f"{entry['peak_rss_bytes']['median'] / 1e6:>7.0f} "
               f"{measured_megabytes(entry['bytes_measured_per_step']):>8} "
               f"{entry['transport'] or '':>14} "
@@ -465,7 +466,8 @@ def print_table(summary):
                          for field in ("comm_busy", "comm_hidden", "comm_exposed")))
     repeats = max(entry["repeats"] for entry in summary)
     print(f"(per rank; MB = 1e6 bytes; states: parameters + gradients + optimizer state held "
-          "before the step;\n sent: bytes that left a rank per step, measured; over: what carried "
+          "before the step;\n peak: their sum at its most (-: torch's, unseen); sent: bytes that "
+          "left a rank per step,\n measured; over: what carried "
           f"them;\n ms: the median over steps, median (min-max) over {repeats} repeats; "
           "x ddp: within each repeat;\n formulas: "
           "analysis/zero_formulas.py, a ring's bytes, without the shards' padding)")
