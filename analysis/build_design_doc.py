@@ -5,16 +5,16 @@
     python -m analysis.build_design_doc --results-dir /tmp/r --out-dir /tmp/doc
 
 Each design_doc/templates/*.md becomes design_doc/*.md with every `{{ name }}` replaced by a number
-(formatted with its unit), a table or a figure; tables that serve as data become CSV files beside
-it. numbers.json records every number a reader sees and where it came from (design_numbers.py). A
-placeholder the build does not define fails the build; a missing run renders as "not measured".
-Needs the sweep's training runs and results/allreduce-bench.json; the other inputs are used when
-present. The sections: §1-§3 design_sections.py, §4 design_performance.py and
-design_benchmarks.py, the α-β fits design_fits.py, §5 design_scaling.py and design_emulated.py
-(over cost_model.py), §7 design_sharding.py.
+(formatted with its unit), a table or a figure; data tables become CSV files beside it;
+numbers.json records every number a reader sees and where it came from (design_numbers.py). An
+undefined placeholder fails the build; a missing run renders as "not measured". Needs the sweep's
+runs and results/allreduce-bench.json. Sections: §1-§3 design_sections.py, §4 design_performance.py
+and design_benchmarks.py, the α-β fits design_fits.py, §5 design_scaling.py and design_emulated.py,
+§7 design_sharding.py.
 """
 import argparse
 import difflib
+import functools
 import glob
 import json
 import math
@@ -85,8 +85,8 @@ DATA_TABLES = {
 
 
 def as_data(tables):
-    """{file name: CSV} of each DATA_TABLES table that is a Markdown table (not a sentence saying
-    what to run); its context entry becomes a link to the file."""
+    """{file name: CSV, table name: a link to it} of each DATA_TABLES table that is a Markdown
+    table (not a sentence saying what to run)."""
     files = {}
     for name, file_name in DATA_TABLES.items():
         lines = [line for line in tables.get(name, "").splitlines()
@@ -171,25 +171,21 @@ def build(results_dir, out_dir):
     return documents
 
 
-def read_names(numbers):
-    """The names a reader sees: quoted by a template, or given out by numbers.text."""
-    names = set(numbers.shown)
+def shown_names(numbers):
+    """The numbers a reader sees (quoted by a template, or given out by numbers.text) and every
+    number they are derived from; the names read."""
+    read = set(numbers.shown)
     for path in glob.glob(os.path.join(TEMPLATES, "*.md")):
         with open(path) as file:
-            names |= set(PLACEHOLDER.findall(file.read()))
-    return names
-
-
-def shown_names(numbers):
-    """The numbers a reader sees and every number they are derived from."""
-    shown, stack = set(), [name for name in read_names(numbers) if name in numbers.entries]
+            read |= set(PLACEHOLDER.findall(file.read()))
+    shown, stack = set(), [name for name in read if name in numbers.entries]
     while stack:
         name = stack.pop()
         if name not in shown:
             shown.add(name)
             stack += [source for source in numbers.entries[name].get("inputs", [])
                       if source in numbers.entries]
-    return shown
+    return shown, read
 
 
 def numbers_json(numbers, results_dir):
@@ -197,14 +193,12 @@ def numbers_json(numbers, results_dir):
     inputs stored once in `sources` (its `derived_from`); one line per number and per source, so
     that a diff shows what changed."""
     entries, sources, ids = {}, {}, {}
-    shown = shown_names(numbers)
+    shown, read = shown_names(numbers)
     # the absent numbers a reader sees, or that a shown number is derived from
-    absent = set(numbers.absent) & (read_names(numbers) | {
+    absent = set(numbers.absent) & (read | {
         source for name in shown for source in numbers.entries[name].get("inputs", [])})
-    for name, entry in numbers.entries.items():
-        if name not in shown:
-            continue
-        entry = dict(entry)
+    for name in [name for name in numbers.entries if name in shown]:
+        entry = dict(numbers.entries[name])
         if entry.get("file"):  # provenance as a reader at the repository's root
             entry["file"] = repo_relative(entry["file"])
         if "inputs" in entry:
@@ -212,25 +206,17 @@ def numbers_json(numbers, results_dir):
                       f"{repo_relative(source.split('#')[0])}#{source.split('#')[1]}"
                       for source in entry.pop("inputs")]
             source = {"formula": entry.pop("formula"), "inputs": inputs}
-            identity = json.dumps(source, sort_keys=True)
-            if identity not in ids:
-                ids[identity] = f"s{len(ids) + 1}"
-                sources[ids[identity]] = source
-            entry["derived_from"] = ids[identity]
+            identity = ids.setdefault(json.dumps(source, sort_keys=True), f"s{len(ids) + 1}")
+            sources[identity] = source
+            entry["derived_from"] = identity
         entries[name] = entry
     document = {"about": ABOUT, "results_dir": repo_relative(results_dir), "numbers": entries,
-                "sources": sources,
-                "not_measured": sorted(absent)}
-
-    def line(value):
-        return json.dumps(value, ensure_ascii=False)
-    parts = []
-    for key, value in document.items():
-        if isinstance(value, dict):
-            inner = ",\n".join(f"  {line(name)}: {line(item)}" for name, item in value.items())
-            parts.append(f" {line(key)}: {{\n{inner}\n }}")
-        else:
-            parts.append(f" {line(key)}: {line(value)}")
+                "sources": sources, "not_measured": sorted(absent)}
+    line = functools.partial(json.dumps, ensure_ascii=False)
+    parts = [f" {line(key)}: {line(value)}" if not isinstance(value, dict) else
+             f" {line(key)}: {{\n" + ",\n".join(f"  {line(name)}: {line(item)}"
+                                                 for name, item in value.items()) + "\n }"
+             for key, value in document.items()]
     return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
@@ -268,8 +254,7 @@ def differences(documents, out_dir):
 
 
 def write_text(path, text):
-    """`text` to `path`, whole or not at all (runtime/atomic.py)."""
-    write_atomic(path, lambda file: file.write(text))
+    write_atomic(path, lambda file: file.write(text))  # whole or not at all
 
 
 def main(argv=None):

@@ -35,6 +35,25 @@ def load(path):
     return loaded[path]
 
 
+def read_results(path, schema, command):
+    """(the document at `path`, None) if it is of `schema`, else ({}, a note saying what to run)."""
+    document = load(path) if os.path.exists(path) else {}
+    if document.get("schema") == schema:
+        return document, None
+    if not document:
+        return {}, f"*No {repo_relative(path)}: run {command}.*"
+    return {}, (f"*{repo_relative(path)} is of schema {document.get('schema')!r}, not {schema}: "
+                f"run {command} again.*")
+
+
+def indices_by(rows, *fields):
+    """{(row[field] for each of `fields`): the indices of the rows with those values}."""
+    found = {}
+    for index, row in enumerate(rows):
+        found.setdefault(tuple(row[field] for field in fields), []).append(index)
+    return found
+
+
 def lookup(data, field):
     """`data` at a path such as 'timing.step.mean' or 'measurements[3].median_s'; None if
     absent."""
@@ -238,6 +257,16 @@ def data_file(name, file_name, header, rows, caption):
     writer = csv.writer(text, lineterminator="\n")
     writer.writerows([header, *rows])
     return {file_name: text.getvalue(), name: f"[{caption}]({file_name})"}
+
+
+def cells(numbers, columns, **fields):
+    """A row of `columns` ((header, name template, how it is shown: Numbers.text or
+    Numbers.spread_text)), each template filled from `fields`."""
+    return [show(numbers, template.format(**fields)) for _, template, show in columns]
+
+
+def headers(columns):
+    return [header for header, *_ in columns]
 
 
 def table(header, rows):
