@@ -8,7 +8,7 @@ import os
 import statistics
 
 from analysis import scaling_inputs
-from analysis.design_numbers import load, lookup, repo_relative, table, unchanged
+from analysis.design_numbers import indices_by, load, lookup, read_results, table, unchanged
 from analysis.design_performance import register_run_spreads
 
 STEP_BENCH_SCHEMA = "step-bench/3"
@@ -23,21 +23,14 @@ ONE_MACHINE_SERIES = ("single", "ddp", "manual flat", "manual shm")
 def step_bench_section(numbers, results_dir):
     """Per configuration the median (min–max) over the repeats; the best strategy's verdicts."""
     path = os.path.join(results_dir, "step-bench.json")
-    document = load(path) if os.path.exists(path) else {}
-    if document.get("schema") != STEP_BENCH_SCHEMA:
+    document, problem = read_results(path, STEP_BENCH_SCHEMA, "python -m benchmarks.step_bench")
+    if problem:
         register_step_verdicts(numbers, None, [])  # every quoted verdict: not measured
-        problem = (f"No {repo_relative(path)}" if not document else
-                   f"{repo_relative(path)} is from an older schema ({document.get('schema')!r}, "
-                   f"not {STEP_BENCH_SCHEMA}) and must be written again")
-        message = f"*{problem}: run python -m benchmarks.step_bench.*"
-        return {"table.step_bench": message, "table.step_bench_verdict": message}
+        return {"table.step_bench": problem, "table.step_bench_verdict": problem}
     measurements = document["measurements"]
-    repeats = {}  # (model, world size, configuration) -> indices of its rows, one per repeat
-    for index, row in enumerate(measurements):
-        repeats.setdefault((row["model"], row["world_size"], row["configuration"]),
-                           []).append(index)
     rows = []
-    for (model, world, name), indices in repeats.items():
+    for (model, world, name), indices in indices_by(measurements, "model", "world_size",
+                                                    "configuration").items():
         cells = []
         for field, unit in STEP_BENCH_FIELDS.items():
             spread = f"stepbench.{model}.w{world}.{name}.{field}"

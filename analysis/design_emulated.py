@@ -1,11 +1,8 @@
 """What the emulated cluster network measured (§5.8): the all-reduce on shaped links with the α-β
 model fitted to it, the highest rate this machine can emulate, and training through SLURM on two
-nodes whose links are shaped, beside the model's prediction of the same runs' communication.
-
-Inputs (analysis/make_emulated_results.sh writes them): results/emulated/allreduce-<rate>.json
-(one rank per node), allreduce-<rate>-2pn.json (two per node), link-ceiling.json,
-ring-receive-first-<rate>.json, and the runs in results/slurm/link-<rate>/ and
-link-<rate>-bucket-4mb/. Without them every number reads "not measured".
+nodes with shaped links beside the model's prediction of the same runs' communication. Inputs
+(analysis/make_emulated_results.sh): results/emulated/ and results/slurm/link-<rate>*/; without
+them every number reads "not measured".
 """
 import functools
 import os
@@ -71,11 +68,10 @@ def emulated_section(numbers, results_dir, layouts):
         numbers.derived(f"emulated.{model}.hidden_share", unchanged,
                         [f"emulated.{model}.bucketed.w2.overlap.median"], "percent",
                         "bucketed's median hidden / busy, 2 nodes x 1 rank")
-    ratios = [name.removesuffix(".median") for name in numbers.entries
-              if name.startswith("emulated.") and name.endswith(".busy_vs_predicted.median")]
-    for label, pick in (("low", min), ("high", max)):
-        picked = pick(ratios, key=lambda name: numbers.value(f"{name}.median"), default=None)
-        context[f"text.emulated.predict.{label}"] = numbers.spread_text(picked) if picked \
+    ratios = sorted((numbers.value(name), name.removesuffix(".median")) for name in numbers.entries
+                    if name.startswith("emulated.") and name.endswith(".busy_vs_predicted.median"))
+    for label, end in (("low", 0), ("high", -1)):
+        context[f"text.emulated.predict.{label}"] = numbers.spread_text(ratios[end][1]) if ratios \
             else NOT_MEASURED
     smaller_buckets(numbers, os.path.join(results_dir, "slurm", f"link-{RATE}-bucket-4mb"))
     for name in ("mlp.exposed_ratio", "cnn.exposed_ratio", "bucket4.bucketed.exposed_ratio",
@@ -88,7 +84,7 @@ def emulated_section(numbers, results_dir, layouts):
 
 
 def large_errors(rows, alpha, beta):
-    """The largest |predicted − measured| / measured over the rows of 1 MiB and more."""
+    """The largest relative error of the model over the rows of 1 MiB and more."""
     errors = [abs(cost_model.allreduce_time(row["bytes"], row["world_size"], alpha, beta)
                   - row["median_s"]) / row["median_s"]
               for row in rows if row["bytes"] >= LARGE_BYTES]
@@ -142,13 +138,11 @@ def ring_order_numbers(numbers, folder):
     """The lesson's ring and the variant that posts each receive before its send, each as its
     bus bandwidth over gloo's: 'emulated.ring_order.<lesson|receive_first>.w<n>.<size>'."""
     path = os.path.join(folder, RING_VARIANT)
-    comparisons = load(path)["comparisons"] if os.path.exists(path) else []
-    for index, row in enumerate(comparisons):
-        name = RING_NAMES.get(row["implementation"])
-        if name:
-            size = f"{row['bytes'] // 2**10}k" if row["bytes"] < 2**20 \
-                else f"{row['bytes'] // 2**20}m"
-            numbers.measured(f"emulated.ring_order.{name}.w{row['world_size']}.{size}", path,
+    for index, row in enumerate(load(path)["comparisons"] if os.path.exists(path) else []):
+        size = f"{row['bytes'] // 2**10}k" if row["bytes"] < 2**20 else f"{row['bytes'] // 2**20}m"
+        if row["implementation"] in RING_NAMES:
+            numbers.measured(f"emulated.ring_order.{RING_NAMES[row['implementation']]}."
+                             f"w{row['world_size']}.{size}", path,
                              f"comparisons[{index}].busbw_ratio_to_gloo", "ratio")
     for name in RING_QUOTED:  # what §5.8 quotes, "not measured" without the file
         if f"emulated.ring_order.{name}" not in numbers.entries:
@@ -165,18 +159,20 @@ def ceiling_table(numbers, folder):
     by_rate = {}
     for row in load(path)["rows"]:
         by_rate.setdefault(row["rate"], {})[row["implementation"]] = row
-    rows = []
-    for rate, measured in by_rate.items():
-        cells = [rate]
-        for implementation in IMPLEMENTATIONS:
-            row = measured.get(implementation)
-            achieved = row and row["achieved_fraction"]
-            cells += ["—", "—"] if row is None else [
-                f"{row['busbw_gbps'] * 8:.2f} Gbit/s",
-                "—" if achieved is None else f"{100 * achieved:.0f}%"]
-        rows.append(cells)
+    rows = [[rate, *(cell for implementation in IMPLEMENTATIONS
+                     for cell in ceiling_cells(measured.get(implementation)))]
+            for rate, measured in by_rate.items()]
     return table(["configured rate", "gloo busbw", "gloo ÷ rate", "ring busbw", "ring ÷ rate"],
                  rows)
+
+
+def ceiling_cells(row):
+    """An implementation's achieved bus bandwidth and its share of the configured rate."""
+    if row is None:
+        return ["—", "—"]
+    achieved = row["achieved_fraction"]
+    return [f"{row['busbw_gbps'] * 8:.2f} Gbit/s",
+            "—" if achieved is None else f"{100 * achieved:.0f}%"]
 
 
 def predicted_exposed(layout, sizes, overlap, world, compute, backward, alpha, beta, *shares):

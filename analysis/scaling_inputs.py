@@ -47,10 +47,12 @@ def grouped_runs(folder):
     return results_folder.repeats(runs)
 
 
-def runs_of(grouped, model, series, world):
-    """The repeated runs of one configuration, whatever their bucket size; [] if none."""
-    return next((runs for (run_model, run_series, run_world, _), runs in grouped.items()
-                 if (run_model, run_series, run_world) == (model, series, world)), [])
+def runs_of(grouped, model, series, world, bucket_mb=None):
+    """The repeated runs of one configuration, at `bucket_mb` or (None) whatever their bucket
+    size; [] if none."""
+    return next((runs for (run_model, run_series, run_world, run_mb), runs in grouped.items()
+                 if (run_model, run_series, run_world) == (model, series, world)
+                 and bucket_mb in (None, run_mb)), [])
 
 
 def ddp_entries(results_dir):
@@ -95,9 +97,9 @@ def run_layout(run, param_bytes, ddp_sent):
                                         ddp_layout=ddp_sent.get(bucket_mb))
 
 
-def gloo_points(path, world):
-    """(world sizes, sizes, median seconds) of an all-reduce benchmark's verified gloo rows at
-    `world` ranks; None without the file or with fewer than two rows."""
+def gloo_fit(path, world, draws=0):
+    """(alpha, beta, `draws` bootstrap (alpha, beta) resamples) of cost_model's fit to the verified
+    gloo rows at `world` ranks of an all-reduce benchmark; None without two such rows."""
     if not os.path.exists(path):
         return None
     with open(path) as file:
@@ -106,5 +108,6 @@ def gloo_points(path, world):
                 and row.get("verified", True)]
     if len(rows) < 2:
         return None
-    return ([row["world_size"] for row in rows], [row["bytes"] for row in rows],
-            [row["median_s"] for row in rows])
+    points = [[row[field] for row in rows] for field in ("world_size", "bytes", "median_s")]
+    fit = cost_model.fit_alpha_beta(*points)
+    return fit.alpha, fit.beta, cost_model.bootstrap_fits(*points, draws=draws) if draws else None
