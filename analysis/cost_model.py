@@ -156,15 +156,6 @@ def nonnegative_least_squares(weighted, target):
     return coefficients
 
 
-def fit_per_world(world_sizes, sizes, times):
-    """{world size: Fit} of each world size's points alone (two or more points each)."""
-    points = list(zip(world_sizes, sizes, times))
-    per_world = {world: [point for point in points if point[0] == world]
-                 for world in sorted(set(world_sizes))}
-    return {world: fit_alpha_beta(*zip(*mine)) for world, mine in per_world.items()
-            if len(mine) >= 2}
-
-
 def bootstrap_fits(world_sizes, sizes, times, draws=BOOTSTRAP_DRAWS, seed=0):
     """[(alpha, beta)] of fit_alpha_beta on `draws` resamples of the measured points, each drawn
     with replacement as many times as there are points: how far the fit moves when the points it

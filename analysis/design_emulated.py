@@ -109,8 +109,7 @@ def fits_tables(numbers, folder):
                 key = f"emulated.fit.{implementation}.w{world}{label}"
                 points = ([row["world_size"] for row in mine], [row["bytes"] for row in mine],
                           [row["median_s"] for row in mine])
-                register_fit(numbers, key, cost_model.fit_alpha_beta(*points), path,
-                             implementation, world, points=points)
+                register_fit(numbers, key, points, path, implementation, world)
                 for suffix in ("", ".low", ".high"):
                     numbers.derived(f"{key}.beta_vs_link{suffix}", lambda beta: beta / LINK_BETA,
                                     [f"{key}.beta_s_per_byte{suffix}"], "ratio",

@@ -18,8 +18,7 @@ BENCHMARKS = {"allreduce-bench/1": ("python -m benchmarks.allreduce_bench", "mea
 
 
 def series_name(run):
-    """How a run's synchronisation is named: 'single', 'ddp', 'ddp-no-sync', 'manual flat',
-    '... fp16'."""
+    """How a run's synchronisation is named: 'single', 'ddp-no-sync', 'manual flat', '... fp16'."""
     config = run["config"]
     name = "manual " + config["sync"] if config["mode"] == "manual" else config["mode"]
     return name + (f" {config['compress']}" if config.get("compress") else "")
@@ -32,17 +31,9 @@ def configuration(run):
     return config["model"], series_name(run), world_size, float(config["bucket_mb"])
 
 
-def older_benchmark(schema):
-    """'step-bench/3' for an older 'step-bench/2'; None if `schema` is no older benchmark's."""
-    name = str(schema).split("/")[0]
-    current = [known for known in BENCHMARKS if known.split("/")[0] == name and known != schema]
-    return current[0] if current else None
-
-
 def load_folder(folder, note=print):
     """Training runs (valid documents of SCHEMA, each with its `path`) and each benchmark's rows
-    by schema (BENCHMARKS: allreduce-bench's measurements, step-bench's summary), from the
-    folder's *.json; `note` hears of each file skipped and why."""
+    by schema (BENCHMARKS), from the folder's *.json; `note` hears of each file skipped and why."""
     runs = []
     benchmarks = {schema: [] for schema in BENCHMARKS}
     for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
@@ -56,18 +47,16 @@ def load_folder(folder, note=print):
         if isinstance(document, dict) and "traceEvents" in document:
             continue  # a --trace timeline: plots.py draws it from its own file
         schema = document.get("schema") if isinstance(document, dict) else None
-        if schema == SCHEMA:
-            problems = validate(document)
-        else:
-            problems = [f"no plot or table for schema {schema!r}"]
-        current = older_benchmark(schema)
+        # a benchmark's schema of another version than the one read
+        newer = [known for known in BENCHMARKS
+                 if known.split("/")[0] == str(schema).split("/")[0] and known != schema]
+        problems = validate(document) if schema == SCHEMA else [
+            f"no plot or table for schema {schema!r}"]
         if schema in BENCHMARKS:
-            _command, rows = BENCHMARKS[schema]
-            benchmarks[schema] += document.get(rows, [])
-        elif current:
-            command, _rows = BENCHMARKS[current]
-            note(f"note: skipped {name}: schema {schema!r} is older than {current}: "
-                 f"run {command} again")
+            benchmarks[schema] += document.get(BENCHMARKS[schema][1], [])
+        elif newer:
+            note(f"note: skipped {name}: schema {schema!r} is older than {newer[0]}: "
+                 f"run {BENCHMARKS[newer[0]][0]} again")
         elif problems:
             note(f"note: skipped {name}: {problems[0]}")
         else:
@@ -81,23 +70,23 @@ def load_folder(folder, note=print):
 RUN_NAME = re.compile(r"^(?P<sweep>[a-z]+)-(?:mlp|cnn)-.*?(?:-r(?P<round>\d+))?$")
 
 
-def run_name(run):
-    """A run's name as its results file is named, else as recorded."""
-    if run.get("path"):
-        return os.path.splitext(os.path.basename(run["path"]))[0]
-    return run.get("run_name") or ""
+def name_part(run, part):
+    """RUN_NAME's `part` of a run's name (its results file's, else as recorded), or None."""
+    name = os.path.splitext(os.path.basename(run["path"]))[0] if run.get("path") \
+        else run.get("run_name") or ""
+    match = RUN_NAME.match(name)
+    return match.group(part) if match else None
 
 
 def sweep_of(run):
     """The sweep that made a run ('sweep', 'bucket', 'slurm'), or '' for a run named otherwise."""
-    match = RUN_NAME.match(run_name(run))
-    return match.group("sweep") if match else ""
+    return name_part(run, "sweep") or ""
 
 
 def round_of(run):
     """The round of its sweep a run belongs to (the -r<round> of its name), or None."""
-    match = RUN_NAME.match(run_name(run))
-    return int(match.group("round")) if match and match.group("round") else None
+    found = name_part(run, "round")
+    return int(found) if found else None
 
 
 def repeats(runs, sweep=None):
