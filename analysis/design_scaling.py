@@ -44,12 +44,6 @@ TECHNIQUES = {
                                   cost_model.LARGER_BATCH_FACTOR, "halving-doubling")}
 
 
-def latency_term(algorithm, world, alpha):
-    """Seconds of an all-reduce's message steps alone: steps x alpha."""
-    message_steps, _ = cost_model.ALGORITHMS[algorithm](world)
-    return float(message_steps) * alpha
-
-
 def crossover(total_bytes, algorithm, compute, alpha, beta):
     """cost_model.crossover_world_size, or 0 where no world size up to 2^20 reaches it."""
     return cost_model.crossover_world_size(compute, total_bytes, alpha, beta,
@@ -71,21 +65,22 @@ def project(sizes, compute, backward, alpha, beta, *shares, world, buckets=True,
 
 def register_assumptions(numbers):
     """The projections' stated assumptions (cost_model.py) and the published figures."""
-    for name, value in (("alpha_s", cost_model.CLUSTER_ALPHA_S),
-                        ("rdma_alpha_s", cost_model.RDMA_ALPHA_S)):
-        numbers.stated(f"assume.{name}", value, "us", "assumption", f"cost_model.{name.upper()}")
-    for name, value in (("reference_world", cost_model.REFERENCE_WORLD_SIZE),
-                        ("batch_factor", cost_model.LARGER_BATCH_FACTOR),
-                        ("figure_largest_world", max(cost_model.FIGURE_WORLD_SIZES)),
-                        ("largest_world", cost_model.LARGE_WORLD_SIZE),
-                        ("draws", cost_model.BOOTSTRAP_DRAWS)):
-        numbers.stated(f"assume.{name}", value, "count", "assumption", "cost_model.py")
-    numbers.stated("assume.interval_level", cost_model.INTERVAL_LEVEL, "round-percent",
-                   "assumption", "cost_model.INTERVAL_LEVEL")
-    numbers.stated("assume.buckets", list(cost_model.BUCKET_CANDIDATES_MB), "MiB-list",
-                   "assumption", "cost_model.BUCKET_CANDIDATES_MB")
-    numbers.stated("assume.reference_link", cost_model.REFERENCE_LINK_GBIT, "Gbit/s",
-                   "assumption", "cost_model.REFERENCE_LINK_GBIT")
+    for name, value, unit, source in (
+            ("alpha_s", cost_model.CLUSTER_ALPHA_S, "us", "cost_model.ALPHA_S"),
+            ("rdma_alpha_s", cost_model.RDMA_ALPHA_S, "us", "cost_model.RDMA_ALPHA_S"),
+            ("reference_world", cost_model.REFERENCE_WORLD_SIZE, "count", "cost_model.py"),
+            ("batch_factor", cost_model.LARGER_BATCH_FACTOR, "count", "cost_model.py"),
+            ("figure_largest_world", max(cost_model.FIGURE_WORLD_SIZES), "count",
+             "cost_model.py"),
+            ("largest_world", cost_model.LARGE_WORLD_SIZE, "count", "cost_model.py"),
+            ("draws", cost_model.BOOTSTRAP_DRAWS, "count", "cost_model.py"),
+            ("interval_level", cost_model.INTERVAL_LEVEL, "round-percent",
+             "cost_model.INTERVAL_LEVEL"),
+            ("buckets", list(cost_model.BUCKET_CANDIDATES_MB), "MiB-list",
+             "cost_model.BUCKET_CANDIDATES_MB"),
+            ("reference_link", cost_model.REFERENCE_LINK_GBIT, "Gbit/s",
+             "cost_model.REFERENCE_LINK_GBIT")):
+        numbers.stated(f"assume.{name}", value, unit, "assumption", source)
     for gbit in cost_model.CLUSTER_LINKS_GBIT:
         numbers.stated(f"assume.link.{gbit}g", gbit, "Gbit/s", "assumption",
                        "cost_model.CLUSTER_LINKS_GBIT")
@@ -98,10 +93,10 @@ def register_assumptions(numbers):
     steps, _ = cost_model.ring_coefficients(cost_model.LARGE_WORLD_SIZE)
     numbers.stated("latency.ring_steps", int(steps), "count", "model",
                    "cost_model.ring_coefficients: 2(n-1) message steps at LARGE_WORLD_SIZE")
+    reference_steps, _ = cost_model.ring_coefficients(cost_model.REFERENCE_WORLD_SIZE)
     numbers.derived("technique.latency_per_allreduce.ring",
-                    functools.partial(latency_term, "ring", cost_model.REFERENCE_WORLD_SIZE),
-                    ["assume.alpha_s"], "ms", "ring: message steps x alpha at the reference "
-                                              "world size")
+                    lambda alpha: float(reference_steps) * alpha, ["assume.alpha_s"], "ms",
+                    "ring: message steps x alpha at the reference world size")
 
 
 def register_readiness(numbers, results_dir, model):

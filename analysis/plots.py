@@ -2,15 +2,11 @@
 
     python -m analysis.plots [--results-dir results] [--out-dir results/plots]
 
-Writes per model time-breakdown-, curves- and scaling-<model>.png, then allreduce.png,
-step-bench.png, bucket-sweep.png, timeline.png and projection.png (plot_*.py, one module per
-family); a figure without data is skipped with a note. What the timings mean is timing.py's
-docstring: step = data + compute + comm exposed; comm busy is the time with a collective in
-flight, hidden the part of it before compute ended, overlap = hidden / busy. DDP waits for its
-buckets inside backward, so its exposed time is an estimate. Each configuration (model, series,
-world size, bucket size) is repeated: figures show the median of the runs' means per step, bars
-from the fastest repeat to the slowest; runs at a non-default --bucket-mb appear only in
-bucket-sweep.png.
+Writes time-breakdown-, curves- and scaling-<model>.png, allreduce.png, step-bench.png,
+bucket-sweep.png, timeline.png and projection.png (plot_*.py); a figure without data is skipped
+with a note. The timings are timing.py's (step = data + compute + comm exposed). Figures show
+the median over a configuration's repeats, bars from the fastest to the slowest; runs at a
+non-default --bucket-mb appear only in bucket-sweep.png.
 """
 import argparse
 import os
@@ -45,15 +41,13 @@ def save(figure, out_dir, name, written):
 
 
 def strategy_groups(groups, model):
-    """The model's configurations at one bucket size per strategy: the figures compare
-    strategies."""
+    """The model's configurations at the default bucket size: the figures compare strategies."""
     return {configuration: runs for configuration, runs in groups.items()
             if configuration[0] == model and not bucket_variant(configuration)}
 
 
 def of_sweep(runs, sweep):
-    """The runs of one sweep grouped over their rounds: two sweeps' runs of one configuration are
-    never pooled. All runs where none is named for a sweep."""
+    """The runs of one sweep grouped over their rounds (all runs if none names one)."""
     if any(sweep_of(run) == sweep for run in runs):
         return repeats(runs, sweep)
     return repeats(runs)

@@ -1,8 +1,6 @@
-"""Published figures the design document's projections are compared with (§5.6), each with its
-source as numbers.json records it, and the table that sets Horovod's models and ours against the
-α-β model by compute per gradient byte: the published scaling efficiency beside the model's at
-Horovod's GPU count and link, with a TCP-class and an RDMA-class α (one flat ring all-reduce after
-backward, no overlap: a lower bound)."""
+"""Published figures the projections are compared with (§5.6), each with its source, and the
+table that sets Horovod's models and ours against the α-β model by compute per gradient byte
+(one flat ring all-reduce after backward, no overlap: a lower bound), with a TCP and an RDMA α."""
 import functools
 from typing import NamedTuple
 
@@ -91,8 +89,8 @@ def modelled_cells(numbers, name, efficiency, inputs):
 
 
 def published_table(numbers, layouts):
-    """Compute per gradient byte of Horovod's models and ours, the published efficiency and the
-    modelled one at Horovod's GPU count and link."""
+    """Compute per gradient byte of Horovod's models and ours, with the published efficiency
+    and the modelled one at Horovod's GPU count and link."""
     world = FIGURES["horovod_gpus_high"][0]
     numbers.stated("published.horovod_beta", cost_model.link_beta(FIGURES["horovod_link_gbit"][0]),
                    "ns/byte", "assumption", "8 bits per byte / Horovod's link")

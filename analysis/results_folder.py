@@ -1,6 +1,5 @@
 """A folder of results files as the plots and the design document read it: the training runs
-(results/<run>.json, checked by runtime/results.py) grouped by sweep and configuration over their
-rounds, each run's means per step, their spread (median, min, max) over the rounds, and the one
+grouped by sweep and configuration over their rounds, their spread over the rounds, and the one
 rule by which the document calls a configuration faster or slower than another."""
 import glob
 import json
@@ -90,8 +89,7 @@ def round_of(run):
 
 
 def repeats(runs, sweep=None):
-    """{configuration: [runs by round, then oldest first]}: the rounds of each configuration
-    together, only those of `sweep` (sweep_of) if given."""
+    """{configuration: [runs by round, then oldest first]}, of `sweep` (sweep_of) if given."""
     grouped = {}
     chosen = [run for run in runs if sweep is None or sweep_of(run) == sweep]
     for run in sorted(chosen, key=lambda run: (round_of(run) or 0, run.get("created", ""))):
@@ -100,8 +98,7 @@ def repeats(runs, sweep=None):
 
 
 def paired(runs, others):
-    """[(run, other)] of the same round: by round number where both are named with one, else in
-    order (both oldest first)."""
+    """[(run, other)] of the same round: by round number, else in order (both oldest first)."""
     rounds = {round_of(other): other for other in others}
     if None in rounds or any(round_of(run) is None for run in runs):
         return list(zip(runs, others))
@@ -116,9 +113,8 @@ BOOTSTRAP_SAMPLES = 2000
 
 
 def interval(ratios):
-    """(low, high) the verdict reads: the range of the paired ratios, or with BOOTSTRAP_FROM or
-    more the 2.5 and 97.5 percentiles of their bootstrapped median (a fixed seed: the build is
-    reproducible)."""
+    """(low, high) the verdict reads: the paired ratios' range, or from BOOTSTRAP_FROM the
+    central 95 % of their bootstrapped median (a fixed seed: the build is reproducible)."""
     if len(ratios) < BOOTSTRAP_FROM:
         return min(ratios), max(ratios)
     draw = random.Random(0)
@@ -128,8 +124,7 @@ def interval(ratios):
 
 
 def verdict(low, high):
-    """'faster' (the first's time below the second's), 'slower' or 'indistinguishable', from the
-    interval of the paired ratios first / second."""
+    """'faster', 'slower' or 'indistinguishable' from the interval of the ratios first / second."""
     if high < 1:
         return "faster"
     if low > 1:
@@ -146,8 +141,8 @@ def spread(values):
 
 
 def per_step(run):
-    """A run's mean seconds per step of each timed field, pooled over ranks (means add up: data +
-    compute + comm_exposed == step), with overlap (hidden / busy), throughput and the straggler."""
+    """A run's mean seconds per step of each timed field, pooled over ranks, with overlap,
+    throughput and the straggler."""
     stats = run["timing"]["across_ranks"]
     means = {field: stats[field]["mean"] for field in FIELDS}
     means["overlap"] = overlap(means["comm_hidden"], means["comm_busy"])

@@ -1,8 +1,6 @@
-"""What the projections of §5 and projection.png start from, read from a results folder: each
-model's gradients and when backward produces them (results/backward-<model>.json, a traced single
-process), the buckets torch's DDP really sent (results/ddp-buckets.json, never a rule of torch's
-internals), the bytes each run all-reduced per step, and the gloo fits of the all-reduce
-benchmarks."""
+"""What the projections of §5 and projection.png start from: each model's gradients and when
+backward produces them (results/backward-<model>.json), the buckets torch's DDP really sent
+(results/ddp-buckets.json), the bytes each run all-reduced per step, and the gloo fits."""
 import json
 import os
 
@@ -39,8 +37,7 @@ def readiness(results_dir, model):
 
 
 def grouped_runs(folder):
-    """results_folder.repeats of the training runs in `folder`; traces beside them are skipped
-    without a note."""
+    """results_folder.repeats of the training runs in `folder`, without notes."""
     if not os.path.isdir(folder):
         return {}
     runs, _ = results_folder.load_folder(folder, note=lambda note: None)
@@ -48,8 +45,7 @@ def grouped_runs(folder):
 
 
 def runs_of(grouped, model, series, world, bucket_mb=None):
-    """The repeated runs of one configuration, at `bucket_mb` or (None) whatever their bucket
-    size; [] if none."""
+    """One configuration's runs, at `bucket_mb` or (None) at any bucket size; [] if none."""
     return next((runs for (run_model, run_series, run_world, run_mb), runs in grouped.items()
                  if (run_model, run_series, run_world) == (model, series, world)
                  and bucket_mb in (None, run_mb)), [])
@@ -65,8 +61,8 @@ def ddp_entries(results_dir):
 
 
 def ddp_layouts(results_dir):
-    """{model: {bucket_mb: [bytes of each bucket, in launch order]}}: the layout DDP settled on
-    (the last the hook saw, after its rebuild); {} without the file."""
+    """{model: {bucket_mb: bytes of each bucket, in launch order}}: the layout DDP settled on
+    (the last the hook saw); {} without the file."""
     layouts = {}
     for entry in ddp_entries(results_dir)[0]:
         layouts.setdefault(entry["model"], {})[entry["bucket_mb"]] = entry["history"][-1]["bytes"]
@@ -83,7 +79,7 @@ def ddp_layout_field(model, bucket_mb, results_dir):
 
 def run_layout(run, param_bytes, ddp_sent):
     """The bytes of each all-reduce of a run's step: the last layout it recorded, else what its
-    strategy sends (DDP's from `ddp_sent`, {bucket_mb: layout}); None if neither is known."""
+    strategy sends (DDP's from `ddp_sent`); None if neither is known."""
     layouts = run["timing"].get("all_reduce_layouts")
     recorded = list(layouts[-1]["bytes"]) if layouts else None
     if recorded:
@@ -98,8 +94,8 @@ def run_layout(run, param_bytes, ddp_sent):
 
 
 def gloo_fit(path, world, draws=0):
-    """(alpha, beta, `draws` bootstrap (alpha, beta) resamples) of cost_model's fit to the verified
-    gloo rows at `world` ranks of an all-reduce benchmark; None without two such rows."""
+    """(alpha, beta, `draws` bootstrap resamples) of the fit to the verified gloo rows at `world`
+    ranks of an all-reduce benchmark; None without two such rows."""
     if not os.path.exists(path):
         return None
     with open(path) as file:
