@@ -85,8 +85,7 @@ DATA_TABLES = {
 
 
 def as_data(tables):
-    """{file name: CSV, table name: a link to it} of each DATA_TABLES table that is a Markdown
-    table (not a sentence saying what to run)."""
+    """{file name: CSV, table name: a link to it} of each DATA_TABLES table that is a table."""
     files = {}
     for name, file_name in DATA_TABLES.items():
         lines = [line for line in tables.get(name, "").splitlines()
@@ -98,9 +97,8 @@ def as_data(tables):
 
 
 def required_results(results_dir):
-    """The strategy sweep's and the bucket sweep's runs, each grouped over their rounds (never
-    pooled: both hold the MLP's DDP at 25 MiB), the world sizes above one, and the all-reduce
-    benchmark's path; or what to run."""
+    """The strategy sweep's and the bucket sweep's runs (never pooled), the world sizes above one
+    and the all-reduce benchmark's path; or what to run."""
     if not os.path.isdir(results_dir):
         raise BuildError(f"results folder {results_dir} not found: run python -m analysis.sweep "
                          "and python -m benchmarks.allreduce_bench")
@@ -172,8 +170,7 @@ def build(results_dir, out_dir):
 
 
 def shown_names(numbers):
-    """The numbers a reader sees (quoted by a template, or given out by numbers.text) and every
-    number they are derived from; the names read."""
+    """The numbers a reader sees and every number they are derived from; and the names read."""
     read = set(numbers.shown)
     for path in glob.glob(os.path.join(TEMPLATES, "*.md")):
         with open(path) as file:
@@ -189,9 +186,8 @@ def shown_names(numbers):
 
 
 def numbers_json(numbers, results_dir):
-    """Each shown number's value, unit, text and provenance, a derived number's formula and
-    inputs stored once in `sources` (its `derived_from`); one line per number and per source, so
-    that a diff shows what changed."""
+    """Each shown number's value, unit, text and provenance, a formula and its inputs stored once
+    in `sources`; one line per entry, so that a diff shows what changed."""
     entries, sources, ids = {}, {}, {}
     shown, read = shown_names(numbers)
     # the absent numbers a reader sees, or that a shown number is derived from
@@ -233,8 +229,8 @@ def same_json(old, new):
 
 
 def differences(documents, out_dir):
-    """{name: 'k lines' or 'missing'} of each file whose committed text does not say what
-    `documents` says: Markdown and CSV exactly, numbers.json at the precision it carries."""
+    """{name: 'k lines' or 'missing'} of each file that differs from `documents`: Markdown and
+    CSV exactly, numbers.json at its precision."""
     changed = {}
     for name, text in documents.items():
         path = os.path.join(out_dir, name)

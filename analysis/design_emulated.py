@@ -92,8 +92,8 @@ def large_errors(rows, alpha, beta):
 
 
 def fits_tables(numbers, folder):
-    """Per file, implementation and world size: the α-β fit with its interval, β against the
-    link's, the largest error at 1 MiB and more of the fit and of its α with the link's β."""
+    """Per file, implementation and world size: the α-β fit, β against the link's, and the largest
+    error at 1 MiB and more of the fit and of its α with the link's β."""
     rows = {implementation: [] for implementation in IMPLEMENTATIONS}
     for name, label, layout in ALLREDUCE_FILES:
         path = os.path.join(folder, name)
@@ -134,8 +134,8 @@ def fits_tables(numbers, folder):
 
 
 def ring_order_numbers(numbers, folder):
-    """The lesson's ring and the variant that posts each receive before its send, each as its
-    bus bandwidth over gloo's: 'emulated.ring_order.<lesson|receive_first>.w<n>.<size>'."""
+    """The lesson's ring and the variant that receives first, each as its bus bandwidth over
+    gloo's: 'emulated.ring_order.<lesson|receive_first>.w<n>.<size>'."""
     path = os.path.join(folder, RING_VARIANT)
     for index, row in enumerate(load(path)["comparisons"] if os.path.exists(path) else []):
         size = f"{row['bytes'] // 2**10}k" if row["bytes"] < 2**20 else f"{row['bytes'] // 2**20}m"
@@ -182,8 +182,8 @@ def predicted_exposed(layout, sizes, overlap, world, compute, backward, alpha, b
 
 
 def training_rows(numbers, grouped, model, sizes, ddp_sent, shares):
-    """Per series and shape: the spreads of the SLURM runs, the model's exposed time at the runs'
-    own compute, and measured busy over the model's."""
+    """Per series and shape: the SLURM runs' spreads, the model's exposed time at the runs' own
+    compute, and measured busy over the model's."""
     rows = []
     for world, shape in SHAPES.items():
         for series in SERIES:
@@ -218,8 +218,7 @@ def training_rows(numbers, grouped, model, sizes, ddp_sent, shares):
 
 
 def smaller_buckets(numbers, folder):
-    """The CNN at 2 nodes x 1 with 4 MiB buckets (flat, bucketed and ddp side by side), and
-    bucketed's and DDP's exposed time over flat's, round by round."""
+    """The CNN at 2 nodes x 1 with 4 MiB buckets: bucketed's and DDP's exposed time over flat's."""
     grouped = scaling_inputs.grouped_runs(folder)
     found = {series: grouped.get(("cnn", series, 2, SMALL_BUCKET_MB), [])
              for series in ("manual flat", "manual bucketed", "ddp")}

@@ -1,11 +1,8 @@
 """What the α-β model projects for a cluster (§5.3-§5.6): efficiency at a few points of the
 projection figure, flat against the best bucket size, where communication starts to dominate, what
-each technique buys; published systems by compute per gradient byte (published.py).
-
-Every projection starts from this machine's single-process compute and backward (the sweep), each
-gradient's readiness within backward (results/backward-<model>.json, traces.gradient_readiness),
-and a link: a fitted one (loopback, or the emulated 1 Gbit/s network's) or an assumed one
-(cost_model.py). plot_projection.py draws the same projections over 2 to 1024 ranks.
+each technique buys; published systems by compute per gradient byte (published.py). Every
+projection starts from this machine's single-process compute and backward, each gradient's
+readiness within backward, and a link, fitted or assumed; plot_projection.py draws the same.
 """
 import functools
 from typing import NamedTuple
@@ -52,8 +49,8 @@ def crossover(total_bytes, algorithm, compute, alpha, beta):
 
 def project(sizes, compute, backward, alpha, beta, *shares, world, buckets=True, wire=1.0,
             factor=1, algorithm="ring"):
-    """{step_s, exposed_s, efficiency, bucket} of one model: the best of flat and every bucket
-    size (cost_model.best_bucket) if `buckets`, else one flat all-reduce."""
+    """{step_s, exposed_s, efficiency, bucket}: the best of flat and every bucket size if
+    `buckets`, else one flat all-reduce."""
     arguments = (compute * factor, backward * factor, sizes, list(shares), world, alpha, beta)
     if not buckets:
         return dict(cost_model.project_step(*arguments, None, wire, algorithm=algorithm),
@@ -100,8 +97,7 @@ def register_assumptions(numbers):
 
 
 def register_readiness(numbers, results_dir, model):
-    """'readiness.<model>.<parameter>': when each gradient was ready, as a share of backward,
-    from the model's traced backward; their names in registration order."""
+    """'readiness.<model>.<parameter>': each gradient's readiness (a share of backward)."""
     path = scaling_inputs.backward_trace(results_dir, model)
     names = []
     for name, _ in scaling_inputs.parameters(model):
@@ -116,8 +112,7 @@ def register_readiness(numbers, results_dir, model):
 
 
 def drift_text(numbers, results_dir, model):
-    """The model's backward in the trace's session against the sweep's single process: the same
-    work measured in two sessions, each with its spread."""
+    """The traced backward against the sweep's single process's: one work in two sessions."""
     path = scaling_inputs.backward_trace(results_dir, model)
     name = f"drift.{model}.traced_backward"
     numbers.derived_fields(name, lambda events: results_folder.spread([
@@ -186,8 +181,8 @@ def projection_section(numbers, results_dir, layouts):
 
 
 def register_projections(numbers, scenario, projector, world, inputs):
-    """'<scenario>[.hd].<field>' (flat: '.flat.'): the best of flat and every bucket size, and one
-    flat all-reduce, with each algorithm."""
+    """'<scenario>[.hd].<field>' (flat: '.flat.'): the best bucket size and one flat all-reduce,
+    with each algorithm."""
     for algorithm, slug in ALGORITHM_SLUGS.items():
         name = scenario + ("" if slug == "ring" else f".{slug}")
         numbers.derived_fields(name, functools.partial(projector, world=world,
@@ -209,8 +204,7 @@ def with_bucket(numbers, name):
 
 
 def latency_shares(numbers, model, sizes):
-    """The flat all-reduce of the whole gradient at LARGE_WORLD_SIZE, fastest link: the latency
-    term's share."""
+    """The latency term's share of a flat all-reduce at LARGE_WORLD_SIZE on the fastest link."""
     world = cost_model.LARGE_WORLD_SIZE
     link = f"{max(cost_model.CLUSTER_LINKS_GBIT)}g"
     inputs = ["assume.alpha_s", f"assume.beta.{link}"]

@@ -1,6 +1,5 @@
-"""What the design document's §1-§3 and its index say: the models, the communication each
-strategy issues, a traced step, the main job, the reference commands, the figures and when each
-results file was made."""
+"""The design document's §1-§3 and its index: the models, the communication each strategy
+issues, a traced step, the main job, the reference commands, the figures and the provenance."""
 import glob
 import os
 import re
@@ -34,8 +33,7 @@ LOAD = "environment.load_average_1min_at_start"
 
 
 def model_facts(numbers):
-    """{model: gradient bytes of each trainable tensor}; registers the models' numbers and the
-    data's, the dtypes' and the code's."""
+    """{model: gradient bytes of each trainable tensor}; registers the models' numbers."""
     layouts = {}
     for model in ("mlp", "cnn"):
         built = build_model(model)
@@ -68,8 +66,8 @@ def model_facts(numbers):
 
 
 def strategy_row(numbers, model, strategy, sizes, worlds, ddp):
-    """A strategy's row of §3.2: its all-reduces, and per world size its message steps and the
-    bytes each rank sends per step. DDP's all-reduces are those it sent (`ddp`: its layouts)."""
+    """A strategy's row of §3.2: its all-reduces, and per world size its message steps and bytes
+    sent per rank; DDP's all-reduces are those it sent (`ddp`: its layouts)."""
     key = f"comm.{model}.{strategy}"
     if strategy == "ddp":
         messages = ddp[DEFAULT_BUCKET_MB]
@@ -96,7 +94,7 @@ def strategy_row(numbers, model, strategy, sizes, worlds, ddp):
 
 def communication_section(numbers, layouts, worlds, bucket_mbs, results_dir):
     """Per model: all-reduces, message steps and bytes sent per rank and step; the bucket layouts
-    at the default size and every swept `bucket_mbs`, DDP's as it sent them."""
+    at the default and every swept size, DDP's as it sent them."""
     sent = scaling_inputs.ddp_layouts(results_dir)
     if not sent:
         raise BuildError(f"no {scaling_inputs.DDP_BUCKETS} in {repo_relative(results_dir)}: "
@@ -146,8 +144,7 @@ def backward_overlap(backward_start, backward_duration, *allreduce_spans):
 
 
 def trace_section(numbers, results_dir):
-    """Rank 0's typical step (the one the timeline figure draws) from a Chrome trace in the
-    results, bucketed's if there is one (its all-reduces overlap backward)."""
+    """Rank 0's typical step from a Chrome trace in the results, bucketed's if there is one."""
     paths = sorted(glob.glob(os.path.join(results_dir, "trace-*.json")),
                    key=lambda path: ("bucketed" not in path, path))
     events = load(paths[0]).get("traceEvents", []) if paths else []
@@ -221,8 +218,7 @@ def existing(path):
 
 
 def main_job_section(numbers, results_dir):
-    """The README's main job, its accuracy over seeds, and the in-memory data against a
-    DataLoader."""
+    """The README's main job, its accuracy over seeds, and in-memory data against a DataLoader."""
     main = existing(os.path.join(results_dir, "main", "mlp-manual-bucketed-w4.json"))
     for name, field, unit in MAIN_JOB_FIELDS:
         numbers.measured(name, main, field, unit)
@@ -250,8 +246,7 @@ def figures(results_dir, out_dir):
 
 
 def provenance_section(numbers, results_dir):
-    """provenance.csv (when, and under what load, each results file says it was made) and the
-    README's numbers on it."""
+    """provenance.csv (when, and under what load, each results file was made) and its numbers."""
     paths = sorted(glob.glob(os.path.join(results_dir, "**", "*.json"), recursive=True))
     rows, dated, loaded = [], [], []
     for path in paths:

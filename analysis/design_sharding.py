@@ -1,9 +1,9 @@
-"""§7, sharding: results/sharding.json (benchmarks/sharding_bench.py: memory per rank and step
-time of DDP and the three ZeRO levels) against the ZeRO paper's formulas (zero_formulas.py),
-prefetching with and without, the verdicts against DDP, and the formulas carried to a model that
-does not fit one rank at the links of §5. Numbers: 'sharding.<model>.w<n>.<configuration>.*'
-(measured), 'zero.<model>.w<n>.<level>.*' (the formulas), 'project.zero.*' (the projection).
-Each table is a list of columns: a new measured field is one entry in FIELDS and one column.
+"""§7, sharding: results/sharding.json (memory per rank and step time of DDP and the three ZeRO
+levels) against the ZeRO paper's formulas (zero_formulas.py), prefetch or not, the verdicts
+against DDP, and the formulas carried to a model too large for one rank. Numbers:
+'sharding.<model>.w<n>.<configuration>.*' (measured), 'zero.<model>.w<n>.<level>.*' (formulas),
+'project.zero.*'. A table is a list of columns: a new measured field is a FIELDS entry and a
+column.
 """
 import os
 
@@ -140,8 +140,7 @@ def claim(numbers, name):
 
 
 def main_job_table(numbers, results_dir):
-    """The README's main job (the MLP, four ranks, its default options) under each level, beside
-    the same job with bucketed sync (make_reference_results.sh): the test accuracy and run time."""
+    """The README's main job under each level beside bucketed sync: test accuracy and run time."""
     runs = {"bucketed sync (DDP's design)": os.path.join(results_dir, "main",
                                                          "mlp-manual-bucketed-w4.json")}
     runs.update({NAMES[configuration]: os.path.join(results_dir, "main-sharded",
@@ -159,8 +158,7 @@ def main_job_table(numbers, results_dir):
 
 
 def describe_run(numbers, path, document):
-    """Registers the run's settings ('sharding.steps', '.warmup', '.repeats', '.batch', '.bucket_mb'
-    and the load average); returns the command it was made with."""
+    """Registers the run's settings and load average; returns the command it was made with."""
     source = path if document.get("config") else None
     for name, field, unit in (("steps", "config.steps", "count"),
                               ("warmup", "config.warmup", "count"),
@@ -174,9 +172,7 @@ def describe_run(numbers, path, document):
 
 
 def register_layouts(numbers, path, where):
-    """'sharding.<model>.ddp.collectives' (DDP's all-reduces per step) and
-    'sharding.<model>.<zero2|zero3>.shards' (ZeRO-2's buckets, ZeRO-3's units), at two ranks in
-    the first repeat."""
+    """'sharding.<model>.ddp.collectives' and '.<zero2|zero3>.shards': two ranks, first repeat."""
     for model in MODELS:
         for configuration, field in (("ddp", "collectives"), ("zero2", "shards"),
                                      ("zero3", "shards")):
@@ -205,11 +201,10 @@ def register_formulas(numbers, model, world):
 
 
 def register_measured(numbers, path, rows, indices, model, world, configuration):
-    """Every FIELDS spread over the repeats `indices` of one configuration (a ratio to DDP's, taken
-    within each repeat, also with the verdict's interval), and its memory and bytes against the
-    formulas: '.padded' (the parameters its shards hold, padding included), '.states_padded' (the
-    formula at that count), '.padding' (what the padding adds to the formula) and '.other' (what
-    the measurement holds beyond both); '.sent_excess' (measured bytes - the formula's)."""
+    """Every FIELDS spread over the repeats `indices` of a configuration (ratios to DDP's with the
+    verdict's interval), and its memory and bytes against the formulas: '.padded' (elements its
+    shards hold), '.padding' (what padding adds to the formula), '.other' (what the measurement
+    holds beyond both), '.sent_excess' (measured bytes - the formula's)."""
     name = key(model, world, configuration)
     for short, (field, unit) in FIELDS.items():
         inputs = [f"{path}#measurements[{index}].{field}" for index in indices]
@@ -244,9 +239,8 @@ def register_measured(numbers, path, rows, indices, model, world, configuration)
 
 
 def register_comparisons(numbers, path, rows, where, model, world):
-    """Each ZeRO level's step against DDP's ('.vs_ddp', a verdict), ZeRO-3's with prefetch against
-    without ('sharding.<model>.w<n>.prefetch': the verdict, '.prefetch_ratio': the step ratio
-    within each repeat), and ZeRO-3's bytes over DDP's ('.sent_ratio')."""
+    """Each level's step against DDP's ('.vs_ddp'), ZeRO-3's with prefetch against without
+    ('.prefetch', '.prefetch_ratio'), and ZeRO-3's bytes over DDP's ('.sent_ratio')."""
     prefix = f"sharding.{model}.w{world}"
     for configuration in list(NAMES)[1:]:
         numbers.verdict(f"{key(model, world, configuration)}.vs_ddp",
@@ -267,9 +261,8 @@ def register_comparisons(numbers, path, rows, where, model, world):
 
 
 def projection(numbers):
-    """The formulas for the paper's example model: memory per rank at its world size, the fewest
-    ranks at which each level fits the memory assumed, the bytes sent there and how long the
-    links take to send them."""
+    """The formulas for the paper's example model: memory per rank, the fewest ranks at which each
+    level fits, the bytes sent there and how long the links take."""
     source = "analysis/zero_formulas.py"
     numbers.stated("project.zero.parameters", int(zero_formulas.PROJECTED_PARAMETERS), "count",
                    "assumption", f"{source}: the ZeRO paper's Figure 1 example")
