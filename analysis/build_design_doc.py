@@ -22,23 +22,18 @@ import os
 import re
 import sys
 
-from analysis import design_numbers, results_folder
-from analysis.design_benchmarks import one_machine_section, step_bench_section
-from analysis.design_emulated import emulated_section
-from analysis.design_fits import allreduce_section, prediction_section
-from analysis.design_numbers import NOT_MEASURED, REPO, BuildError, Numbers, repo_relative
-from analysis.design_performance import bucket_sweep_section, sweep_section
-from analysis.design_scaling import projection_section
-from analysis.design_sections import (
-    communication_section,
-    figures,
-    main_job_section,
-    model_facts,
-    provenance_section,
-    reference_commands,
-    trace_section,
+from analysis import (
+    design_benchmarks,
+    design_emulated,
+    design_fits,
+    design_numbers,
+    design_performance,
+    design_scaling,
+    design_sections,
+    design_sharding,
+    results_folder,
 )
-from analysis.design_sharding import sharding_section
+from analysis.design_numbers import NOT_MEASURED, REPO, BuildError, Numbers, repo_relative
 from runtime.atomic import write_atomic
 from runtime.results import SCHEMA
 
@@ -135,27 +130,28 @@ def build(results_dir, out_dir):
     design_numbers.loaded.clear()
     grouped, bucket_runs, worlds, bench = required_results(results_dir)
     numbers = Numbers()
-    layouts = model_facts(numbers)
-    context = sweep_section(numbers, grouped, worlds)
-    fits, tables = allreduce_section(numbers, bench)
+    layouts = design_sections.model_facts(numbers)
+    context = design_performance.sweep_section(numbers, grouped, worlds)
+    fits, tables = design_fits.allreduce_section(numbers, bench)
     mlp_bucket_mbs = {bucket_mb for model, _, _, bucket_mb in bucket_runs if model == "mlp"}
     # in the order the numbers are registered, which numbers.json keeps
     parts = (tables,
-             communication_section(numbers, layouts, worlds, mlp_bucket_mbs, results_dir),
-             prediction_section(numbers, layouts, worlds, fits, results_dir),
-             trace_section(numbers, results_dir),
-             step_bench_section(numbers, results_dir),
-             bucket_sweep_section(numbers, bucket_runs),
+             design_sections.communication_section(numbers, layouts, worlds, mlp_bucket_mbs,
+                                                   results_dir),
+             design_fits.prediction_section(numbers, layouts, worlds, fits, results_dir),
+             design_sections.trace_section(numbers, results_dir),
+             design_benchmarks.step_bench_section(numbers, results_dir),
+             design_performance.bucket_sweep_section(numbers, bucket_runs),
              # the emulated link's fit first: the projections draw a 1 Gbit/s link with it
-             emulated_section(numbers, results_dir, layouts),
-             projection_section(numbers, results_dir, layouts),
-             main_job_section(numbers, results_dir),
-             one_machine_section(numbers, results_dir),
+             design_emulated.emulated_section(numbers, results_dir, layouts),
+             design_scaling.projection_section(numbers, results_dir, layouts),
+             design_sections.main_job_section(numbers, results_dir),
+             design_benchmarks.one_machine_section(numbers, results_dir),
              # after §5's fits: the projection sends its bytes at their links' speeds
-             sharding_section(numbers, results_dir),
-             reference_commands(numbers),
-             provenance_section(numbers, results_dir),
-             figures(results_dir, out_dir))
+             design_sharding.sharding_section(numbers, results_dir),
+             design_sections.reference_commands(numbers),
+             design_sections.provenance_section(numbers, results_dir),
+             design_sections.figures(results_dir, out_dir))
     for part in parts:
         context.update(part)
     context.update(as_data(context))
