@@ -9,7 +9,7 @@ import os
 
 from analysis import cost_model, scaling_inputs
 from analysis.design_fits import register_fit, spread_over, with_interval
-from analysis.design_numbers import NOT_MEASURED, load, table, unchanged
+from analysis.design_numbers import NOT_MEASURED, load, table
 from analysis.design_performance import register_run_spreads
 from analysis.design_scaling import register_readiness
 from analysis.scaling_inputs import runs_of
@@ -22,9 +22,6 @@ LARGE_BYTES = 2**20  # the model's errors are quoted for messages of 1 MiB and m
 ALLREDUCE_FILES = ((f"allreduce-{RATE}.json", "", "{n} nodes × 1 rank"),
                    (f"allreduce-{RATE}-2pn.json", ".2pn", "2 nodes × 2 ranks"))
 IMPLEMENTATIONS = ("gloo", "ring")
-RING_VARIANT = f"ring-receive-first-{RATE}.json"  # benchmarks/ring_variants/receive_first.py
-RING_NAMES = {"ring": "lesson", "candidate": "receive_first"}
-RING_QUOTED = ("lesson.w2.16m", "receive_first.w2.16m", "lesson.w4.1m", "receive_first.w4.1m")
 SERIES = ("ddp", "manual flat", "manual bucketed")  # §5.8's tables
 SHAPES = {2: "2 × 1", 4: "2 × 2"}  # world size -> nodes × ranks per node of the SLURM sweep
 FITS_OF_SHAPES = {2: "emulated.fit.gloo.w2", 4: "emulated.fit.gloo.w4.2pn"}
@@ -38,7 +35,6 @@ def emulated_section(numbers, results_dir, layouts):
     folder = os.path.join(results_dir, "emulated")
     numbers.stated("emulated.rate", 1.0, "Gbit/s", "code",
                    "analysis/make_emulated_results.sh: LINK_RATE=1gbit")
-    ring_order_numbers(numbers, folder)
     context = fits_tables(numbers, folder)
     context["text.emulated.beta_vs_link"] = with_interval(numbers,
                                                           "emulated.fit.gloo.w2.beta_vs_link")
@@ -46,11 +42,6 @@ def emulated_section(numbers, results_dir, layouts):
     grouped = scaling_inputs.grouped_runs(os.path.join(results_dir, "slurm", f"link-{RATE}"))
     numbers.stated("emulated.default_bucket_mb", DEFAULT_BUCKET_MB, "MiB", "code",
                    "manual_allreduce.DEFAULT_BUCKET_MB, as DDP's bucket_cap_mb")
-    numbers.stated("emulated.cnn.buckets", cost_model.bucket_sizes(layouts["cnn"],
-                                                                   DEFAULT_BUCKET_MB),
-                   "bytes-list", "code", "cost_model.bucket_sizes of the CNN at the default cap")
-    numbers.stated("emulated.cnn.fc1_bytes", max(layouts["cnn"]), "bytes", "model",
-                   "runtime/models.py: the CNN's largest gradient, fc1's weight")
     ddp_sent = scaling_inputs.ddp_layouts(results_dir)
     for model in ("mlp", "cnn"):
         shares = register_readiness(numbers, results_dir, model)
@@ -65,9 +56,6 @@ def emulated_section(numbers, results_dir, layouts):
                              runs_of(grouped, model, "manual flat", 2), EXPOSED,
                              formula="bucketed's exposed / flat's, in the same round, 2 nodes x 1")
         numbers.verdict(f"emulated.{model}.exposed_verdict", f"emulated.{model}.exposed_ratio")
-        numbers.derived(f"emulated.{model}.hidden_share", unchanged,
-                        [f"emulated.{model}.bucketed.w2.overlap.median"], "percent",
-                        "bucketed's median hidden / busy, 2 nodes x 1 rank")
     ratios = sorted((numbers.value(name), name.removesuffix(".median")) for name in numbers.entries
                     if name.startswith("emulated.") and name.endswith(".busy_vs_predicted.median"))
     for label, end in (("low", 0), ("high", -1)):
@@ -131,21 +119,6 @@ def fits_tables(numbers, folder):
                "largest error ≥ 1 MiB", "… with the link's β"]
     return {f"table.emulated.fits{'' if implementation == 'gloo' else '.' + implementation}":
             table(columns, found) if found else NOT_RUN for implementation, found in rows.items()}
-
-
-def ring_order_numbers(numbers, folder):
-    """The lesson's ring and the variant that receives first, each as its bus bandwidth over
-    gloo's: 'emulated.ring_order.<lesson|receive_first>.w<n>.<size>'."""
-    path = os.path.join(folder, RING_VARIANT)
-    for index, row in enumerate(load(path)["comparisons"] if os.path.exists(path) else []):
-        size = f"{row['bytes'] // 2**10}k" if row["bytes"] < 2**20 else f"{row['bytes'] // 2**20}m"
-        if row["implementation"] in RING_NAMES:
-            numbers.measured(f"emulated.ring_order.{RING_NAMES[row['implementation']]}."
-                             f"w{row['world_size']}.{size}", path,
-                             f"comparisons[{index}].busbw_ratio_to_gloo", "ratio")
-    for name in RING_QUOTED:  # what §5.8 quotes, "not measured" without the file
-        if f"emulated.ring_order.{name}" not in numbers.entries:
-            numbers.add(f"emulated.ring_order.{name}", None, "ratio")
 
 
 def ceiling_table(numbers, folder):

@@ -180,10 +180,7 @@ def prediction_section(numbers, layouts, worlds, fitted, results_dir):
                 rows.append([model.upper(), series, world, numbers.text(f"{name}.comm_s"),
                              numbers.spread_text(f"{measured}.comm_busy"),
                              numbers.spread_text(f"{name}.ratio")])
-    for label, pick in (("low", min), ("high", max)):  # medians alone: §4 quotes them
-        numbers.derived(f"predict.ratio_{label}", lambda *medians, pick=pick: pick(medians),
-                        [f"{name}.ratio.median" for _, name, _ in ratios], "ratio",
-                        f"the {label}est median measured / predicted")
+    for label, pick in (("low", min), ("high", max)):
         texts[f"text.predict.{label}"] = NOT_MEASURED
         if ratios:
             _, name, where = pick(ratios)

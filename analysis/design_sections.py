@@ -189,19 +189,9 @@ def reference_commands(numbers):
     """The commands of make_reference_results.sh as the index shows them, and the trace's."""
     with open(REFERENCE_SCRIPT) as file:
         script = file.read()
-    commands, pending = [], ""
-    for line in script.splitlines():  # a command ends at a line without a trailing backslash
-        if pending:
-            pending += " " + line.strip()
-        elif line.startswith('"$PYTHON" '):
-            pending = line.replace('"$PYTHON" ', "python ", 1).strip()
-        else:
-            continue
-        if pending.endswith("\\"):
-            pending = pending.removesuffix("\\").rstrip()
-        else:
-            commands.append(re.sub(r"\s+#.*$", "", pending))
-            pending = ""
+    joined = re.sub(r"\s*\\\n\s*", " ", script)  # a trailing backslash continues a command
+    commands = [re.sub(r"\s+#.*$", "", line.replace('"$PYTHON" ', "python ", 1).strip())
+                for line in joined.splitlines() if line.startswith('"$PYTHON" ')]
     duration = re.search(r"^#\s+\./analysis/make_reference_results\.sh\s+#\s*(.+)$", script,
                          flags=re.M)
     numbers.stated("reference.duration", duration.group(1) if duration else None, "name", "code",

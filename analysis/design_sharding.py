@@ -44,6 +44,10 @@ COMMAND = "python -m benchmarks.sharding_bench"
 TABLES = ("table.sharding.side.mlp", "table.sharding.side.cnn", "table.sharding.memory.mlp",
           "table.sharding.memory.cnn", "table.sharding.bytes", "table.sharding.prefetch",
           "table.sharding.verdicts", "table.sharding.main")
+RUN_SETTINGS = (("steps", "config.steps", "count"), ("warmup", "config.warmup", "count"),
+                ("repeats", "config.repeats", "count"), ("batch", "config.batch_size", "count"),
+                ("bucket_mb", "config.bucket_mb", "MiB"),
+                ("load_average", "environment.load_average_1min_at_start", "number"))
 TEXT, SPREAD = Numbers.text, Numbers.spread_text
 MEASURED = "sharding.{model}.w{world}"
 # the tables' columns after their leading cells: (header, number name, how it is shown)
@@ -141,16 +145,14 @@ def claim(numbers, name):
 
 def main_job_table(numbers, results_dir):
     """The README's main job under each level beside bucketed sync: test accuracy and run time."""
-    runs = {"bucketed sync (DDP's design)": os.path.join(results_dir, "main",
-                                                         "mlp-manual-bucketed-w4.json")}
-    runs.update({NAMES[configuration]: os.path.join(results_dir, "main-sharded",
-                                                    f"mlp-sharded-{level}-w4.json")
-                 for configuration, level in (("zero1", "optimizer"), ("zero2", "gradients"),
-                                              ("zero3", "parameters"))})
+    runs = {"bucketed sync (DDP's design)": os.path.join("main", "mlp-manual-bucketed-w4.json"),
+            **{NAMES[configuration]: os.path.join("main-sharded", f"mlp-sharded-{level}-w4.json")
+               for configuration, level in (("zero1", "optimizer"), ("zero2", "gradients"),
+                                            ("zero3", "parameters"))}}
     rows = []
     for index, (label, path) in enumerate(runs.items()):
-        path = path if os.path.exists(path) else None
-        name = f"sharding.main.{index}"
+        path = os.path.join(results_dir, path)
+        path, name = path if os.path.exists(path) else None, f"sharding.main.{index}"
         numbers.measured(f"{name}.accuracy", path, "test.accuracy", "percent")
         numbers.measured(f"{name}.time", path, "total_time_s", "s")
         rows.append([label, numbers.text(f"{name}.accuracy"), numbers.text(f"{name}.time")])
@@ -159,15 +161,8 @@ def main_job_table(numbers, results_dir):
 
 def describe_run(numbers, path, document):
     """Registers the run's settings and load average; returns the command it was made with."""
-    source = path if document.get("config") else None
-    for name, field, unit in (("steps", "config.steps", "count"),
-                              ("warmup", "config.warmup", "count"),
-                              ("repeats", "config.repeats", "count"),
-                              ("batch", "config.batch_size", "count"),
-                              ("bucket_mb", "config.bucket_mb", "MiB"),
-                              ("load_average", "environment.load_average_1min_at_start",
-                               "number")):
-        numbers.measured(f"sharding.{name}", source, field, unit)
+    for name, field, unit in RUN_SETTINGS:
+        numbers.measured(f"sharding.{name}", path if document.get("config") else None, field, unit)
     return f"`{document['command']}`" if document.get("command") else NOT_MEASURED
 
 

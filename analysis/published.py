@@ -10,8 +10,6 @@ from analysis.design_numbers import table
 FIGURES = {  # name -> (value, source)
     "ddp_gpus": (256, "Li et al., PyTorch Distributed, VLDB 2020: "
                       "near-linear scaling up to this many GPUs"),
-    "ddp_bucket_speed_factor": (2, "Li et al. 2020: the bucket size alone can change the speed "
-                                   "by more than this factor"),
     "horovod_gpus_high": (512, "Sergeev & Del Balso 2018, Horovod: "
                                "largest GPU count of that efficiency"),
     "horovod_link_gbit": (25, "Horovod docs/benchmarks.rst: 128 servers of 4 Pascal GPUs, "
