@@ -19,6 +19,11 @@ PAIRS = (("manual flat", "manual per-param"), ("manual bucketed", "manual flat")
 REFERENCE = "manual flat"  # what every other strategy is compared with: one all-reduce, no overlap
 BUCKETING = ("manual bucketed", "ddp")  # the series whose step depends on --bucket-mb
 THROUGHPUT = "throughput_samples_per_s"
+# a run's figures besides STEP_FIELDS: (its fields, unit, how they combine, formula)
+RUN_FIELDS = {"overlap": (("timing.across_ranks.comm_hidden.mean",
+                           "timing.across_ranks.comm_busy.mean"), "percent", overlap,
+                          "comm_hidden / comm_busy (results.overlap)"),
+              "throughput": (THROUGHPUT, "samples/s", unchanged, "throughput")}
 STEP = "timing.across_ranks.step.mean"
 
 
@@ -38,21 +43,12 @@ def at_default(grouped, model, series, world):
 
 
 def register_run_spreads(numbers, prefix, runs, fields=(*STEP_FIELDS, "overlap", "throughput")):
-    """The spreads over `runs` of each of `fields` (STEP_FIELDS, overlap, throughput), under
-    `prefix`."""
+    """The spreads over `runs` of each of `fields` (STEP_FIELDS or RUN_FIELDS'), under `prefix`."""
     for field in fields:
-        if field == "overlap":
-            numbers.over_repeats(f"{prefix}.overlap", runs,
-                                 ("timing.across_ranks.comm_hidden.mean",
-                                  "timing.across_ranks.comm_busy.mean"),
-                                 "percent", combine=overlap,
-                                 formula="comm_hidden / comm_busy (results.overlap)")
-        elif field == "throughput":
-            numbers.over_repeats(f"{prefix}.throughput", runs, THROUGHPUT, "samples/s",
-                                 formula="throughput")
-        else:
-            numbers.over_repeats(f"{prefix}.{field}", runs, f"timing.across_ranks.{field}.mean",
-                                 "ms", formula=f"the run's mean {field} per step")
+        source, unit, combine, formula = RUN_FIELDS.get(field, (
+            f"timing.across_ranks.{field}.mean", "ms", unchanged,
+            f"the run's mean {field} per step"))
+        numbers.over_repeats(f"{prefix}.{field}", runs, source, unit, combine, formula)
 
 
 def compare(numbers, name, runs, others, field=STEP):

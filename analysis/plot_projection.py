@@ -1,15 +1,12 @@
-"""projection.png: the α-β model's projected efficiency against ranks (2 to 1024) for each link, per
+"""projection.png: the α-β model's projected efficiency against ranks (2 to 1024) per link and
 model, with the training runs that measured efficiency drawn on it.
 
-Lines: the best of one flat all-reduce and every bucket size (cost_model.best_bucket) with the
-ring (solid) and halving-doubling (dashed), from this machine's single-process compute and
-backward, each gradient ready as results/backward-<model>.json traced it. The two fitted links
-(loopback at 2 ranks; the emulated 1 Gbit/s network at 2 nodes) carry a band: the central 95 % of
-the projections over the bootstrap resamples of their fit. Points: efficiency measured as compute
-/ (compute + exposed communication) of each run (filled, median over repeats, bars from min to
-max) and the model's at that run's own compute, layout and link fit (hollow): the emulated
-network's runs (results/slurm/link-1gbit/, 2 nodes × 1 and × 2), and this machine's sweep at 2
-ranks, the only world size where each rank has a core of its own.
+Lines: the best of one flat all-reduce and every bucket size (cost_model.best_bucket), ring
+solid and halving-doubling dashed, from this machine's single-process compute and backward and
+each gradient's traced readiness; the two fitted links carry a band over their bootstrap
+resamples. Points: each run's compute / (compute + exposed communication) (filled, bars from
+min to max) and the model's at that run's own compute, layout and fit (hollow), for the
+emulated network's runs and this machine's sweep at 2 ranks (a core per rank).
 """
 import os
 
@@ -57,9 +54,8 @@ def efficiency(model, world, alpha, beta, algorithm="ring"):
 
 
 def measured_points(folder, model, sizes, shares, fits, ddp_sent):
-    """[{series, world, measured (spread of efficiency), modelled}] of the runs in `folder` at the
-    world sizes of `fits` ({world: (alpha, beta)}), each modelled with its own compute, layout
-    and the fit of its world size."""
+    """[{series, world, measured, modelled}] of the runs in `folder` at the world sizes of `fits`
+    ({world: (alpha, beta)}), each modelled at its own compute and layout."""
     points = []
     gradients = cost_model.backward_order(sizes, shares)
     for (run_model, series, world, _), runs in scaling_inputs.grouped_runs(folder).items():
@@ -79,9 +75,8 @@ def measured_points(folder, model, sizes, shares, fits, ddp_sent):
 
 
 def projection_inputs(results_dir):
-    """What the figure draws: {"links": links(), "models": {model: {sizes, shares, compute,
-    backward, points: {link: measured_points}}}}; a model without its single process or its
-    backward trace is left out (without any, the cost model never runs)."""
+    """{"links": links(), "models": {model: {sizes, shares, compute, backward, points}}}; a
+    model without its single process or its backward trace is left out."""
     runs, _ = results_folder.load_folder(results_dir, note=lambda note: None)
     grouped = results_folder.repeats(runs)
     models = {}
