@@ -8,8 +8,8 @@ import statistics
 from analysis import scaling_inputs
 from analysis.design_numbers import indices_by, load, lookup, read_results, table, unchanged
 from analysis.design_performance import register_run_spreads
+from analysis.results_folder import STEP_BENCH_SCHEMA
 
-STEP_BENCH_SCHEMA = "step-bench/3"
 STEP_BENCH_FIELDS = {"mean_step_s": "ms", "mean_compute_s": "ms", "mean_comm_exposed_s": "ms",
                      "mean_comm_busy_s": "ms", "overlap": "percent", "step_ratio_to_ddp": "ratio"}
 # the verdict's comparisons: the numbers' name -> the results file's

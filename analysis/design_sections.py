@@ -176,9 +176,10 @@ def trace_section(numbers, results_dir):
                 if event["name"] == "backward"]
     allreduces = [position for position, (_, event) in enumerate(mine)
                   if event["name"].startswith("all-reduce")]
-    inputs = [ts[backward[0]], dur[backward[0]]] + [
-        span[position] for position in allreduces for span in (ts, dur)] \
-        if backward and allreduces else []
+    inputs = []
+    if backward and allreduces:  # backward's ts and dur, then each all-reduce's
+        inputs = [ts[backward[0]], dur[backward[0]]] + [
+            span[position] for position in allreduces for span in (ts, dur)]
     numbers.derived_fields("trace", backward_overlap, inputs, TRACE_HEADLINES,
                            "from rank 0's events of the step: backward's end, "
                            "each all-reduce's span")

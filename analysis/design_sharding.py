@@ -117,7 +117,7 @@ def sharding_section(numbers, results_dir):
             [[NAMES[level], world, *cells(numbers, MEMORY, name=key(model, world, level),
                                           model=model, world=world, level=level)]
              for level in zero_formulas.LEVELS for world in FORMULA_WORLDS])
-    context["table.sharding.bytes"] = table(
+    context["table.sharding.bytes"] = table(  # one rank sends nothing: no ratio to DDP's
         ["model", "ranks", *headers(BYTES)],
         [[model.upper(), world, *cells(numbers, BYTES[:-1], model=model, world=world),
           cells(numbers, BYTES[-1:], model=model, world=world)[0] if world > 1 else "—"]

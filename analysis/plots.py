@@ -13,20 +13,18 @@ import os
 
 import matplotlib.pyplot as plt
 
+from analysis import results_folder
 from analysis.plot_breakdown import plot_step_bench, plot_time_breakdown
 from analysis.plot_common import bucket_variant
 from analysis.plot_communication import plot_allreduce, plot_bucket_sweep
 from analysis.plot_learning import plot_curves, plot_scaling
 from analysis.plot_projection import plot_projection, projection_inputs
 from analysis.plot_timeline import plot_timeline, read_traces
-from analysis.results_folder import load_folder, repeats, sweep_of
 
-ALLREDUCE_SCHEMA = "allreduce-bench/1"
-STEP_BENCH_SCHEMA = "step-bench/3"
 PER_MODEL = (("time-breakdown", plot_time_breakdown), ("curves", plot_curves),
              ("scaling", plot_scaling))
-BENCHMARKS = (("allreduce.png", plot_allreduce, ALLREDUCE_SCHEMA),
-              ("step-bench.png", plot_step_bench, STEP_BENCH_SCHEMA))
+BENCHMARKS = (("allreduce.png", plot_allreduce, results_folder.ALLREDUCE_SCHEMA),
+              ("step-bench.png", plot_step_bench, results_folder.STEP_BENCH_SCHEMA))
 
 
 def save(figure, out_dir, name, written):
@@ -48,9 +46,9 @@ def strategy_groups(groups, model):
 
 def of_sweep(runs, sweep):
     """The runs of one sweep grouped over their rounds (all runs if none names one)."""
-    if any(sweep_of(run) == sweep for run in runs):
-        return repeats(runs, sweep)
-    return repeats(runs)
+    if any(results_folder.sweep_of(run) == sweep for run in runs):
+        return results_folder.repeats(runs, sweep)
+    return results_folder.repeats(runs)
 
 
 def main(argv=None):
@@ -61,7 +59,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     out_dir = args.out_dir or os.path.join(args.results_dir, "plots")
     os.makedirs(out_dir, exist_ok=True)
-    runs, benchmarks = load_folder(args.results_dir)
+    runs, benchmarks = results_folder.load_folder(args.results_dir)
     groups = of_sweep(runs, "sweep")
     written = []
     for model in sorted({model for model, _, _, _ in groups}):

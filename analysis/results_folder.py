@@ -12,8 +12,9 @@ from runtime.results import SCHEMA, overlap, validate
 from runtime.timing import FIELDS
 
 # each benchmark's schema -> (the command that writes it, the list of rows its figure draws)
-BENCHMARKS = {"allreduce-bench/1": ("python -m benchmarks.allreduce_bench", "measurements"),
-              "step-bench/3": ("python -m benchmarks.step_bench", "summary")}  # medians of repeats
+ALLREDUCE_SCHEMA, STEP_BENCH_SCHEMA = "allreduce-bench/1", "step-bench/3"
+BENCHMARKS = {ALLREDUCE_SCHEMA: ("python -m benchmarks.allreduce_bench", "measurements"),
+              STEP_BENCH_SCHEMA: ("python -m benchmarks.step_bench", "summary")}  # of repeats
 
 
 def series_name(run):
