@@ -170,11 +170,6 @@ def interval(values, level=INTERVAL_LEVEL):
     return float(low), float(high)
 
 
-def relative_error(predicted, measured):
-    """(predicted - measured) / measured: positive where the model overestimates."""
-    return (predicted - measured) / measured
-
-
 # --- Messages per step: what each strategy all-reduces ------------------------------------------
 
 def bucket_sizes(param_bytes, bucket_mb, first_bucket_mb=FIRST_BUCKET_MB):
