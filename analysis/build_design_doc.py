@@ -5,16 +5,16 @@
     python -m analysis.build_design_doc --results-dir /tmp/r --out-dir /tmp/doc
 
 Each design_doc/templates/*.md becomes design_doc/*.md with every `{{ name }}` replaced by a number
-(formatted with its unit), a table or a figure; tables that serve as data become CSV files beside
-it. numbers.json records every number a reader sees and where it came from (design_numbers.py). A
-placeholder the build does not define fails the build; a missing run renders as "not measured".
-Needs the sweep's training runs and results/allreduce-bench.json; the other inputs are used when
-present. The sections: §1-§3 design_sections.py, §4 design_performance.py and
-design_benchmarks.py, the α-β fits design_fits.py, §5 design_scaling.py and design_emulated.py
-(over cost_model.py), §7 design_sharding.py.
+(formatted with its unit), a table or a figure; data tables become CSV files beside it;
+numbers.json records every number a reader sees and where it came from (design_numbers.py). An
+undefined placeholder fails the build; a missing run renders as "not measured". Needs the sweep's
+runs and results/allreduce-bench.json. Sections: §1-§3 design_sections.py, §4 design_performance.py
+and design_benchmarks.py, the α-β fits design_fits.py, §5 design_scaling.py and design_emulated.py,
+§7 design_sharding.py.
 """
 import argparse
 import difflib
+import functools
 import glob
 import json
 import math
@@ -22,23 +22,18 @@ import os
 import re
 import sys
 
-from analysis import design_numbers, results_folder
-from analysis.design_benchmarks import one_machine_section, step_bench_section
-from analysis.design_emulated import emulated_section
-from analysis.design_fits import allreduce_section, prediction_section
-from analysis.design_numbers import NOT_MEASURED, REPO, BuildError, Numbers, repo_relative
-from analysis.design_performance import bucket_sweep_section, sweep_section
-from analysis.design_scaling import projection_section
-from analysis.design_sections import (
-    communication_section,
-    figures,
-    main_job_section,
-    model_facts,
-    provenance_section,
-    reference_commands,
-    trace_section,
+from analysis import (
+    design_benchmarks,
+    design_emulated,
+    design_fits,
+    design_numbers,
+    design_performance,
+    design_scaling,
+    design_sections,
+    design_sharding,
+    results_folder,
 )
-from analysis.design_sharding import sharding_section
+from analysis.design_numbers import NOT_MEASURED, REPO, BuildError, Numbers, repo_relative
 from runtime.atomic import write_atomic
 from runtime.results import SCHEMA
 
@@ -85,8 +80,7 @@ DATA_TABLES = {
 
 
 def as_data(tables):
-    """{file name: CSV} of each DATA_TABLES table that is a Markdown table (not a sentence saying
-    what to run); its context entry becomes a link to the file."""
+    """{file name: CSV, table name: a link to it} of each DATA_TABLES table that is a table."""
     files = {}
     for name, file_name in DATA_TABLES.items():
         lines = [line for line in tables.get(name, "").splitlines()
@@ -98,9 +92,8 @@ def as_data(tables):
 
 
 def required_results(results_dir):
-    """The strategy sweep's and the bucket sweep's runs, each grouped over their rounds (never
-    pooled: both hold the MLP's DDP at 25 MiB), the world sizes above one, and the all-reduce
-    benchmark's path; or what to run."""
+    """The strategy sweep's and the bucket sweep's runs (never pooled), the world sizes above one
+    and the all-reduce benchmark's path; or what to run."""
     if not os.path.isdir(results_dir):
         raise BuildError(f"results folder {results_dir} not found: run python -m analysis.sweep "
                          "and python -m benchmarks.allreduce_bench")
@@ -137,27 +130,28 @@ def build(results_dir, out_dir):
     design_numbers.loaded.clear()
     grouped, bucket_runs, worlds, bench = required_results(results_dir)
     numbers = Numbers()
-    layouts = model_facts(numbers)
-    context = sweep_section(numbers, grouped, worlds)
-    fits, tables = allreduce_section(numbers, bench)
+    layouts = design_sections.model_facts(numbers)
+    context = design_performance.sweep_section(numbers, grouped, worlds)
+    fits, tables = design_fits.allreduce_section(numbers, bench)
     mlp_bucket_mbs = {bucket_mb for model, _, _, bucket_mb in bucket_runs if model == "mlp"}
     # in the order the numbers are registered, which numbers.json keeps
     parts = (tables,
-             communication_section(numbers, layouts, worlds, mlp_bucket_mbs, results_dir),
-             prediction_section(numbers, layouts, worlds, fits, results_dir),
-             trace_section(numbers, results_dir),
-             step_bench_section(numbers, results_dir),
-             bucket_sweep_section(numbers, bucket_runs),
+             design_sections.communication_section(numbers, layouts, worlds, mlp_bucket_mbs,
+                                                   results_dir),
+             design_fits.prediction_section(numbers, layouts, worlds, fits, results_dir),
+             design_sections.trace_section(numbers, results_dir),
+             design_benchmarks.step_bench_section(numbers, results_dir),
+             design_performance.bucket_sweep_section(numbers, bucket_runs),
              # the emulated link's fit first: the projections draw a 1 Gbit/s link with it
-             emulated_section(numbers, results_dir, layouts),
-             projection_section(numbers, results_dir, layouts),
-             main_job_section(numbers, results_dir),
-             one_machine_section(numbers, results_dir),
+             design_emulated.emulated_section(numbers, results_dir, layouts),
+             design_scaling.projection_section(numbers, results_dir, layouts),
+             design_sections.main_job_section(numbers, results_dir),
+             design_benchmarks.one_machine_section(numbers, results_dir),
              # after §5's fits: the projection sends its bytes at their links' speeds
-             sharding_section(numbers, results_dir),
-             reference_commands(numbers),
-             provenance_section(numbers, results_dir),
-             figures(results_dir, out_dir))
+             design_sharding.sharding_section(numbers, results_dir),
+             design_sections.reference_commands(numbers),
+             design_sections.provenance_section(numbers, results_dir),
+             design_sections.figures(results_dir, out_dir))
     for part in parts:
         context.update(part)
     context.update(as_data(context))
@@ -171,40 +165,32 @@ def build(results_dir, out_dir):
     return documents
 
 
-def read_names(numbers):
-    """The names a reader sees: quoted by a template, or given out by numbers.text."""
-    names = set(numbers.shown)
+def shown_names(numbers):
+    """The numbers a reader sees and every number they are derived from; and the names read."""
+    read = set(numbers.shown)
     for path in glob.glob(os.path.join(TEMPLATES, "*.md")):
         with open(path) as file:
-            names |= set(PLACEHOLDER.findall(file.read()))
-    return names
-
-
-def shown_names(numbers):
-    """The numbers a reader sees and every number they are derived from."""
-    shown, stack = set(), [name for name in read_names(numbers) if name in numbers.entries]
+            read |= set(PLACEHOLDER.findall(file.read()))
+    shown, stack = set(), [name for name in read if name in numbers.entries]
     while stack:
         name = stack.pop()
         if name not in shown:
             shown.add(name)
             stack += [source for source in numbers.entries[name].get("inputs", [])
                       if source in numbers.entries]
-    return shown
+    return shown, read
 
 
 def numbers_json(numbers, results_dir):
-    """Each shown number's value, unit, text and provenance, a derived number's formula and
-    inputs stored once in `sources` (its `derived_from`); one line per number and per source, so
-    that a diff shows what changed."""
+    """Each shown number's value, unit, text and provenance, a formula and its inputs stored once
+    in `sources`; one line per entry, so that a diff shows what changed."""
     entries, sources, ids = {}, {}, {}
-    shown = shown_names(numbers)
+    shown, read = shown_names(numbers)
     # the absent numbers a reader sees, or that a shown number is derived from
-    absent = set(numbers.absent) & (read_names(numbers) | {
+    absent = set(numbers.absent) & (read | {
         source for name in shown for source in numbers.entries[name].get("inputs", [])})
-    for name, entry in numbers.entries.items():
-        if name not in shown:
-            continue
-        entry = dict(entry)
+    for name in [name for name in numbers.entries if name in shown]:
+        entry = dict(numbers.entries[name])
         if entry.get("file"):  # provenance as a reader at the repository's root
             entry["file"] = repo_relative(entry["file"])
         if "inputs" in entry:
@@ -212,25 +198,17 @@ def numbers_json(numbers, results_dir):
                       f"{repo_relative(source.split('#')[0])}#{source.split('#')[1]}"
                       for source in entry.pop("inputs")]
             source = {"formula": entry.pop("formula"), "inputs": inputs}
-            identity = json.dumps(source, sort_keys=True)
-            if identity not in ids:
-                ids[identity] = f"s{len(ids) + 1}"
-                sources[ids[identity]] = source
-            entry["derived_from"] = ids[identity]
+            identity = ids.setdefault(json.dumps(source, sort_keys=True), f"s{len(ids) + 1}")
+            sources[identity] = source
+            entry["derived_from"] = identity
         entries[name] = entry
     document = {"about": ABOUT, "results_dir": repo_relative(results_dir), "numbers": entries,
-                "sources": sources,
-                "not_measured": sorted(absent)}
-
-    def line(value):
-        return json.dumps(value, ensure_ascii=False)
-    parts = []
-    for key, value in document.items():
-        if isinstance(value, dict):
-            inner = ",\n".join(f"  {line(name)}: {line(item)}" for name, item in value.items())
-            parts.append(f" {line(key)}: {{\n{inner}\n }}")
-        else:
-            parts.append(f" {line(key)}: {line(value)}")
+                "sources": sources, "not_measured": sorted(absent)}
+    line = functools.partial(json.dumps, ensure_ascii=False)
+    parts = [f" {line(key)}: {line(value)}" if not isinstance(value, dict) else
+             f" {line(key)}: {{\n" + ",\n".join(f"  {line(name)}: {line(item)}"
+                                                 for name, item in value.items()) + "\n }"
+             for key, value in document.items()]
     return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
@@ -247,8 +225,8 @@ def same_json(old, new):
 
 
 def differences(documents, out_dir):
-    """{name: 'k lines' or 'missing'} of each file whose committed text does not say what
-    `documents` says: Markdown and CSV exactly, numbers.json at the precision it carries."""
+    """{name: 'k lines' or 'missing'} of each file that differs from `documents`: Markdown and
+    CSV exactly, numbers.json at its precision."""
     changed = {}
     for name, text in documents.items():
         path = os.path.join(out_dir, name)
@@ -268,8 +246,7 @@ def differences(documents, out_dir):
 
 
 def write_text(path, text):
-    """`text` to `path`, whole or not at all (runtime/atomic.py)."""
-    write_atomic(path, lambda file: file.write(text))
+    write_atomic(path, lambda file: file.write(text))  # whole or not at all
 
 
 def main(argv=None):

@@ -6,20 +6,12 @@ One all-reduce of N bytes over n ranks costs
     T = a(n) * alpha + b(n) * N * beta
 
 alpha is the fixed cost of one message step (latency, handshake, the call's overhead), beta the
-seconds per byte that one rank sends: a(n) counts the message steps that must happen one after
-another, b(n) * N the bytes each rank sends. The additions of the reduction are folded into beta.
-For the ring (reduce-scatter, then all-gather, as manual_collectives.ring_all_reduce) a and b are
-ring_coefficients; gloo's own all-reduce is a ring too when no algorithm is chosen
-(gloo/allreduce.cc), so the same form is fitted to both. Halving-doubling (Rabenseifner's
-reduce-scatter by recursive halving, then all-gather by recursive doubling; gloo's
-`halving_doubling`) sends the ring's bytes in a = 2 ceil(log2 n) steps: it changes the latency term
-only. How sure a fit is: bootstrap_fits refits resamples of the measured points.
-
-A step's communication overlaps backward as far as its buckets are ready: each gradient is ready
-when a traced backward accumulated it (analysis/traces.gradient_readiness), a bucket when its last
-gradient is. The best bucket size is searched with one flat all-reduce among the candidates. DDP's
-buckets are never computed here: torch rebuilds them by its own rules, so they are passed in as
-they were seen sent (results/ddp-buckets.json, or a run's timing.all_reduce_layouts).
+seconds per byte one rank sends (the reduction's additions folded in): a(n) counts the message
+steps that must happen one after another, b(n) * N the bytes each rank sends. The ring and gloo's
+own all-reduce (a ring too, gloo/allreduce.cc) share ring_coefficients; halving-doubling sends
+the same bytes in 2 ceil(log2 n) steps. A step's communication overlaps backward as far as its
+buckets are ready (traces.gradient_readiness); DDP's buckets are passed in as it was seen to
+send them, never computed: torch rebuilds them by its own rules.
 
 Three functions are the assignment's derivations (rubric item design.numbers):
 ring_coefficients, bucket_sizes and crossover_world_size; their docstrings are their
@@ -109,12 +101,9 @@ class Fit:
 def fit_alpha_beta(world_sizes, sizes, times, relative=True):
     """Least-squares alpha and beta of the ring model from measured all-reduce times.
 
-    `relative=True` weights each point by 1 / its time, so the fit minimises relative errors: a
-    4 KiB message (tens of microseconds) counts as much as a 64 MiB one (tens of milliseconds).
-    Unweighted, the large messages decide everything and alpha, which only the small ones
-    show, comes out as noise. Both coefficients are kept non-negative (a negative latency or
-    bandwidth has no meaning): if the free solution has one below zero, the better fit with
-    that one at zero is taken.
+    `relative=True` weights each point by 1 / its time, so a 4 KiB message counts as much as a
+    64 MiB one; unweighted, the large messages decide and alpha comes out as noise. Both are kept
+    non-negative: if the free solution has one below zero, the better fit with it at zero is taken.
     """
     world_sizes = np.asarray(world_sizes, dtype=float)
     sizes = np.asarray(sizes, dtype=float)
@@ -156,20 +145,9 @@ def nonnegative_least_squares(weighted, target):
     return coefficients
 
 
-def fit_per_world(world_sizes, sizes, times):
-    """{world size: Fit} of each world size's points alone (two or more points each)."""
-    points = list(zip(world_sizes, sizes, times))
-    per_world = {world: [point for point in points if point[0] == world]
-                 for world in sorted(set(world_sizes))}
-    return {world: fit_alpha_beta(*zip(*mine)) for world, mine in per_world.items()
-            if len(mine) >= 2}
-
-
 def bootstrap_fits(world_sizes, sizes, times, draws=BOOTSTRAP_DRAWS, seed=0):
-    """[(alpha, beta)] of fit_alpha_beta on `draws` resamples of the measured points, each drawn
-    with replacement as many times as there are points: how far the fit moves when the points it
-    rests on are drawn again. A resample of fewer than two distinct points fits nothing and is
-    drawn again. The seed is fixed, so a build gives the same intervals every time."""
+    """[(alpha, beta)] fitted to `draws` resamples (with replacement) of the points: how far the
+    fit moves. A resample of fewer than two distinct points is drawn again; the seed is fixed."""
     world_sizes, sizes, times = (np.asarray(values, dtype=float)
                                  for values in (world_sizes, sizes, times))
     _, weighted, target = fit_system(world_sizes, sizes, times)  # rows drawn, not rebuilt
@@ -190,11 +168,6 @@ def interval(values, level=INTERVAL_LEVEL):
     tail = 100 * (1 - level) / 2
     low, high = np.percentile(np.asarray(values, dtype=float), [tail, 100 - tail])
     return float(low), float(high)
-
-
-def relative_error(predicted, measured):
-    """(predicted - measured) / measured: positive where the model overestimates."""
-    return (predicted - measured) / measured
 
 
 # --- Messages per step: what each strategy all-reduces ------------------------------------------
@@ -231,10 +204,8 @@ def bucket_sizes(param_bytes, bucket_mb, first_bucket_mb=FIRST_BUCKET_MB):
 
 def messages_per_step(strategy, param_bytes, bucket_mb=25.0, first_bucket_mb=FIRST_BUCKET_MB,
                       ddp_layout=None):
-    """Bytes of each all-reduce one training step issues, for a strategy (or 'ddp');
-    `first_bucket_mb` as in `bucket_sizes`. DDP's buckets are torch's (it rebuilds them after the
-    first step, by rules that change between versions): `ddp_layout` is the layout DDP was seen to
-    send (results/ddp-buckets.json, or a run's timing.all_reduce_layouts), required for 'ddp'."""
+    """Bytes of each all-reduce one step of `strategy` issues; 'ddp' needs `ddp_layout`, the
+    layout DDP was seen to send (torch rebuilds its buckets by rules of its own)."""
     if strategy == "per-param":
         return list(param_bytes)
     if strategy in ("flat", "ring", "shm"):
@@ -256,22 +227,16 @@ def step_comm_time(messages, world_size, alpha, beta):
 # --- Overlap with backward, and projections ---------------------------------------------------
 
 def backward_order(param_bytes, ready_shares):
-    """[(bytes, ready share)] of each gradient in the order backward produces them: by the share
-    of backward elapsed when it was accumulated (traces.gradient_readiness), the last parameter
-    first on ties. Both lists are in registration (`parameters()`) order."""
+    """[(bytes, ready share)] of each gradient in the order backward produces them, the last
+    parameter first on ties; both lists in registration order."""
     registered = list(zip(param_bytes, ready_shares))
     latest_first = registered[::-1]
     return sorted(latest_first, key=lambda gradient: gradient[1])
 
 
 def bucket_ready_shares(layout, gradients):
-    """Each bucket's ready time as a share of backward, for buckets in launch order (`layout`, their
-    bytes) filled from `gradients` ((bytes, ready share) in backward's order, backward_order).
-
-    Buckets hold consecutive gradients in the order backward produces them, and a bucket is ready
-    when its last gradient is: walking the gradients, a bucket is complete at the gradient that
-    brings the bytes produced up to the bytes of it and of every bucket before it.
-    """
+    """Each bucket's ready share of backward, for buckets in launch order (`layout`, their bytes)
+    filled from `gradients` in backward's order: a bucket is ready when its last gradient is."""
     shares = []
     pending = iter(gradients)
     produced = 0
@@ -290,12 +255,8 @@ def bucket_ready_shares(layout, gradients):
 
 
 def exposed_after_backward(backward_s, ready_s, comm_times):
-    """Seconds past the end of backward until the last bucket's all-reduce is done.
-
-    Bucket k is ready `ready_s[k]` seconds into backward; the all-reduces run one at a time (one
-    communication thread), each starting when its bucket is ready and the previous is done, and
-    taking `comm_times[k]` seconds.
-    """
+    """Seconds past backward's end until the last all-reduce is done: one at a time, each
+    starting when its bucket is ready (`ready_s`) and the previous is done."""
     finish = 0.0
     for ready, seconds in zip(ready_s, comm_times):
         finish = max(finish, ready) + seconds
@@ -306,11 +267,9 @@ def project_layout(compute_s, backward_s, layout, gradients, world_size, alpha, 
                    overlap=True, wire_fraction=1.0, algorithm="ring"):
     """Projected step of one layout of all-reduces: {step_s, comm_s, exposed_s, efficiency}.
 
-    `layout`: the bytes of each all-reduce in launch order. `overlap=True`: each starts as soon as
-    its bucket is ready within backward (bucket_ready_shares of `gradients` times backward_s);
-    False: all of them after backward (flat, per-param, ring). `wire_fraction` scales the bytes on
-    the wire (0.5 for fp16/bf16). Efficiency is weak scaling, as this project runs (per-rank batch
-    fixed): compute / (compute + exposed communication).
+    `overlap=True`: each starts once its bucket is ready within backward; False: all after
+    backward. `wire_fraction` scales the bytes sent (0.5 for fp16). Efficiency is weak scaling:
+    compute / (compute + exposed communication).
     """
     times = [allreduce_time(nbytes * wire_fraction, world_size, alpha, beta, algorithm)
              for nbytes in layout]
@@ -327,9 +286,7 @@ def project_layout(compute_s, backward_s, layout, gradients, world_size, alpha, 
 def project_step(compute_s, backward_s, param_bytes, ready_shares, world_size, alpha, beta,
                  bucket_mb=None, wire_fraction=1.0, first_bucket_mb=FIRST_BUCKET_MB,
                  algorithm="ring"):
-    """project_layout of BucketedSync's buckets at `bucket_mb` (bucket_sizes of `param_bytes`, in
-    registration order, each ready at its `ready_shares` of backward), or with `bucket_mb=None`
-    of one flat all-reduce after backward."""
+    """project_layout of BucketedSync's buckets at `bucket_mb`, or (None) one flat all-reduce."""
     if bucket_mb is None:
         return project_layout(compute_s, backward_s, [sum(param_bytes)], [], world_size, alpha,
                               beta, False, wire_fraction, algorithm)
@@ -342,9 +299,8 @@ def project_step(compute_s, backward_s, param_bytes, ready_shares, world_size, a
 def best_bucket(compute_s, backward_s, param_bytes, ready_shares, world_size, alpha, beta,
                 candidates=BUCKET_CANDIDATES_MB, wire_fraction=1.0, first_bucket_mb=FIRST_BUCKET_MB,
                 algorithm="ring"):
-    """(bucket_mb, projection) with the shortest projected step among one flat all-reduce after
-    backward (bucket_mb None) and buckets capped at each of `candidates`. On a tie the flat one
-    wins, then the smaller cap: overlap that buys nothing is not worth its all-reduces."""
+    """(bucket_mb, projection) of the shortest step among one flat all-reduce (None) and each
+    cap of `candidates`; ties go to flat, then the smaller cap."""
     projections = [(bucket_mb, project_step(compute_s, backward_s, param_bytes, ready_shares,
                                             world_size, alpha, beta, bucket_mb, wire_fraction,
                                             first_bucket_mb, algorithm))

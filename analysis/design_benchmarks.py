@@ -1,17 +1,15 @@
-"""The measurements beside the strategy sweep: benchmarks/step_bench.py's tables (every
-configuration in the same processes, interleaved repeats, the best hand-written strategy against
-DDP: §6.3), and one machine made to pay (§4.5): the shared-memory all-reduce against gloo's,
-results/one-machine/ (a sweep of its own, its runs side by side) and the time to a target accuracy
-against the classic MNIST recipe (results/time-to-accuracy.json). A missing file reads "not
+"""The measurements beside the strategy sweep: benchmarks/step_bench.py's tables (§6.3), and one
+machine made to pay (§4.5): the shared-memory all-reduce against gloo's, results/one-machine/
+and the time to a target accuracy against the classic MNIST recipe. A missing file reads "not
 measured"."""
 import os
 import statistics
 
 from analysis import scaling_inputs
-from analysis.design_numbers import load, lookup, repo_relative, table, unchanged
+from analysis.design_numbers import indices_by, load, lookup, read_results, table, unchanged
 from analysis.design_performance import register_run_spreads
+from analysis.results_folder import STEP_BENCH_SCHEMA
 
-STEP_BENCH_SCHEMA = "step-bench/3"
 STEP_BENCH_FIELDS = {"mean_step_s": "ms", "mean_compute_s": "ms", "mean_comm_exposed_s": "ms",
                      "mean_comm_busy_s": "ms", "overlap": "percent", "step_ratio_to_ddp": "ratio"}
 # the verdict's comparisons: the numbers' name -> the results file's
@@ -23,21 +21,14 @@ ONE_MACHINE_SERIES = ("single", "ddp", "manual flat", "manual shm")
 def step_bench_section(numbers, results_dir):
     """Per configuration the median (min–max) over the repeats; the best strategy's verdicts."""
     path = os.path.join(results_dir, "step-bench.json")
-    document = load(path) if os.path.exists(path) else {}
-    if document.get("schema") != STEP_BENCH_SCHEMA:
+    document, problem = read_results(path, STEP_BENCH_SCHEMA, "python -m benchmarks.step_bench")
+    if problem:
         register_step_verdicts(numbers, None, [])  # every quoted verdict: not measured
-        problem = (f"No {repo_relative(path)}" if not document else
-                   f"{repo_relative(path)} is from an older schema ({document.get('schema')!r}, "
-                   f"not {STEP_BENCH_SCHEMA}) and must be written again")
-        message = f"*{problem}: run python -m benchmarks.step_bench.*"
-        return {"table.step_bench": message, "table.step_bench_verdict": message}
+        return {"table.step_bench": problem, "table.step_bench_verdict": problem}
     measurements = document["measurements"]
-    repeats = {}  # (model, world size, configuration) -> indices of its rows, one per repeat
-    for index, row in enumerate(measurements):
-        repeats.setdefault((row["model"], row["world_size"], row["configuration"]),
-                           []).append(index)
     rows = []
-    for (model, world, name), indices in repeats.items():
+    for (model, world, name), indices in indices_by(measurements, "model", "world_size",
+                                                    "configuration").items():
         cells = []
         for field, unit in STEP_BENCH_FIELDS.items():
             spread = f"stepbench.{model}.w{world}.{name}.{field}"
@@ -59,10 +50,9 @@ def step_bench_section(numbers, results_dir):
 
 
 def register_step_verdicts(numbers, path, report):
-    """Per model and world size the best hand-written strategy ('stepbench.<model>.w<n>.best')
-    and its step over DDP's ('.vs_ddp') and over DDP on its transport ('.vs_same'), within each
-    repeat, with the verdict by the document's rule, not the file's own. The MLP and CNN at 2
-    and 4 ranks are always registered. Returns the verdict table's rows."""
+    """Per model and world size the best hand-written strategy ('stepbench.<model>.w<n>.best') and
+    its step over DDP's ('.vs_ddp') and over DDP on its transport ('.vs_same') within each repeat,
+    with the document's verdict; the MLP and CNN at 2 and 4 ranks always. The table's rows."""
     where = {(entry["model"], entry["world_size"]): index for index, entry in enumerate(report)}
     quoted = [(model, world) for model in ("mlp", "cnn") for world in (2, 4)]
     rows = []
@@ -108,8 +98,8 @@ def one_machine_section(numbers, results_dir):
 
 
 def one_machine_sweep(numbers, folder):
-    """Each model's series in the folder ('one_machine.<model>.<series>.w<n>.<field>': the
-    table's spreads) and shm's step over DDP's and flat's, within each round."""
+    """Each model's series in the folder ('one_machine.<model>.<series>.w<n>') and shm's step
+    over DDP's and flat's, within each round; the table's rows."""
     grouped = scaling_inputs.grouped_runs(folder)
     runs_of = scaling_inputs.runs_of
     rows = []
@@ -150,8 +140,7 @@ def shm_allreduce(numbers, bench):
 
 
 def same_transport(numbers):
-    """§4.5's sentence: per model and world size, the best hand-written strategy against DDP on
-    its own transport (the step benchmark's numbers)."""
+    """§4.5's sentence: the best hand-written strategy against DDP on its own transport."""
     parts = []
     for model in ("mlp", "cnn"):
         for world in (2, 4):
@@ -168,8 +157,8 @@ def same_transport(numbers):
 
 
 def time_to_accuracy_table(numbers, path):
-    """Per model and run: the median time to the target over the repeats, its range and its
-    ratio to the classic recipe's; per model, ours' best ratio and its samples to target."""
+    """Per model and run: the median time to the target over the repeats, its range and its ratio
+    to the classic recipe's; per model, ours' best ratio and its samples to target."""
     if not os.path.exists(path):
         for model in ("mlp", "cnn"):
             for name in ("target", "best.vs_classic", "best.samples", "best.samples_vs_classic"):

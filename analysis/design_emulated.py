@@ -1,18 +1,15 @@
 """What the emulated cluster network measured (§5.8): the all-reduce on shaped links with the α-β
 model fitted to it, the highest rate this machine can emulate, and training through SLURM on two
-nodes whose links are shaped, beside the model's prediction of the same runs' communication.
-
-Inputs (analysis/make_emulated_results.sh writes them): results/emulated/allreduce-<rate>.json
-(one rank per node), allreduce-<rate>-2pn.json (two per node), link-ceiling.json,
-ring-receive-first-<rate>.json, and the runs in results/slurm/link-<rate>/ and
-link-<rate>-bucket-4mb/. Without them every number reads "not measured".
+nodes with shaped links beside the model's prediction of the same runs' communication. Inputs
+(analysis/make_emulated_results.sh): results/emulated/ and results/slurm/link-<rate>*/; without
+them every number reads "not measured".
 """
 import functools
 import os
 
 from analysis import cost_model, scaling_inputs
 from analysis.design_fits import register_fit, spread_over, with_interval
-from analysis.design_numbers import NOT_MEASURED, load, table, unchanged
+from analysis.design_numbers import NOT_MEASURED, load, table
 from analysis.design_performance import register_run_spreads
 from analysis.design_scaling import register_readiness
 from analysis.scaling_inputs import runs_of
@@ -25,9 +22,6 @@ LARGE_BYTES = 2**20  # the model's errors are quoted for messages of 1 MiB and m
 ALLREDUCE_FILES = ((f"allreduce-{RATE}.json", "", "{n} nodes × 1 rank"),
                    (f"allreduce-{RATE}-2pn.json", ".2pn", "2 nodes × 2 ranks"))
 IMPLEMENTATIONS = ("gloo", "ring")
-RING_VARIANT = f"ring-receive-first-{RATE}.json"  # benchmarks/ring_variants/receive_first.py
-RING_NAMES = {"ring": "lesson", "candidate": "receive_first"}
-RING_QUOTED = ("lesson.w2.16m", "receive_first.w2.16m", "lesson.w4.1m", "receive_first.w4.1m")
 SERIES = ("ddp", "manual flat", "manual bucketed")  # §5.8's tables
 SHAPES = {2: "2 × 1", 4: "2 × 2"}  # world size -> nodes × ranks per node of the SLURM sweep
 FITS_OF_SHAPES = {2: "emulated.fit.gloo.w2", 4: "emulated.fit.gloo.w4.2pn"}
@@ -41,7 +35,6 @@ def emulated_section(numbers, results_dir, layouts):
     folder = os.path.join(results_dir, "emulated")
     numbers.stated("emulated.rate", 1.0, "Gbit/s", "code",
                    "analysis/make_emulated_results.sh: LINK_RATE=1gbit")
-    ring_order_numbers(numbers, folder)
     context = fits_tables(numbers, folder)
     context["text.emulated.beta_vs_link"] = with_interval(numbers,
                                                           "emulated.fit.gloo.w2.beta_vs_link")
@@ -49,11 +42,6 @@ def emulated_section(numbers, results_dir, layouts):
     grouped = scaling_inputs.grouped_runs(os.path.join(results_dir, "slurm", f"link-{RATE}"))
     numbers.stated("emulated.default_bucket_mb", DEFAULT_BUCKET_MB, "MiB", "code",
                    "manual_allreduce.DEFAULT_BUCKET_MB, as DDP's bucket_cap_mb")
-    numbers.stated("emulated.cnn.buckets", cost_model.bucket_sizes(layouts["cnn"],
-                                                                   DEFAULT_BUCKET_MB),
-                   "bytes-list", "code", "cost_model.bucket_sizes of the CNN at the default cap")
-    numbers.stated("emulated.cnn.fc1_bytes", max(layouts["cnn"]), "bytes", "model",
-                   "runtime/models.py: the CNN's largest gradient, fc1's weight")
     ddp_sent = scaling_inputs.ddp_layouts(results_dir)
     for model in ("mlp", "cnn"):
         shares = register_readiness(numbers, results_dir, model)
@@ -68,14 +56,10 @@ def emulated_section(numbers, results_dir, layouts):
                              runs_of(grouped, model, "manual flat", 2), EXPOSED,
                              formula="bucketed's exposed / flat's, in the same round, 2 nodes x 1")
         numbers.verdict(f"emulated.{model}.exposed_verdict", f"emulated.{model}.exposed_ratio")
-        numbers.derived(f"emulated.{model}.hidden_share", unchanged,
-                        [f"emulated.{model}.bucketed.w2.overlap.median"], "percent",
-                        "bucketed's median hidden / busy, 2 nodes x 1 rank")
-    ratios = [name.removesuffix(".median") for name in numbers.entries
-              if name.startswith("emulated.") and name.endswith(".busy_vs_predicted.median")]
-    for label, pick in (("low", min), ("high", max)):
-        picked = pick(ratios, key=lambda name: numbers.value(f"{name}.median"), default=None)
-        context[f"text.emulated.predict.{label}"] = numbers.spread_text(picked) if picked \
+    ratios = sorted((numbers.value(name), name.removesuffix(".median")) for name in numbers.entries
+                    if name.startswith("emulated.") and name.endswith(".busy_vs_predicted.median"))
+    for label, end in (("low", 0), ("high", -1)):
+        context[f"text.emulated.predict.{label}"] = numbers.spread_text(ratios[end][1]) if ratios \
             else NOT_MEASURED
     smaller_buckets(numbers, os.path.join(results_dir, "slurm", f"link-{RATE}-bucket-4mb"))
     for name in ("mlp.exposed_ratio", "cnn.exposed_ratio", "bucket4.bucketed.exposed_ratio",
@@ -88,7 +72,7 @@ def emulated_section(numbers, results_dir, layouts):
 
 
 def large_errors(rows, alpha, beta):
-    """The largest |predicted − measured| / measured over the rows of 1 MiB and more."""
+    """The largest relative error of the model over the rows of 1 MiB and more."""
     errors = [abs(cost_model.allreduce_time(row["bytes"], row["world_size"], alpha, beta)
                   - row["median_s"]) / row["median_s"]
               for row in rows if row["bytes"] >= LARGE_BYTES]
@@ -96,8 +80,8 @@ def large_errors(rows, alpha, beta):
 
 
 def fits_tables(numbers, folder):
-    """Per file, implementation and world size: the α-β fit with its interval, β against the
-    link's, the largest error at 1 MiB and more of the fit and of its α with the link's β."""
+    """Per file, implementation and world size: the α-β fit, β against the link's, and the largest
+    error at 1 MiB and more of the fit and of its α with the link's β."""
     rows = {implementation: [] for implementation in IMPLEMENTATIONS}
     for name, label, layout in ALLREDUCE_FILES:
         path = os.path.join(folder, name)
@@ -113,8 +97,7 @@ def fits_tables(numbers, folder):
                 key = f"emulated.fit.{implementation}.w{world}{label}"
                 points = ([row["world_size"] for row in mine], [row["bytes"] for row in mine],
                           [row["median_s"] for row in mine])
-                register_fit(numbers, key, cost_model.fit_alpha_beta(*points), path,
-                             implementation, world, points=points)
+                register_fit(numbers, key, points, path, implementation, world)
                 for suffix in ("", ".low", ".high"):
                     numbers.derived(f"{key}.beta_vs_link{suffix}", lambda beta: beta / LINK_BETA,
                                     [f"{key}.beta_s_per_byte{suffix}"], "ratio",
@@ -138,23 +121,6 @@ def fits_tables(numbers, folder):
             table(columns, found) if found else NOT_RUN for implementation, found in rows.items()}
 
 
-def ring_order_numbers(numbers, folder):
-    """The lesson's ring and the variant that posts each receive before its send, each as its
-    bus bandwidth over gloo's: 'emulated.ring_order.<lesson|receive_first>.w<n>.<size>'."""
-    path = os.path.join(folder, RING_VARIANT)
-    comparisons = load(path)["comparisons"] if os.path.exists(path) else []
-    for index, row in enumerate(comparisons):
-        name = RING_NAMES.get(row["implementation"])
-        if name:
-            size = f"{row['bytes'] // 2**10}k" if row["bytes"] < 2**20 \
-                else f"{row['bytes'] // 2**20}m"
-            numbers.measured(f"emulated.ring_order.{name}.w{row['world_size']}.{size}", path,
-                             f"comparisons[{index}].busbw_ratio_to_gloo", "ratio")
-    for name in RING_QUOTED:  # what §5.8 quotes, "not measured" without the file
-        if f"emulated.ring_order.{name}" not in numbers.entries:
-            numbers.add(f"emulated.ring_order.{name}", None, "ratio")
-
-
 def ceiling_table(numbers, folder):
     """Achieved bus bandwidth ÷ configured rate per rate, and the highest link-bound rate."""
     path = os.path.join(folder, "link-ceiling.json")
@@ -165,18 +131,20 @@ def ceiling_table(numbers, folder):
     by_rate = {}
     for row in load(path)["rows"]:
         by_rate.setdefault(row["rate"], {})[row["implementation"]] = row
-    rows = []
-    for rate, measured in by_rate.items():
-        cells = [rate]
-        for implementation in IMPLEMENTATIONS:
-            row = measured.get(implementation)
-            achieved = row and row["achieved_fraction"]
-            cells += ["—", "—"] if row is None else [
-                f"{row['busbw_gbps'] * 8:.2f} Gbit/s",
-                "—" if achieved is None else f"{100 * achieved:.0f}%"]
-        rows.append(cells)
+    rows = [[rate, *(cell for implementation in IMPLEMENTATIONS
+                     for cell in ceiling_cells(measured.get(implementation)))]
+            for rate, measured in by_rate.items()]
     return table(["configured rate", "gloo busbw", "gloo ÷ rate", "ring busbw", "ring ÷ rate"],
                  rows)
+
+
+def ceiling_cells(row):
+    """An implementation's achieved bus bandwidth and its share of the configured rate."""
+    if row is None:
+        return ["—", "—"]
+    achieved = row["achieved_fraction"]
+    return [f"{row['busbw_gbps'] * 8:.2f} Gbit/s",
+            "—" if achieved is None else f"{100 * achieved:.0f}%"]
 
 
 def predicted_exposed(layout, sizes, overlap, world, compute, backward, alpha, beta, *shares):
@@ -187,8 +155,8 @@ def predicted_exposed(layout, sizes, overlap, world, compute, backward, alpha, b
 
 
 def training_rows(numbers, grouped, model, sizes, ddp_sent, shares):
-    """Per series and shape: the spreads of the SLURM runs, the model's exposed time at the runs'
-    own compute, and measured busy over the model's."""
+    """Per series and shape: the SLURM runs' spreads, the model's exposed time at the runs' own
+    compute, and measured busy over the model's."""
     rows = []
     for world, shape in SHAPES.items():
         for series in SERIES:
@@ -223,8 +191,7 @@ def training_rows(numbers, grouped, model, sizes, ddp_sent, shares):
 
 
 def smaller_buckets(numbers, folder):
-    """The CNN at 2 nodes x 1 with 4 MiB buckets (flat, bucketed and ddp side by side), and
-    bucketed's and DDP's exposed time over flat's, round by round."""
+    """The CNN at 2 nodes x 1 with 4 MiB buckets: bucketed's and DDP's exposed time over flat's."""
     grouped = scaling_inputs.grouped_runs(folder)
     found = {series: grouped.get(("cnn", series, 2, SMALL_BUCKET_MB), [])
              for series in ("manual flat", "manual bucketed", "ddp")}

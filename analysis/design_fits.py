@@ -19,19 +19,17 @@ RESIDUAL_COLUMNS = ["size", "gloo median", "model, this n (error)", "model, all 
                     "gloo busbw", "ring median", "model, this n (error)", "model, all n (error)"]
 
 
-def register_fit(numbers, name, fit, bench, implementation, world=None, points=None):
-    """Every field of one cost_model.Fit under `name`; with the `points` (world sizes, sizes,
-    times) it was fitted to, the central 95 % of cost_model.bootstrap_fits' α and β too
-    (`name.alpha_s.low`, `.high`, ...)."""
+def register_fit(numbers, name, points, bench, implementation, world=None):
+    """Every field of cost_model's fit to `points` (world sizes, sizes, times) under `name`, and
+    the central 95 % of cost_model.bootstrap_fits' α and β (`name.alpha_s.low`, `.high`, ...)."""
     where = (f"the verified {implementation} rows at {world} ranks" if world
              else f"the verified {implementation} rows of every world size")
     scope = {"world_size": world} if world else {}
+    fit = cost_model.fit_alpha_beta(*points)
     for field, attribute, unit in FIT_FIELDS:
         numbers.add(f"{name}.{field}", getattr(fit, attribute), unit, kind="fit", file=bench,
                     implementation=implementation, **scope,
                     formula=f"cost_model.fit_alpha_beta(world_size, bytes, median_s) of {where}")
-    if points is None:
-        return
     alphas, betas = zip(*cost_model.bootstrap_fits(*points))
     formula = (f"cost_model.interval of cost_model.bootstrap_fits({cost_model.BOOTSTRAP_DRAWS} "
                f"resamples) of {where}")
@@ -42,7 +40,7 @@ def register_fit(numbers, name, fit, bench, implementation, world=None, points=N
 
 
 def with_interval(numbers, name):
-    """'233 µs (202–455 µs)': a fitted number with its bootstrap interval, the unit said once."""
+    """'233 µs (202–455 µs)': a fitted number with its bootstrap interval, the unit once."""
     if f"{name}.low" not in numbers.entries:
         return numbers.text(name)
     low, high = numbers.text(name + ".low"), numbers.text(name + ".high")
@@ -62,10 +60,10 @@ def allreduce_section(numbers, bench):
     numbers.measured("bench.load_average", bench, "environment.load_average_1min_at_start",
                      "number")
     worlds = sorted({measurement["world_size"] for _, measurement in rows})
-    if worlds:
-        for label, world in (("smallest", worlds[0]), ("largest", worlds[-1])):
-            numbers.stated(f"bench.{label}_world", world, "count", "code",
-                           f"the {label} world size of {bench}")
+    ends = (("smallest", worlds[0]), ("largest", worlds[-1])) if worlds else ()
+    for label, world in ends:
+        numbers.stated(f"bench.{label}_world", world, "count", "code",
+                       f"the {label} world size of {bench}")
     fit_rows = {implementation: register_fits(numbers, bench, rows, implementation, worlds)
                 for implementation in IMPLEMENTATIONS}
     fitted = [world for world in worlds if f"fit.gloo.w{world}.alpha_s" in numbers.entries]
@@ -78,10 +76,9 @@ def allreduce_section(numbers, bench):
             numbers.derived(f"fit.projection.{field}{suffix}", unchanged, [source],
                             numbers.entries[source]["unit"],
                             "the smallest world size's fit: the fewest ranks per core")
-    if fitted:
-        for label, world in (("smallest", worlds[0]), ("largest", worlds[-1])):
-            numbers.derived(f"fit.gloo.{label}.alpha_s", unchanged,
-                            [f"fit.gloo.w{world}.alpha_s"], "us", "alias")
+    for label, world in ends if fitted else ():
+        numbers.derived(f"fit.gloo.{label}.alpha_s", unchanged, [f"fit.gloo.w{world}.alpha_s"],
+                        "us", "alias")
     # gloo's slowest 5 % against its median at the smallest message and world size, where one
     # descheduled rank shows most
     gloo = [(index, row) for index, row in rows if row["implementation"] == "gloo"]
@@ -106,33 +103,30 @@ def register_fits(numbers, bench, rows, implementation, worlds):
     if len(points) < 2:
         raise BuildError(f"{bench} has fewer than two verified {implementation} measurements: "
                          "no fit possible")
-    columns = tuple(zip(*points))
-    register_fit(numbers, f"fit.{implementation}", cost_model.fit_alpha_beta(*columns), bench,
-                 implementation, points=columns)
-    for world, fit in cost_model.fit_per_world(*columns).items():
-        mine = tuple(zip(*[point for point in points if point[0] == world]))
-        register_fit(numbers, f"fit.{implementation}.w{world}", fit, bench, implementation, world,
-                     points=mine)
-    scopes = [(f"fit.{implementation}.w{world}", world) for world in worlds]
+    register_fit(numbers, f"fit.{implementation}", tuple(zip(*points)), bench, implementation)
+    for world in worlds:
+        mine = [point for point in points if point[0] == world]
+        if len(mine) >= 2:
+            register_fit(numbers, f"fit.{implementation}.w{world}", tuple(zip(*mine)), bench,
+                         implementation, world)
     return [[implementation, ranks, with_interval(numbers, f"{name}.alpha_s"),
              with_interval(numbers, f"{name}.beta_s_per_byte"),
              numbers.text(f"{name}.median_relative_error"),
              numbers.text(f"{name}.max_relative_error")]
-            for name, ranks in scopes + [(f"fit.{implementation}", "all")]]
+            for name, ranks in [(f"fit.{implementation}.w{world}", world) for world in worlds]
+            + [(f"fit.{implementation}", "all")]]
 
 
 def residual_table(numbers, bench, rows, world):
     """Measured medians of one world size against the per-world and the all-sizes fit, with
     relative errors (and gloo's bus bandwidth)."""
+    where = {(row["world_size"], row["bytes"], row["implementation"]): index
+             for index, row in reversed(rows)}  # the first of a repeated point
     lines = []
-    for size in sorted({measurement["bytes"] for _, measurement in rows
-                        if measurement["world_size"] == world}):
+    for size in sorted({row["bytes"] for _, row in rows if row["world_size"] == world}):
         cells = [show_bytes(size)]
         for implementation in IMPLEMENTATIONS:
-            index = next((index for index, measurement in rows
-                          if (measurement["world_size"], measurement["bytes"],
-                              measurement["implementation"]) == (world, size, implementation)),
-                         None)
+            index = where.get((world, size, implementation))
             source = bench if index is not None else None
             name = f"allreduce.w{world}.{implementation}.{size}"
             numbers.measured(f"{name}.median_s", source, f"measurements[{index}].median_s", "s")
@@ -143,7 +137,8 @@ def residual_table(numbers, bench, rows, world):
                                 functools.partial(cost_model.allreduce_time, size, world),
                                 [f"{fit}.alpha_s", f"{fit}.beta_s_per_byte"], "s",
                                 f"2(n-1)·alpha + 2(n-1)/n·N·beta with {fit}")
-                numbers.derived(f"{name}.{label}_error", cost_model.relative_error,
+                numbers.derived(f"{name}.{label}_error",
+                                lambda predicted, measured: (predicted - measured) / measured,
                                 [f"{name}.{label}_s", f"{name}.median_s"], "percent",
                                 "(model - measured) / measured")
                 cells.append(f"{numbers.text(f'{name}.{label}_s')} "
@@ -161,16 +156,15 @@ def prediction_section(numbers, layouts, worlds, fitted, results_dir):
     busy time, as a ratio with its spread over the repeats; DDP's all-reduces are those it was
     seen to send. `fitted`: the world sizes with a fit of their own."""
     ddp_sent = scaling_inputs.ddp_layouts(results_dir)
-    rows, ratios = [], []
+    rows, ratios, texts = [], [], {}
     for model, sizes in layouts.items():
+        sent = ddp_sent.get(model, {}).get(DEFAULT_BUCKET_MB)
         for world in worlds:
             for series in COMMUNICATING:
                 strategy = slug(series)
-                name = f"predict.{model}.{strategy}.w{world}"
-                measured = key(model, series, world)
-                sent = ddp_sent.get(model, {}).get(DEFAULT_BUCKET_MB)
                 if strategy == "ddp" and sent is None:
                     continue
+                name, measured = f"predict.{model}.{strategy}.w{world}", key(model, series, world)
                 messages = cost_model.messages_per_step(strategy, sizes, DEFAULT_BUCKET_MB,
                                                         ddp_layout=sent)
                 fit = f"fit.{'ring' if strategy == 'ring' else 'gloo'}"
@@ -187,11 +181,6 @@ def prediction_section(numbers, layouts, worlds, fitted, results_dir):
                 rows.append([model.upper(), series, world, numbers.text(f"{name}.comm_s"),
                              numbers.spread_text(f"{measured}.comm_busy"),
                              numbers.spread_text(f"{name}.ratio")])
-    texts = {}
-    for label, pick in (("low", min), ("high", max)):  # medians alone: §4 quotes them
-        numbers.derived(f"predict.ratio_{label}", lambda *medians, pick=pick: pick(medians),
-                        [f"{name}.ratio.median" for _, name, _ in ratios], "ratio",
-                        f"the {label}est median measured / predicted")
     for label, pick in (("low", min), ("high", max)):
         texts[f"text.predict.{label}"] = NOT_MEASURED
         if ratios:
@@ -207,11 +196,8 @@ def spread_over(numbers, name, spread_key, denominator, formula):
     """`name.median`, `.min`, `.max`, `.n`: the spread `spread_key` over the number
     `denominator`; whether it could be registered."""
     inputs = [f"{spread_key}.{stat}" for stat in ("median", "min", "max", "n")] + [denominator]
-
-    def each_over(median, low, high, count, divisor):
-        return {"median": median / divisor, "min": low / divisor, "max": high / divisor,
-                "n": count}
     units = {"median": "ratio", "min": "ratio", "max": "ratio", "n": "count"}
-    return numbers.derived_fields(name, each_over, inputs, units,
-                                  f"{formula}, each of the spread over repeats")["median"] \
-        is not None
+    return numbers.derived_fields(
+        name, lambda median, low, high, count, divisor: {
+            "median": median / divisor, "min": low / divisor, "max": high / divisor, "n": count},
+        inputs, units, f"{formula}, each of the spread over repeats")["median"] is not None

@@ -35,9 +35,27 @@ def load(path):
     return loaded[path]
 
 
+def read_results(path, schema, command):
+    """(the document at `path`, None) if it is of `schema`, else ({}, a note saying what to run)."""
+    document = load(path) if os.path.exists(path) else {}
+    if document.get("schema") == schema:
+        return document, None
+    if not document:
+        return {}, f"*No {repo_relative(path)}: run {command}.*"
+    return {}, (f"*{repo_relative(path)} is of schema {document.get('schema')!r}, not {schema}: "
+                f"run {command} again.*")
+
+
+def indices_by(rows, *fields):
+    """{(row[field] for each of `fields`): the indices of the rows with those values}."""
+    found = {}
+    for index, row in enumerate(rows):
+        found.setdefault(tuple(row[field] for field in fields), []).append(index)
+    return found
+
+
 def lookup(data, field):
-    """`data` at a path such as 'timing.step.mean' or 'measurements[3].median_s'; None if
-    absent."""
+    """`data` at a path such as 'measurements[3].median_s'; None if absent."""
     for key, index in re.findall(r"([^.\[\]]+)|\[(\d+)\]", field):
         try:
             data = data[int(index)] if index else data[key]
@@ -47,8 +65,7 @@ def lookup(data, field):
 
 
 def significant(value, digits=3):
-    """Fixed-point with thousands separators to `digits` significant figures; e-notation if
-    tiny."""
+    """Fixed-point with thousands separators to `digits` significant figures; e-notation if tiny."""
     if value == 0 or not math.isfinite(value):
         return f"{value:g}"
     if abs(value) < 1e-4:
@@ -73,8 +90,7 @@ def show_bytes(value):
 
 
 def show_percent(value):
-    """Two significant figures below 10%, three above; none below 0.005 %, where a fit's error is
-    the floating point's rounding, not a measurement."""
+    """Two significant figures below 10%, three above; 0.00% below 0.005 %, a fit's rounding."""
     if 0 < abs(value) < 5e-5:
         return "0.00%"
     return significant(100 * value, 2 if abs(value) < 0.1 else 3) + "%"
@@ -145,8 +161,8 @@ class Numbers:
                                    {"": unit}, formula)[""]
 
     def derived_fields(self, key, function, inputs, units, formula):
-        """`key.<field>` for each field of the dict `function(*values)` returns (`key` for field
-        ""); all absent if any input is, or there are none."""
+        """`key.<field>` of each field of the dict `function(*values)` (`key` for field ""); all
+        absent if any input is, or there are none."""
         values = [self.value(source) if "#" not in source
                   else lookup(load(source.split("#")[0]), source.split("#")[1])
                   for source in inputs]
@@ -156,8 +172,8 @@ class Numbers:
                 for field, unit in units.items()}
 
     def spread_of(self, key, inputs, unit, formula, combine=unchanged, width=1):
-        """`key.median`, `.min`, `.max`, `.n`: results_folder.spread over the repeats, each
-        `combine` of `width` consecutive inputs (one repeat's); Nones left out."""
+        """`key.median`, `.min`, `.max`, `.n` over the repeats, each `combine` of `width`
+        consecutive inputs (one repeat's); Nones left out."""
         def over_repeats(*values):
             per_repeat = [combine(*values[start:start + width])
                           for start in range(0, len(values), width)]
@@ -173,17 +189,15 @@ class Numbers:
         return self.spread_of(key, inputs, unit, formula, combine, len(fields))
 
     def paired_ratio(self, key, runs, others, field, unit="ratio", scale=1.0, formula="ratio"):
-        """paired_values of `field` of each of `runs` over the run of `others` made in the same
-        round (results_folder.paired): a ratio within one round, never across rounds."""
+        """paired_values of `field` of each of `runs` over the run of `others` of the same round."""
         pairs = results_folder.paired(runs, others)
         inputs = [f"{run['path']}#{field}" for pair in pairs for run in pair]
         return self.paired_values(key, inputs, unit, scale,
                                   f"{formula}, within each round; spread and interval over rounds")
 
     def paired_values(self, key, inputs, unit, scale, formula, already_ratios=False):
-        """`key.median`, `.min`, `.max`, `.n` and the verdict's interval `.low`, `.high`
-        (results_folder.interval) of `scale` x mine / theirs over `inputs` (mine, theirs, ...: one
-        pair a round), or with `already_ratios` one ratio a round."""
+        """`key.median`, `.min`, `.max`, `.n` and the verdict's interval `.low`, `.high` of
+        `scale` x mine / theirs over `inputs` (a pair a round), or one ratio a round."""
         def over_rounds(*values):
             pairs = [(value, 1) for value in values] if already_ratios else zip(values[0::2],
                                                                                  values[1::2])
@@ -210,8 +224,7 @@ class Numbers:
         return f"{median} ({low}–{high})"
 
     def verdict(self, name, ratios):
-        """'faster', 'slower' or 'indistinguishable' (results_folder.verdict) of the interval of
-        `ratios`, a key registered by paired_values."""
+        """results_folder.verdict of the interval of `ratios` (registered by paired_values)."""
         return self.derived(name, results_folder.verdict, [f"{ratios}.low", f"{ratios}.high"],
                             "name", "results_folder.verdict: faster or slower only where every "
                             "paired ratio agrees, or a bootstrap interval over 5 or more rounds "
@@ -240,6 +253,16 @@ def data_file(name, file_name, header, rows, caption):
     return {file_name: text.getvalue(), name: f"[{caption}]({file_name})"}
 
 
+def cells(numbers, columns, **fields):
+    """A row of `columns` ((header, name template, Numbers.text or Numbers.spread_text)), each
+    template filled from `fields`."""
+    return [show(numbers, template.format(**fields)) for _, template, show in columns]
+
+
+def headers(columns):
+    return [header for header, *_ in columns]
+
+
 def table(header, rows):
     """A Markdown table."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -247,7 +270,6 @@ def table(header, rows):
 
 
 def repo_relative(path):
-    """`path` relative to the repository when inside it: a build from any working directory, or
-    with an absolute --results-dir, writes the same document."""
+    """`path` relative to the repository if inside it: any working directory builds the same."""
     relative = os.path.relpath(os.path.abspath(path), REPO)
     return os.path.abspath(path) if relative.startswith("..") else relative

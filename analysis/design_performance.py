@@ -1,11 +1,11 @@
 """§4 of the design document: the strategy sweep (each configuration's median and spread over its
 repeats, the verdicts between strategies, the compute baseline and the ceiling it puts on
-efficiency) and the MLP's step against the bucket size.
-
-Runs are grouped by results_folder.repeats, as the plots group them; every ratio is taken within
-one round (Numbers.paired_ratio), and a strategy is called faster only by results_folder.verdict.
+efficiency) and the MLP's step against the bucket size. Runs are grouped by
+results_folder.repeats, as the plots group them; every ratio is taken within one round
+(Numbers.paired_ratio), and a strategy is called faster only by results_folder.verdict.
 """
 from analysis.design_numbers import table, unchanged
+from analysis.scaling_inputs import runs_of
 from runtime.options import DEFAULT_BUCKET_MB
 from runtime.results import overlap
 
@@ -19,6 +19,12 @@ PAIRS = (("manual flat", "manual per-param"), ("manual bucketed", "manual flat")
 REFERENCE = "manual flat"  # what every other strategy is compared with: one all-reduce, no overlap
 BUCKETING = ("manual bucketed", "ddp")  # the series whose step depends on --bucket-mb
 THROUGHPUT = "throughput_samples_per_s"
+# a run's figures besides STEP_FIELDS: (its fields, unit, how they combine, formula)
+RUN_FIELDS = {"overlap": (("timing.across_ranks.comm_hidden.mean",
+                           "timing.across_ranks.comm_busy.mean"), "percent", overlap,
+                          "comm_hidden / comm_busy (results.overlap)"),
+              "throughput": (THROUGHPUT, "samples/s", unchanged, "throughput")}
+STEP = "timing.across_ranks.step.mean"
 
 
 def slug(series):
@@ -31,33 +37,23 @@ def key(model, series, world):
     return f"sweep.{model}.{slug(series)}.w{world}"
 
 
-def runs_of(grouped, model, series, world):
+def at_default(grouped, model, series, world):
     """A configuration's runs at the default bucket size."""
-    return grouped.get((model, series, world, DEFAULT_BUCKET_MB), [])
+    return runs_of(grouped, model, series, world, DEFAULT_BUCKET_MB)
 
 
 def register_run_spreads(numbers, prefix, runs, fields=(*STEP_FIELDS, "overlap", "throughput")):
-    """The spreads over `runs` of each of `fields` (STEP_FIELDS, overlap, throughput), under
-    `prefix`."""
+    """The spreads over `runs` of each of `fields` (STEP_FIELDS or RUN_FIELDS'), under `prefix`."""
     for field in fields:
-        if field == "overlap":
-            numbers.over_repeats(f"{prefix}.overlap", runs,
-                                 ("timing.across_ranks.comm_hidden.mean",
-                                  "timing.across_ranks.comm_busy.mean"),
-                                 "percent", combine=overlap,
-                                 formula="comm_hidden / comm_busy (results.overlap)")
-        elif field == "throughput":
-            numbers.over_repeats(f"{prefix}.throughput", runs, THROUGHPUT, "samples/s",
-                                 formula="throughput")
-        else:
-            numbers.over_repeats(f"{prefix}.{field}", runs, f"timing.across_ranks.{field}.mean",
-                                 "ms", formula=f"the run's mean {field} per step")
+        source, unit, combine, formula = RUN_FIELDS.get(field, (
+            f"timing.across_ranks.{field}.mean", "ms", unchanged,
+            f"the run's mean {field} per step"))
+        numbers.over_repeats(f"{prefix}.{field}", runs, source, unit, combine, formula)
 
 
-def compare(numbers, name, runs, others, field="timing.across_ranks.step.mean"):
+def compare(numbers, name, runs, others, field=STEP):
     """`name` (runs over others, paired within each round) and `name.verdict`; the claim shown."""
-    numbers.paired_ratio(name, runs, others, field,
-                         formula="the first's mean step / the second's")
+    numbers.paired_ratio(name, runs, others, field, formula="the first's mean step / the second's")
     numbers.verdict(f"{name}.verdict", name)
     return numbers.claim(name, f"{name}.verdict")
 
@@ -65,7 +61,7 @@ def compare(numbers, name, runs, others, field="timing.across_ranks.step.mean"):
 def register_machine(numbers, grouped, top):
     """The machine and the configuration every run shares, from the MLP's single process if
     there is one."""
-    anyone = (runs_of(grouped, "mlp", "single", 1) or next(iter(grouped.values())))[0]
+    anyone = (at_default(grouped, "mlp", "single", 1) or next(iter(grouped.values())))[0]
     numbers.measured("machine.cores", anyone["path"], "environment.cores", "count")
     numbers.measured("machine.torch", anyone["path"], "environment.torch", "name")
     for field in ("batch_size", "accum_steps", "val_samples"):
@@ -85,13 +81,12 @@ def sweep_section(numbers, grouped, worlds):
     configurations = [("single", 1)] + [(series, world) for world in worlds
                                         for series in SERIES if series != "single"]
     for model in ("mlp", "cnn"):
-        single_runs = runs_of(grouped, model, "single", 1)
+        single_runs = at_default(grouped, model, "single", 1)
         numbers.measured(f"config.{model}.max_steps",
                          single_runs[0]["path"] if single_runs else None, "config.max_steps",
                          "count")
         for series, world in configurations:
-            runs = runs_of(grouped, model, series, world)
-            name = key(model, series, world)
+            runs, name = at_default(grouped, model, series, world), key(model, series, world)
             register_run_spreads(numbers, name, runs)
             numbers.paired_ratio(f"{name}.efficiency", runs, single_runs, THROUGHPUT, "percent",
                                  scale=1 / world,
@@ -99,8 +94,8 @@ def sweep_section(numbers, grouped, worlds):
         rows = [row(numbers, grouped, model, series, world) for series, world in configurations]
         for first, second in PAIRS:
             claim = compare(numbers, f"verdict.{model}.w{top}.{slug(first)}-vs-{slug(second)}",
-                            runs_of(grouped, model, first, top),
-                            runs_of(grouped, model, second, top))
+                            at_default(grouped, model, first, top),
+                            at_default(grouped, model, second, top))
             pairs.append([model.upper(), top, slug(first), slug(second), claim])
         tables[f"table.sweep.{model}"] = table(["configuration", "step", "exposed comm",
                                                 "overlap", "efficiency", "step against flat"],
@@ -132,8 +127,8 @@ def row(numbers, grouped, model, series, world):
     against = "—"
     if series in COMMUNICATING and series != REFERENCE:
         against = compare(numbers, f"verdict.{model}.w{world}.{slug(series)}",
-                          runs_of(grouped, model, series, world),
-                          runs_of(grouped, model, REFERENCE, world))
+                          at_default(grouped, model, series, world),
+                          at_default(grouped, model, REFERENCE, world))
     efficiency = "—" if world == 1 else numbers.spread_text(f"{name}.efficiency")
     label = f"{slug(series)}, {world} rank{'s' if world > 1 else ''}"
     return [label] + cells + [efficiency, against]
@@ -170,11 +165,11 @@ def summary(numbers, model, top):
 def baseline_table(numbers, model, worlds, grouped):
     """Per world size: what sharing the cores costs (ddp-no-sync against one process) and the
     ceiling it sets."""
-    single, single_runs = key(model, "single", 1), runs_of(grouped, model, "single", 1)
+    single, single_runs = key(model, "single", 1), at_default(grouped, model, "single", 1)
     rows = []
     for world in worlds:
         base, ceiling = key(model, "ddp-no-sync", world), f"ceiling.{model}.w{world}"
-        base_runs = runs_of(grouped, model, "ddp-no-sync", world)
+        base_runs = at_default(grouped, model, "ddp-no-sync", world)
         numbers.derived(f"{base}.contention", lambda mine, theirs: mine / theirs,
                         [f"{base}.compute.median", f"{single}.compute.median"], "ratio",
                         "ddp-no-sync's median compute / one process's")
@@ -182,7 +177,7 @@ def baseline_table(numbers, model, worlds, grouped):
                              scale=1 / world,
                              formula="ddp-no-sync throughput / (ranks x one process's): "
                                      "efficiency without communication")
-        numbers.paired_ratio(f"{ceiling}.reached", runs_of(grouped, model, REFERENCE, world),
+        numbers.paired_ratio(f"{ceiling}.reached", at_default(grouped, model, REFERENCE, world),
                              base_runs, THROUGHPUT, "percent",
                              formula="flat's throughput / ddp-no-sync's: what communication "
                                      "leaves of the ceiling")
@@ -231,13 +226,10 @@ def best_size(numbers, runs, world, series, sizes):
     if best is None:
         return ""
     beaten = []
-    for size in sizes:
-        if size == best or medians[size] is None:
-            continue
+    for size in [size for size in sizes if size != best and medians[size] is not None]:
         versus = f"{name}.{best:g}-vs-{size:g}"
         numbers.paired_ratio(versus, runs.get(("mlp", series, world, best), []),
-                             runs.get(("mlp", series, world, size), []),
-                             "timing.across_ranks.step.mean",
+                             runs.get(("mlp", series, world, size), []), STEP,
                              formula="the step at one size / another")
         numbers.verdict(f"{versus}.verdict", versus)
         if numbers.text(f"{versus}.verdict") == "faster":

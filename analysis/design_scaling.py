@@ -1,11 +1,8 @@
 """What the α-β model projects for a cluster (§5.3-§5.6): efficiency at a few points of the
 projection figure, flat against the best bucket size, where communication starts to dominate, what
-each technique buys; published systems by compute per gradient byte (published.py).
-
-Every projection starts from this machine's single-process compute and backward (the sweep), each
-gradient's readiness within backward (results/backward-<model>.json, traces.gradient_readiness),
-and a link: a fitted one (loopback, or the emulated 1 Gbit/s network's) or an assumed one
-(cost_model.py). plot_projection.py draws the same projections over 2 to 1024 ranks.
+each technique buys; published systems by compute per gradient byte (published.py). Every
+projection starts from this machine's single-process compute and backward, each gradient's
+readiness within backward, and a link, fitted or assumed; plot_projection.py draws the same.
 """
 import functools
 from typing import NamedTuple
@@ -44,12 +41,6 @@ TECHNIQUES = {
                                   cost_model.LARGER_BATCH_FACTOR, "halving-doubling")}
 
 
-def latency_term(algorithm, world, alpha):
-    """Seconds of an all-reduce's message steps alone: steps x alpha."""
-    message_steps, _ = cost_model.ALGORITHMS[algorithm](world)
-    return float(message_steps) * alpha
-
-
 def crossover(total_bytes, algorithm, compute, alpha, beta):
     """cost_model.crossover_world_size, or 0 where no world size up to 2^20 reaches it."""
     return cost_model.crossover_world_size(compute, total_bytes, alpha, beta,
@@ -58,8 +49,8 @@ def crossover(total_bytes, algorithm, compute, alpha, beta):
 
 def project(sizes, compute, backward, alpha, beta, *shares, world, buckets=True, wire=1.0,
             factor=1, algorithm="ring"):
-    """{step_s, exposed_s, efficiency, bucket} of one model: the best of flat and every bucket
-    size (cost_model.best_bucket) if `buckets`, else one flat all-reduce."""
+    """{step_s, exposed_s, efficiency, bucket}: the best of flat and every bucket size if
+    `buckets`, else one flat all-reduce."""
     arguments = (compute * factor, backward * factor, sizes, list(shares), world, alpha, beta)
     if not buckets:
         return dict(cost_model.project_step(*arguments, None, wire, algorithm=algorithm),
@@ -71,21 +62,22 @@ def project(sizes, compute, backward, alpha, beta, *shares, world, buckets=True,
 
 def register_assumptions(numbers):
     """The projections' stated assumptions (cost_model.py) and the published figures."""
-    for name, value in (("alpha_s", cost_model.CLUSTER_ALPHA_S),
-                        ("rdma_alpha_s", cost_model.RDMA_ALPHA_S)):
-        numbers.stated(f"assume.{name}", value, "us", "assumption", f"cost_model.{name.upper()}")
-    for name, value in (("reference_world", cost_model.REFERENCE_WORLD_SIZE),
-                        ("batch_factor", cost_model.LARGER_BATCH_FACTOR),
-                        ("figure_largest_world", max(cost_model.FIGURE_WORLD_SIZES)),
-                        ("largest_world", cost_model.LARGE_WORLD_SIZE),
-                        ("draws", cost_model.BOOTSTRAP_DRAWS)):
-        numbers.stated(f"assume.{name}", value, "count", "assumption", "cost_model.py")
-    numbers.stated("assume.interval_level", cost_model.INTERVAL_LEVEL, "round-percent",
-                   "assumption", "cost_model.INTERVAL_LEVEL")
-    numbers.stated("assume.buckets", list(cost_model.BUCKET_CANDIDATES_MB), "MiB-list",
-                   "assumption", "cost_model.BUCKET_CANDIDATES_MB")
-    numbers.stated("assume.reference_link", cost_model.REFERENCE_LINK_GBIT, "Gbit/s",
-                   "assumption", "cost_model.REFERENCE_LINK_GBIT")
+    for name, value, unit, source in (
+            ("alpha_s", cost_model.CLUSTER_ALPHA_S, "us", "cost_model.ALPHA_S"),
+            ("rdma_alpha_s", cost_model.RDMA_ALPHA_S, "us", "cost_model.RDMA_ALPHA_S"),
+            ("reference_world", cost_model.REFERENCE_WORLD_SIZE, "count", "cost_model.py"),
+            ("batch_factor", cost_model.LARGER_BATCH_FACTOR, "count", "cost_model.py"),
+            ("figure_largest_world", max(cost_model.FIGURE_WORLD_SIZES), "count",
+             "cost_model.py"),
+            ("largest_world", cost_model.LARGE_WORLD_SIZE, "count", "cost_model.py"),
+            ("draws", cost_model.BOOTSTRAP_DRAWS, "count", "cost_model.py"),
+            ("interval_level", cost_model.INTERVAL_LEVEL, "round-percent",
+             "cost_model.INTERVAL_LEVEL"),
+            ("buckets", list(cost_model.BUCKET_CANDIDATES_MB), "MiB-list",
+             "cost_model.BUCKET_CANDIDATES_MB"),
+            ("reference_link", cost_model.REFERENCE_LINK_GBIT, "Gbit/s",
+             "cost_model.REFERENCE_LINK_GBIT")):
+        numbers.stated(f"assume.{name}", value, unit, "assumption", source)
     for gbit in cost_model.CLUSTER_LINKS_GBIT:
         numbers.stated(f"assume.link.{gbit}g", gbit, "Gbit/s", "assumption",
                        "cost_model.CLUSTER_LINKS_GBIT")
@@ -98,15 +90,14 @@ def register_assumptions(numbers):
     steps, _ = cost_model.ring_coefficients(cost_model.LARGE_WORLD_SIZE)
     numbers.stated("latency.ring_steps", int(steps), "count", "model",
                    "cost_model.ring_coefficients: 2(n-1) message steps at LARGE_WORLD_SIZE")
+    reference_steps, _ = cost_model.ring_coefficients(cost_model.REFERENCE_WORLD_SIZE)
     numbers.derived("technique.latency_per_allreduce.ring",
-                    functools.partial(latency_term, "ring", cost_model.REFERENCE_WORLD_SIZE),
-                    ["assume.alpha_s"], "ms", "ring: message steps x alpha at the reference "
-                                              "world size")
+                    lambda alpha: float(reference_steps) * alpha, ["assume.alpha_s"], "ms",
+                    "ring: message steps x alpha at the reference world size")
 
 
 def register_readiness(numbers, results_dir, model):
-    """'readiness.<model>.<parameter>': when each gradient was ready, as a share of backward,
-    from the model's traced backward; their names in registration order."""
+    """'readiness.<model>.<parameter>': each gradient's readiness (a share of backward)."""
     path = scaling_inputs.backward_trace(results_dir, model)
     names = []
     for name, _ in scaling_inputs.parameters(model):
@@ -121,8 +112,7 @@ def register_readiness(numbers, results_dir, model):
 
 
 def drift_text(numbers, results_dir, model):
-    """The model's backward in the trace's session against the sweep's single process: the same
-    work measured in two sessions, each with its spread."""
+    """The traced backward against the sweep's single process's: one work in two sessions."""
     path = scaling_inputs.backward_trace(results_dir, model)
     name = f"drift.{model}.traced_backward"
     numbers.derived_fields(name, lambda events: results_folder.spread([
@@ -191,8 +181,8 @@ def projection_section(numbers, results_dir, layouts):
 
 
 def register_projections(numbers, scenario, projector, world, inputs):
-    """'<scenario>[.hd].<field>' (flat: '.flat.'): the best of flat and every bucket size, and one
-    flat all-reduce, with each algorithm."""
+    """'<scenario>[.hd].<field>' (flat: '.flat.'): the best bucket size and one flat all-reduce,
+    with each algorithm."""
     for algorithm, slug in ALGORITHM_SLUGS.items():
         name = scenario + ("" if slug == "ring" else f".{slug}")
         numbers.derived_fields(name, functools.partial(projector, world=world,
@@ -214,8 +204,7 @@ def with_bucket(numbers, name):
 
 
 def latency_shares(numbers, model, sizes):
-    """The flat all-reduce of the whole gradient at LARGE_WORLD_SIZE, fastest link: the latency
-    term's share."""
+    """The latency term's share of a flat all-reduce at LARGE_WORLD_SIZE on the fastest link."""
     world = cost_model.LARGE_WORLD_SIZE
     link = f"{max(cost_model.CLUSTER_LINKS_GBIT)}g"
     inputs = ["assume.alpha_s", f"assume.beta.{link}"]

@@ -1,6 +1,5 @@
-"""What the design document's §1-§3 and its index say: the models, the communication each
-strategy issues, a traced step, the main job, the reference commands, the figures and when each
-results file was made."""
+"""The design document's §1-§3 and its index: the models, the communication each strategy
+issues, a traced step, the main job, the reference commands, the figures and the provenance."""
 import glob
 import os
 import re
@@ -9,7 +8,7 @@ import torch
 
 from analysis import cost_model, scaling_inputs
 from analysis.cost_model import FIRST_BUCKET_MB
-from analysis.design_numbers import REPO, BuildError, data_file, load, repo_relative, table
+from analysis.design_numbers import REPO, BuildError, data_file, load, lookup, repo_relative, table
 from analysis.traces import typical_step
 from runtime.data import DATASETS
 from runtime.models import build_model, count_parameters
@@ -34,8 +33,7 @@ LOAD = "environment.load_average_1min_at_start"
 
 
 def model_facts(numbers):
-    """{model: gradient bytes of each trainable tensor}; registers the models', the data's, the
-    dtypes' and the first bucket's numbers."""
+    """{model: gradient bytes of each trainable tensor}; registers the models' numbers."""
     layouts = {}
     for model in ("mlp", "cnn"):
         built = build_model(model)
@@ -54,8 +52,8 @@ def model_facts(numbers):
         numbers.stated(f"comm.{model}.compressed_bytes", sum(sizes) // 2, "bytes", "model",
                        where + ": bytes in fp16")
     _folder, mean, std = DATASETS["mnist"]
-    numbers.stated("data.mnist.mean", mean, "exact", "code", "data.DATASETS['mnist']")
-    numbers.stated("data.mnist.std", std, "exact", "code", "data.DATASETS['mnist']")
+    for name, value in (("mean", mean), ("std", std)):
+        numbers.stated(f"data.mnist.{name}", value, "exact", "code", "data.DATASETS['mnist']")
     for dtype in ("float16", "bfloat16"):
         numbers.stated(f"precision.{dtype}", torch.finfo(getattr(torch, dtype)).eps / 2,
                        "exponent", "code", f"torch.finfo(torch.{dtype}).eps / 2, the unit roundoff")
@@ -68,8 +66,8 @@ def model_facts(numbers):
 
 
 def strategy_row(numbers, model, strategy, sizes, worlds, ddp):
-    """A strategy's row of §3.2: its all-reduces, and per world size its message steps and the
-    bytes each rank sends per step. DDP's all-reduces are those it sent (`ddp`: its layouts)."""
+    """A strategy's row of §3.2: its all-reduces, and per world size its message steps and bytes
+    sent per rank; DDP's all-reduces are those it sent (`ddp`: its layouts)."""
     key = f"comm.{model}.{strategy}"
     if strategy == "ddp":
         messages = ddp[DEFAULT_BUCKET_MB]
@@ -83,20 +81,20 @@ def strategy_row(numbers, model, strategy, sizes, worlds, ddp):
     cells = [strategy, numbers.text(f"{key}.collectives")]
     for world in worlds:
         message_steps, sent_fraction = cost_model.ring_coefficients(world)
-        numbers.add(f"{key}.w{world}.message_steps", int(message_steps) * len(messages), "count",
-                    kind="model", formula="cost_model.ring_coefficients(n)'s message steps per "
-                                          "all-reduce x the all-reduces")
-        numbers.add(f"{key}.w{world}.bytes_per_rank", float(sent_fraction) * sum(messages),
-                    "bytes", kind="model", formula="cost_model.ring_coefficients(n)'s fraction "
-                                                   "sent per rank x the bytes all-reduced")
-        cells += [numbers.text(f"{key}.w{world}.message_steps"),
-                  numbers.text(f"{key}.w{world}.bytes_per_rank")]
+        for name, value, unit, what in (
+                ("message_steps", int(message_steps) * len(messages), "count",
+                 "message steps per all-reduce x the all-reduces"),
+                ("bytes_per_rank", float(sent_fraction) * sum(messages), "bytes",
+                 "fraction sent per rank x the bytes all-reduced")):
+            numbers.add(f"{key}.w{world}.{name}", value, unit, kind="model",
+                        formula=f"cost_model.ring_coefficients(n)'s {what}")
+            cells.append(numbers.text(f"{key}.w{world}.{name}"))
     return cells + [ISSUED[strategy]]
 
 
 def communication_section(numbers, layouts, worlds, bucket_mbs, results_dir):
-    """Per model: all-reduces, message steps and bytes each rank sends per step; the bucket
-    layouts at the default size and every swept `bucket_mbs`, DDP's as it sent them."""
+    """Per model: all-reduces, message steps and bytes sent per rank and step; the bucket layouts
+    at the default and every swept size, DDP's as it sent them."""
     sent = scaling_inputs.ddp_layouts(results_dir)
     if not sent:
         raise BuildError(f"no {scaling_inputs.DDP_BUCKETS} in {repo_relative(results_dir)}: "
@@ -135,8 +133,7 @@ def communication_section(numbers, layouts, worlds, bucket_mbs, results_dir):
 
 
 def backward_overlap(backward_start, backward_duration, *allreduce_spans):
-    """How a step's all-reduces sit against backward's end, from backward's ts and dur and each
-    all-reduce's ts and dur."""
+    """How a step's all-reduces (their ts and dur, in turn) sit against backward's end."""
     starts, durations = allreduce_spans[0::2], allreduce_spans[1::2]
     backward_end = backward_start + backward_duration
     return {"first_launch_before_backward_end": backward_end - min(starts),
@@ -147,8 +144,7 @@ def backward_overlap(backward_start, backward_duration, *allreduce_spans):
 
 
 def trace_section(numbers, results_dir):
-    """Rank 0's typical step (the one the timeline figure draws) from a Chrome trace in the
-    results, bucketed's if there is one (its all-reduces overlap backward)."""
+    """Rank 0's typical step from a Chrome trace in the results, bucketed's if there is one."""
     paths = sorted(glob.glob(os.path.join(results_dir, "trace-*.json")),
                    key=lambda path: ("bucketed" not in path, path))
     events = load(paths[0]).get("traceEvents", []) if paths else []
@@ -162,31 +158,28 @@ def trace_section(numbers, results_dir):
         return {"table.trace": f"*No trace in {repo_relative(results_dir)}, so the numbers around "
                                "this note are not measured: make one (the command is in the "
                                "index), then rebuild.*"}
-    path = paths[0]
     typical = typical_step(events)
     mine = sorted(((index, event) for index, event in spans if event["args"]["step"] == typical),
                   key=lambda pair: pair[1]["ts"])
-    first_index = mine[0][0]
-
-    def field_of(index, field):
-        return f"{path}#traceEvents[{index}].{field}"
-    numbers.measured("trace.step", path, f"traceEvents[{first_index}].args.step", "count")
+    ts, dur = ([f"{paths[0]}#traceEvents[{index}].{field}" for index, _ in mine]
+               for field in ("ts", "dur"))
+    numbers.measured("trace.step", paths[0], f"traceEvents[{mine[0][0]}].args.step", "count")
     rows = []
-    for index, event in mine:
-        numbers.derived(f"trace.event{index}.start", lambda start, origin: start - origin,
-                        [field_of(index, "ts"), field_of(first_index, "ts")], "trace_us",
-                        "ts - the step's first ts")
-        numbers.measured(f"trace.event{index}.duration", path, f"traceEvents[{index}].dur",
-                         "trace_us")
+    for position, (index, event) in enumerate(mine):
+        name = f"trace.event{index}"
+        numbers.derived(f"{name}.start", lambda start, origin: start - origin,
+                        [ts[position], ts[0]], "trace_us", "ts - the step's first ts")
+        numbers.measured(f"{name}.duration", paths[0], f"traceEvents[{index}].dur", "trace_us")
         rows.append(["communication" if event["tid"] else "compute", event["name"],
-                     numbers.text(f"trace.event{index}.start"),
-                     numbers.text(f"trace.event{index}.duration")])
-    backward = [index for index, event in mine if event["name"] == "backward"]
-    allreduces = [index for index, event in mine if event["name"].startswith("all-reduce")]
+                     numbers.text(f"{name}.start"), numbers.text(f"{name}.duration")])
+    backward = [position for position, (_, event) in enumerate(mine)
+                if event["name"] == "backward"]
+    allreduces = [position for position, (_, event) in enumerate(mine)
+                  if event["name"].startswith("all-reduce")]
     inputs = []
-    if backward and allreduces:
-        inputs = [field_of(backward[0], "ts"), field_of(backward[0], "dur")]
-        inputs += [field_of(index, field) for index in allreduces for field in ("ts", "dur")]
+    if backward and allreduces:  # backward's ts and dur, then each all-reduce's
+        inputs = [ts[backward[0]], dur[backward[0]]] + [
+            span[position] for position in allreduces for span in (ts, dur)]
     numbers.derived_fields("trace", backward_overlap, inputs, TRACE_HEADLINES,
                            "from rank 0's events of the step: backward's end, "
                            "each all-reduce's span")
@@ -197,19 +190,9 @@ def reference_commands(numbers):
     """The commands of make_reference_results.sh as the index shows them, and the trace's."""
     with open(REFERENCE_SCRIPT) as file:
         script = file.read()
-    commands, pending = [], ""
-    for line in script.splitlines():  # a command ends at a line without a trailing backslash
-        if pending:
-            pending += " " + line.strip()
-        elif line.startswith('"$PYTHON" '):
-            pending = line.replace('"$PYTHON" ', "python ", 1).strip()
-        else:
-            continue
-        if pending.endswith("\\"):
-            pending = pending.removesuffix("\\").rstrip()
-        else:
-            commands.append(re.sub(r"\s+#.*$", "", pending))
-            pending = ""
+    joined = re.sub(r"\s*\\\n\s*", " ", script)  # a trailing backslash continues a command
+    commands = [re.sub(r"\s+#.*$", "", line.replace('"$PYTHON" ', "python ", 1).strip())
+                for line in joined.splitlines() if line.startswith('"$PYTHON" ')]
     duration = re.search(r"^#\s+\./analysis/make_reference_results\.sh\s+#\s*(.+)$", script,
                          flags=re.M)
     numbers.stated("reference.duration", duration.group(1) if duration else None, "name", "code",
@@ -226,8 +209,7 @@ def existing(path):
 
 
 def main_job_section(numbers, results_dir):
-    """The README's main job, its accuracy over seeds, and the in-memory data path against a
-    DataLoader."""
+    """The README's main job, its accuracy over seeds, and in-memory data against a DataLoader."""
     main = existing(os.path.join(results_dir, "main", "mlp-manual-bucketed-w4.json"))
     for name, field, unit in MAIN_JOB_FIELDS:
         numbers.measured(name, main, field, unit)
@@ -243,8 +225,7 @@ def main_job_section(numbers, results_dir):
 
 
 def figures(results_dir, out_dir):
-    """A Markdown image per plot of results/plots, linked relative to the document, or what to
-    run."""
+    """A Markdown image per plot, linked relative to the document, or what to run."""
     links = {}
     for stem in FIGURES:
         path = os.path.join(results_dir, "plots", stem + ".png")
@@ -256,17 +237,12 @@ def figures(results_dir, out_dir):
 
 
 def provenance_section(numbers, results_dir):
-    """provenance.csv (when and under what load each results file was made, as it records it:
-    training runs their creation time, the benchmarks also the load average when they started)
-    and the README's numbers on it."""
+    """provenance.csv (when, and under what load, each results file was made) and its numbers."""
     paths = sorted(glob.glob(os.path.join(results_dir, "**", "*.json"), recursive=True))
     rows, dated, loaded = [], [], []
     for path in paths:
-        document = load(path)
-        created = load_average = None
-        if isinstance(document, dict):
-            created = document.get("created")
-            load_average = document.get("environment", {}).get("load_average_1min_at_start")
+        document = load(path) if isinstance(load(path), dict) else {}
+        created, load_average = document.get("created"), lookup(document, LOAD)
         rows.append([repo_relative(path), created or "not recorded",
                      "not recorded" if load_average is None else f"{load_average:.2f}"])
         if created:

@@ -1,13 +1,22 @@
-"""§7, sharding: results/sharding.json (benchmarks/sharding_bench.py: memory per rank and step
-time of DDP and the three ZeRO levels) against the ZeRO paper's formulas (zero_formulas.py),
-prefetching with and without, the verdicts against DDP, and the formulas carried to a model that
-does not fit one rank at the links of §5. Numbers: 'sharding.<model>.w<n>.<configuration>.*'
-(measured), 'zero.<model>.w<n>.<level>.*' (the formulas), 'project.zero.*' (the projection).
+"""§7, sharding: results/sharding.json (memory per rank and step time of DDP and the three ZeRO
+levels) against the ZeRO paper's formulas (zero_formulas.py), prefetch or not, the verdicts
+against DDP, and the formulas carried to a model too large for one rank. Numbers:
+'sharding.<model>.w<n>.<configuration>.*' (measured), 'zero.<model>.w<n>.<level>.*' (formulas),
+'project.zero.*'. A table is a list of columns: a new measured field is a FIELDS entry and a
+column.
 """
 import os
 
 from analysis import zero_formulas
-from analysis.design_numbers import NOT_MEASURED, load, repo_relative, table
+from analysis.design_numbers import (
+    NOT_MEASURED,
+    Numbers,
+    cells,
+    headers,
+    indices_by,
+    read_results,
+    table,
+)
 
 SCHEMA = "sharding-bench/1"
 MODELS = ("mlp", "cnn")
@@ -35,6 +44,37 @@ COMMAND = "python -m benchmarks.sharding_bench"
 TABLES = ("table.sharding.side.mlp", "table.sharding.side.cnn", "table.sharding.memory.mlp",
           "table.sharding.memory.cnn", "table.sharding.bytes", "table.sharding.prefetch",
           "table.sharding.verdicts", "table.sharding.main")
+RUN_SETTINGS = (("steps", "config.steps", "count"), ("warmup", "config.warmup", "count"),
+                ("repeats", "config.repeats", "count"), ("batch", "config.batch_size", "count"),
+                ("bucket_mb", "config.bucket_mb", "MiB"),
+                ("load_average", "environment.load_average_1min_at_start", "number"))
+TEXT, SPREAD = Numbers.text, Numbers.spread_text
+MEASURED = "sharding.{model}.w{world}"
+# the tables' columns after their leading cells: (header, number name, how it is shown)
+SIDE_BY_SIDE = (("model states", "{name}.states.median", TEXT),
+                ("× DDP", "{name}.states_ratio.median", TEXT),
+                ("peak RSS", "{name}.peak_rss", SPREAD),
+                ("sent per step", "{name}.sent.median", TEXT),
+                ("step", "{name}.step", SPREAD), ("× DDP", "{name}.step_ratio", SPREAD),
+                ("busy", "{name}.busy.median", TEXT), ("hidden", "{name}.hidden.median", TEXT),
+                ("exposed", "{name}.exposed.median", TEXT))
+MEMORY = (("formula", "zero.{model}.w{world}.{level}.states", TEXT),
+          ("measured", "{name}.states.median", TEXT),
+          ("÷ formula", "{name}.states_vs_formula", TEXT),
+          ("padding", "{name}.padding", TEXT), ("other", "{name}.other", TEXT))
+BYTES = (("2P(n−1)/n", "zero.{model}.w{world}.ddp.sent", TEXT),
+         *((NAMES[level], MEASURED + f".{level}.sent.median", TEXT)
+           for level in ("ddp", "zero1", "zero2")),
+         ("3P(n−1)/n", "zero.{model}.w{world}.zero3.sent", TEXT),
+         ("ZeRO-3", MEASURED + ".zero3.sent.median", TEXT),
+         ("ZeRO-3 ÷ DDP", MEASURED + ".sent_ratio", TEXT))
+PREFETCH = (("step, prefetch", MEASURED + ".zero3.step", SPREAD),
+            ("step, none", MEASURED + ".zero3-no-prefetch.step", SPREAD),
+            ("ratio", MEASURED + ".prefetch_ratio", SPREAD),
+            ("verdict", MEASURED + ".prefetch", TEXT),
+            *((f"{field}, {shown}", MEASURED + f".{configuration}.{field}.median", TEXT)
+              for field in ("hidden", "exposed")
+              for configuration, shown in (("zero3", "prefetch"), ("zero3-no-prefetch", "none"))))
 
 
 def key(model, world, configuration):
@@ -44,17 +84,9 @@ def key(model, world, configuration):
 def sharding_section(numbers, results_dir):
     """The tables of §7 and every number its prose quotes."""
     path = os.path.join(results_dir, "sharding.json")
-    document = load(path) if os.path.exists(path) else {}
-    problem = None
-    if document.get("schema") != SCHEMA:
-        problem = (f"*No {repo_relative(path)}: run {COMMAND}.*" if not document else
-                   f"*{repo_relative(path)} is of schema {document.get('schema')!r}, not {SCHEMA}:"
-                   f" run {COMMAND} again.*")
-        document = {"measurements": []}
-    rows = document["measurements"]
-    where = {}  # (model, world, configuration) -> indices of its rows, one per repeat
-    for index, row in enumerate(rows):
-        where.setdefault((row["model"], row["world_size"], row["configuration"]), []).append(index)
+    document, problem = read_results(path, SCHEMA, COMMAND)
+    rows = document.get("measurements", [])
+    where = indices_by(rows, "model", "world_size", "configuration")  # one index per repeat
     for model in MODELS:
         for world in FORMULA_WORLDS:
             register_formulas(numbers, model, world)
@@ -69,35 +101,58 @@ def sharding_section(numbers, results_dir):
     numbers.stated("zero.traffic_ratio", zero_formulas.traffic_factor("zero3")
                    / zero_formulas.traffic_factor("ddp"), "ratio", "code",
                    "analysis/zero_formulas.py: ZeRO-3's 3P(n-1)/n over DDP's 2P(n-1)/n")
-    register_layouts(numbers, path, rows, where)
+    register_layouts(numbers, path, where)
     context = {"text.sharding.configuration": describe_run(numbers, path, document)}
     context.update(projection(numbers))
     if problem:
         return {**context, **dict.fromkeys(TABLES, problem)}
-    context.update({f"table.sharding.side.{model}": side_by_side(numbers, model)
-                    for model in MODELS})
-    context.update({f"table.sharding.memory.{model}": memory_table(numbers, model)
-                    for model in MODELS})
-    context["table.sharding.bytes"] = bytes_table(numbers)
-    context["table.sharding.prefetch"] = prefetch_table(numbers)
-    context["table.sharding.verdicts"] = verdict_table(numbers)
+    for model in MODELS:  # memory per rank and time per step of every configuration
+        context[f"table.sharding.side.{model}"] = table(
+            ["ranks", "configuration", *headers(SIDE_BY_SIDE)],
+            [[world, shown, *cells(numbers, SIDE_BY_SIDE, name=key(model, world, configuration))]
+             for world in SIDE_BY_SIDE_WORLDS for configuration, shown in NAMES.items()])
+    for model in MODELS:  # model states against the formula, the difference accounted for
+        context[f"table.sharding.memory.{model}"] = table(
+            ["level", "ranks", *headers(MEMORY)],
+            [[NAMES[level], world, *cells(numbers, MEMORY, name=key(model, world, level),
+                                          model=model, world=world, level=level)]
+             for level in zero_formulas.LEVELS for world in FORMULA_WORLDS])
+    context["table.sharding.bytes"] = table(  # one rank sends nothing: no ratio to DDP's
+        ["model", "ranks", *headers(BYTES)],
+        [[model.upper(), world, *cells(numbers, BYTES[:-1], model=model, world=world),
+          cells(numbers, BYTES[-1:], model=model, world=world)[0] if world > 1 else "—"]
+         for model in MODELS for world in FORMULA_WORLDS])
+    context["table.sharding.prefetch"] = table(
+        ["model", "ranks", *headers(PREFETCH)],
+        [[model.upper(), world, *cells(numbers, PREFETCH, model=model, world=world)]
+         for model in MODELS for world in COMPARED_WORLDS])
+    context["table.sharding.verdicts"] = table(
+        ["model", "ranks", *(f"{NAMES[level]} ÷ DDP" for level in ("zero1", "zero2", "zero3"))],
+        [[model.upper(), world, *(claim(numbers, key(model, world, level))
+                                  for level in ("zero1", "zero2", "zero3"))]
+         for model in MODELS for world in COMPARED_WORLDS])
     context["table.sharding.main"] = main_job_table(numbers, results_dir)
     return context
 
 
+def claim(numbers, name):
+    """'1.05× (1.01–1.09): slower': a level's step over DDP's, within repeats, and its verdict."""
+    verdict = numbers.text(f"{name}.vs_ddp")
+    if verdict == NOT_MEASURED:
+        return NOT_MEASURED
+    return f"{numbers.spread_text(f'{name}.step_ratio')}: {verdict}"
+
+
 def main_job_table(numbers, results_dir):
-    """The README's main job (the MLP, four ranks, its default options) under each level, beside
-    the same job with bucketed sync (make_reference_results.sh): the test accuracy and run time."""
-    runs = {"bucketed sync (DDP's design)": os.path.join(results_dir, "main",
-                                                         "mlp-manual-bucketed-w4.json")}
-    runs.update({NAMES[configuration]: os.path.join(results_dir, "main-sharded",
-                                                    f"mlp-sharded-{level}-w4.json")
-                 for configuration, level in (("zero1", "optimizer"), ("zero2", "gradients"),
-                                              ("zero3", "parameters"))})
+    """The README's main job under each level beside bucketed sync: test accuracy and run time."""
+    runs = {"bucketed sync (DDP's design)": os.path.join("main", "mlp-manual-bucketed-w4.json"),
+            **{NAMES[configuration]: os.path.join("main-sharded", f"mlp-sharded-{level}-w4.json")
+               for configuration, level in (("zero1", "optimizer"), ("zero2", "gradients"),
+                                            ("zero3", "parameters"))}}
     rows = []
     for index, (label, path) in enumerate(runs.items()):
-        path = path if os.path.exists(path) else None
-        name = f"sharding.main.{index}"
+        path = os.path.join(results_dir, path)
+        path, name = path if os.path.exists(path) else None, f"sharding.main.{index}"
         numbers.measured(f"{name}.accuracy", path, "test.accuracy", "percent")
         numbers.measured(f"{name}.time", path, "total_time_s", "s")
         rows.append([label, numbers.text(f"{name}.accuracy"), numbers.text(f"{name}.time")])
@@ -105,43 +160,21 @@ def main_job_table(numbers, results_dir):
 
 
 def describe_run(numbers, path, document):
-    """Registers the run's settings ('sharding.steps', '.warmup', '.repeats', '.batch', '.bucket_mb'
-    and the load average); returns the command it was made with."""
-    source = path if document.get("config") else None
-    for name, field, unit in (("steps", "config.steps", "count"),
-                              ("warmup", "config.warmup", "count"),
-                              ("repeats", "config.repeats", "count"),
-                              ("batch", "config.batch_size", "count"),
-                              ("bucket_mb", "config.bucket_mb", "MiB"),
-                              ("load_average", "environment.load_average_1min_at_start",
-                               "number")):
-        numbers.measured(f"sharding.{name}", source, field, unit)
+    """Registers the run's settings and load average; returns the command it was made with."""
+    for name, field, unit in RUN_SETTINGS:
+        numbers.measured(f"sharding.{name}", path if document.get("config") else None, field, unit)
     return f"`{document['command']}`" if document.get("command") else NOT_MEASURED
 
 
-def register_layouts(numbers, path, rows, where):
-    """'sharding.<model>.ddp.collectives' (DDP's all-reduces per step) and
-    'sharding.<model>.<zero2|zero3>.shards' (ZeRO-2's buckets, ZeRO-3's units), at two ranks in
-    the first repeat."""
+def register_layouts(numbers, path, where):
+    """'sharding.<model>.ddp.collectives' and '.<zero2|zero3>.shards': two ranks, first repeat."""
     for model in MODELS:
-        for configuration, field, what in (("ddp", "collectives", "collectives"),
-                                           ("zero2", "shards", "shards"),
-                                           ("zero3", "shards", "shards")):
+        for configuration, field in (("ddp", "collectives"), ("zero2", "shards"),
+                                     ("zero3", "shards")):
             indices = where.get((model, 2, configuration), [])
             inputs = [f"{path}#measurements[{indices[0]}].{field}"] if indices else []
-            numbers.derived(f"sharding.{model}.{configuration}.{what}", len, inputs, "count",
+            numbers.derived(f"sharding.{model}.{configuration}.{field}", len, inputs, "count",
                             f"the length of the list (one step's {field}: at two ranks)")
-
-
-def register_spread(numbers, name, path, indices, field, unit):
-    """The spread over the rows `indices` (one per repeat) of `field`; a ratio to DDP's within
-    each repeat also with the verdict's interval."""
-    inputs = [f"{path}#measurements[{index}].{field}" for index in indices]
-    if field == "step_ratio_to_ddp":
-        numbers.paired_values(name, inputs, unit, 1.0, "the step / DDP's in the same repeat",
-                              already_ratios=True)
-    else:
-        numbers.spread_of(name, inputs, unit, field)
 
 
 def register_formulas(numbers, model, world):
@@ -163,13 +196,18 @@ def register_formulas(numbers, model, world):
 
 
 def register_measured(numbers, path, rows, indices, model, world, configuration):
-    """Every FIELDS spread of one configuration, and its memory and bytes against the formulas:
-    '.padded' (the parameters its shards hold, padding included), '.states_padded' (the formula
-    at that count), '.padding' (what the padding adds to the formula) and '.other' (what the
-    measurement holds beyond both); '.sent_excess' (measured bytes - the formula's)."""
+    """Every FIELDS spread over the repeats `indices` of a configuration (ratios to DDP's with the
+    verdict's interval), and its memory and bytes against the formulas: '.padded' (elements its
+    shards hold), '.padding' (what padding adds to the formula), '.other' (what the measurement
+    holds beyond both), '.sent_excess' (measured bytes - the formula's)."""
     name = key(model, world, configuration)
     for short, (field, unit) in FIELDS.items():
-        register_spread(numbers, f"{name}.{short}", path, indices, field, unit)
+        inputs = [f"{path}#measurements[{index}].{field}" for index in indices]
+        if field == "step_ratio_to_ddp":
+            numbers.paired_values(f"{name}.{short}", inputs, unit, 1.0,
+                                  "the step / DDP's in the same repeat", already_ratios=True)
+        else:
+            numbers.spread_of(f"{name}.{short}", inputs, unit, field)
     level = zero_formulas.LEVEL_OF[configuration]
     formula = f"zero.{model}.w{world}.{level}"
     shards = rows[indices[0]]["shards"] if indices else []
@@ -196,17 +234,15 @@ def register_measured(numbers, path, rows, indices, model, world, configuration)
 
 
 def register_comparisons(numbers, path, rows, where, model, world):
-    """Each ZeRO level's step against DDP's ('.vs_ddp', a verdict), ZeRO-3's with prefetch against
-    without ('sharding.<model>.w<n>.prefetch': the verdict, '.prefetch_ratio': the step ratio
-    within each repeat), and ZeRO-3's bytes over DDP's ('.sent_ratio')."""
+    """Each level's step against DDP's ('.vs_ddp'), ZeRO-3's with prefetch against without
+    ('.prefetch', '.prefetch_ratio'), and ZeRO-3's bytes over DDP's ('.sent_ratio')."""
     prefix = f"sharding.{model}.w{world}"
     for configuration in list(NAMES)[1:]:
         numbers.verdict(f"{key(model, world, configuration)}.vs_ddp",
                         f"{key(model, world, configuration)}.step_ratio")
-    with_prefetch = {rows[index]["repeat"]: index
-                     for index in where.get((model, world, "zero3"), [])}
-    without = {rows[index]["repeat"]: index
-               for index in where.get((model, world, "zero3-no-prefetch"), [])}
+    with_prefetch, without = ({rows[index]["repeat"]: index
+                               for index in where.get((model, world, configuration), [])}
+                              for configuration in ("zero3", "zero3-no-prefetch"))
     inputs = [f"{path}#measurements[{indices[repeat]}].median_step_s"
               for repeat in sorted(set(with_prefetch) & set(without))
               for indices in (with_prefetch, without)]
@@ -219,93 +255,9 @@ def register_comparisons(numbers, path, rows, where, model, world):
                     "ratio", "ZeRO-3's bytes per step over DDP's")
 
 
-def side_by_side(numbers, model):
-    """Memory per rank and time per step of every configuration at 2 and 4 ranks."""
-    rows = []
-    for world in SIDE_BY_SIDE_WORLDS:
-        for configuration, shown in NAMES.items():
-            name = key(model, world, configuration)
-            rows.append([world, shown, numbers.text(f"{name}.states.median"),
-                         numbers.text(f"{name}.states_ratio.median"),
-                         numbers.spread_text(f"{name}.peak_rss"),
-                         numbers.text(f"{name}.sent.median"), numbers.spread_text(f"{name}.step"),
-                         numbers.spread_text(f"{name}.step_ratio"),
-                         numbers.text(f"{name}.busy.median"), numbers.text(f"{name}.hidden.median"),
-                         numbers.text(f"{name}.exposed.median")])
-    return table(["ranks", "configuration", "model states", "× DDP", "peak RSS", "sent per step",
-                  "step", "× DDP", "busy", "hidden", "exposed"], rows)
-
-
-def memory_table(numbers, model):
-    """Model states per rank against the formula at 1 to 4 ranks, the difference accounted
-    for."""
-    rows = []
-    for level in zero_formulas.LEVELS:
-        for world in FORMULA_WORLDS:
-            name = key(model, world, level)
-            rows.append([NAMES[level], world,
-                         numbers.text(f"zero.{model}.w{world}.{level}.states"),
-                         numbers.text(f"{name}.states.median"),
-                         numbers.text(f"{name}.states_vs_formula"),
-                         numbers.text(f"{name}.padding"), numbers.text(f"{name}.other")])
-    return table(["level", "ranks", "formula", "measured", "÷ formula", "padding", "other"], rows)
-
-
-def bytes_table(numbers):
-    """Bytes a rank sends per step against 2P(n−1)/n and 3P(n−1)/n."""
-    rows = []
-    for model in MODELS:
-        for world in FORMULA_WORLDS:
-            formula = f"zero.{model}.w{world}"
-            rows.append([model.upper(), world, numbers.text(f"{formula}.ddp.sent")]
-                        + [numbers.text(f"{key(model, world, level)}.sent.median")
-                           for level in ("ddp", "zero1", "zero2")]
-                        + [numbers.text(f"{formula}.zero3.sent"),
-                           numbers.text(f"{key(model, world, 'zero3')}.sent.median"),
-                           numbers.text(f"sharding.{model}.w{world}.sent_ratio")
-                           if world > 1 else "—"])
-    return table(["model", "ranks", "2P(n−1)/n", "DDP", "ZeRO-1", "ZeRO-2", "3P(n−1)/n", "ZeRO-3",
-                  "ZeRO-3 ÷ DDP"], rows)
-
-
-def prefetch_table(numbers):
-    """ZeRO-3 with and without prefetch: steps, their ratio within repeats, the verdict, and the
-    communication each calls hidden and exposed."""
-    rows = []
-    for model in MODELS:
-        for world in COMPARED_WORLDS:
-            mine, theirs = key(model, world, "zero3"), key(model, world, "zero3-no-prefetch")
-            rows.append([model.upper(), world, numbers.spread_text(f"{mine}.step"),
-                         numbers.spread_text(f"{theirs}.step"),
-                         numbers.spread_text(f"sharding.{model}.w{world}.prefetch_ratio"),
-                         numbers.text(f"sharding.{model}.w{world}.prefetch"),
-                         numbers.text(f"{mine}.hidden.median"),
-                         numbers.text(f"{theirs}.hidden.median"),
-                         numbers.text(f"{mine}.exposed.median"),
-                         numbers.text(f"{theirs}.exposed.median")])
-    return table(["model", "ranks", "step, prefetch", "step, none", "ratio", "verdict",
-                  "hidden, prefetch", "hidden, none", "exposed, prefetch", "exposed, none"], rows)
-
-
-def verdict_table(numbers):
-    """Each ZeRO level's step over DDP's (within repeats) and its verdict."""
-    rows = []
-    for model in MODELS:
-        for world in COMPARED_WORLDS:
-            cells = []
-            for configuration in ("zero1", "zero2", "zero3"):
-                name = key(model, world, configuration)
-                verdict = numbers.text(f"{name}.vs_ddp")
-                cells.append(f"{numbers.spread_text(f'{name}.step_ratio')}: {verdict}"
-                             if verdict != NOT_MEASURED else NOT_MEASURED)
-            rows.append([model.upper(), world, *cells])
-    return table(["model", "ranks", "ZeRO-1 ÷ DDP", "ZeRO-2 ÷ DDP", "ZeRO-3 ÷ DDP"], rows)
-
-
 def projection(numbers):
-    """The formulas for the paper's example model: memory per rank at its world size, the fewest
-    ranks at which each level fits the memory assumed, the bytes sent there and how long the
-    links take to send them."""
+    """The formulas for the paper's example model: memory per rank, the fewest ranks at which each
+    level fits, the bytes sent there and how long the links take."""
     source = "analysis/zero_formulas.py"
     numbers.stated("project.zero.parameters", int(zero_formulas.PROJECTED_PARAMETERS), "count",
                    "assumption", f"{source}: the ZeRO paper's Figure 1 example")
@@ -330,7 +282,7 @@ def projection(numbers):
                 level, parameters, memory) or 0,
             ["project.zero.parameters", "project.zero.memory"], "ranks",
             "zero_formulas.smallest_world (0: no world size)")
-        cells = ["—"] * (1 + len(LINKS))
+        sent = ["—"] * (1 + len(LINKS))
         if fewest:
             numbers.derived(f"{name}.sent",
                             lambda parameters, world, level=level: zero_formulas.traffic(
@@ -342,10 +294,10 @@ def projection(numbers):
                 numbers.derived(f"{name}.time.{link}", lambda sent, seconds: sent * seconds,
                                 [f"{name}.sent", beta], "s",
                                 "bytes sent x β: the bandwidth term alone")
-            cells = [numbers.text(f"{name}.sent")] + [numbers.text(f"{name}.time.{link}")
-                                                      for link in LINKS]
+            sent = [numbers.text(f"{name}.sent")] + [numbers.text(f"{name}.time.{link}")
+                                                     for link in LINKS]
         rows.append([NAMES[level], numbers.text(f"{name}.states"),
-                     numbers.text(f"{name}.fewest_ranks"), *cells])
+                     numbers.text(f"{name}.fewest_ranks"), *sent])
     header = ["level", "model states per rank at the paper's n", "fewest ranks that fit",
               "sent per rank and step there"] + [
                   "time to send it over " + shown.format(numbers.text(name) if name else "")

@@ -16,8 +16,7 @@ DDP_NOTE = ("DDP waits for its buckets inside backward: its comm exposed is esti
 
 
 def bar(label, step, median, overlap):
-    """A bar: compute is the median step less the medians of data and comm exposed, so the layers
-    add up to the median step."""
+    """A bar: compute is the median step less the medians of data and comm exposed."""
     return {"label": label, "step": step, "overlap": overlap,
             "compute": step["median"] - median["data"] - median["comm_exposed"],
             "exposed": median["comm_exposed"], "data": median["data"],
@@ -34,8 +33,7 @@ def run_bar(configuration, runs):
 
 
 def step_bench_bar(entry):
-    """A step-bench/3 summary entry's bar: the medians over its repeats of each repeat's means,
-    the mean step's min-max over the repeats."""
+    """A step-bench summary entry's bar: medians over its repeats, the step's min-max."""
     step = entry["mean_step_s"]
     return bar(f"{entry['configuration']}, {processes(entry['world_size'])}, "
                f"{plural(entry['repeats'], 'repeat')}",
@@ -44,9 +42,8 @@ def step_bench_bar(entry):
 
 
 def draw_breakdown(axis, bars, title):
-    """Horizontal stacked bars (compute, comm exposed, data: they add up to the step) with the
-    step's min-max over repeats; below each bar with communication, comm busy outlined with its
-    hidden part hatched."""
+    """Stacked bars (compute, comm exposed, data) with the step's min-max over repeats; below
+    each bar with communication, comm busy outlined with its hidden part hatched."""
     rows = np.arange(len(bars))
     left = np.zeros(len(bars))
     for key, label, layer_colour in LAYERS:
@@ -82,8 +79,7 @@ def draw_breakdown(axis, bars, title):
 
 
 def breakdown_figure(panels, title):
-    """One breakdown panel per (title, bars), stacked, with one legend and the note on DDP's
-    estimate."""
+    """One panel per (title, bars), stacked, with one legend and the note on DDP's estimate."""
     heights = [len(bars) + 1.5 for _, bars in panels]
     figure, axes = plt.subplots(len(panels), 1, figsize=(13, 0.45 * sum(heights) + 1.5),
                                 squeeze=False, gridspec_kw={"height_ratios": heights})
@@ -110,16 +106,14 @@ def plot_time_breakdown(groups, model):
 
 
 def bench_order(entry):
-    """Sort key of a step-bench summary entry: world size, then its configuration in the series'
-    order."""
+    """Sort key of a step-bench entry: world size, then the series' order."""
     configuration = entry["configuration"]
     series = configuration if configuration.startswith("ddp") else "manual " + configuration
     return entry["world_size"], series_rank(series)
 
 
 def plot_step_bench(summary):
-    """benchmarks/step_bench.py's summary: one bar per configuration (the median over its repeats),
-    one panel per model."""
+    """benchmarks/step_bench.py's summary: a bar per configuration, a panel per model."""
     panels = []
     for model in sorted({entry["model"] for entry in summary}):
         entries = sorted((entry for entry in summary if entry["model"] == model), key=bench_order)

@@ -27,8 +27,7 @@ def processes(world):
 
 
 def colour(series):
-    """The same colour for a series in every figure; variants (fp16, ...) take one of three
-    others."""
+    """One colour per series in every figure; variants (fp16, ...) take one of three others."""
     if series in SERIES_COLOURS:
         return SERIES_COLOURS[series]
     return VARIANT_COLOURS[sum(map(ord, series)) % len(VARIANT_COLOURS)]
@@ -41,8 +40,7 @@ def series_rank(series):
 
 
 def order(item):
-    """Sort key of a (configuration, runs) pair: model, world size, then the series in teaching
-    order."""
+    """Sort key of a (configuration, runs) pair: model, world size, then the teaching order."""
     configuration, _runs = item
     model, series, world, bucket_mb = configuration
     return model, world, series_rank(series), bucket_mb
@@ -65,8 +63,7 @@ def medians(spreads, scale=1.0):
 
 
 def errors(spreads, scale=1.0):
-    """matplotlib's asymmetric error bars: from each spread's median down to its min and up to its
-    max."""
+    """matplotlib's asymmetric error bars: from each spread's median to its min and max."""
     below = [spread["median"] - spread["min"] for spread in spreads]
     above = [spread["max"] - spread["median"] for spread in spreads]
     return scale * np.array([below, above])

@@ -23,8 +23,8 @@ def size_label(nbytes):
 
 
 def draw_fit(latency, bandwidth, measured, implementation, world, style):
-    """The α-β model fitted to one implementation at one world size, as a thin line on both axes
-    (solid gloo, dashed ring, dotted shm); returns the legend's note on the fitted α and 1/β."""
+    """The α-β model fitted to one implementation at one world size, a thin line on both axes;
+    returns the legend's note on the fitted α and 1/β."""
     sizes = np.array([row["bytes"] for row in measured], dtype=float)
     seconds = np.array([row["median_s"] for row in measured])
     fit = cost_model.fit_alpha_beta([world] * len(sizes), sizes, seconds)
@@ -38,8 +38,8 @@ def draw_fit(latency, bandwidth, measured, implementation, world, style):
 
 
 def plot_allreduce(rows):
-    """Median latency and bus bandwidth against message size (points), and the α-β model fitted to
-    each implementation and world size (thin lines: solid gloo, dashed ring, dotted shm)."""
+    """Median latency and bus bandwidth against message size, with the α-β fits (thin lines:
+    solid gloo, dashed ring, dotted shm)."""
     groups = defaultdict(list)
     for row in rows:
         groups[(row["implementation"], row["world_size"])].append(row)
@@ -81,8 +81,7 @@ def sent_count(runs):
 
 
 def plot_bucket_sweep(groups):
-    """Step time against bucket size, per series that buckets its gradients, where several sizes
-    were run."""
+    """Step time against bucket size of each bucketing series run at several sizes."""
     lines = defaultdict(dict)  # (model, series, world) -> {bucket MiB: spread of step}
     counts = {}  # (model, series, world, bucket MiB) -> all-reduces per step, as recorded
     for key, runs in groups.items():

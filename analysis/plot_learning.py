@@ -12,8 +12,7 @@ LINE_STYLES = ("-", "--", ":", "-.")  # one per world size in the learning curve
 
 
 def plot_curves(groups, model):
-    """Validation accuracy and training loss against samples seen and against training
-    wall-clock."""
+    """Validation accuracy and training loss against samples seen and against wall-clock."""
     figure, axes = plt.subplots(2, 2, figsize=(14, 8), sharex="col")
     worlds = sorted({world for _, _, world, _ in groups})
     for (_, series, world, _), runs in sorted(groups.items(), key=order):
@@ -49,9 +48,8 @@ def series_order(item):
 
 
 def plot_scaling(groups, model):
-    """Throughput, speedup over the single-process run and efficiency against world size, with the
-    ideal, and ddp-no-sync (no communication) as the ceiling that compute alone reaches on the
-    shared cores."""
+    """Throughput, speedup and efficiency against world size, with the ideal and ddp-no-sync
+    (no communication) as the ceiling compute alone reaches on the shared cores."""
     lines = defaultdict(dict)  # series -> {world size: spread of throughput}
     for (_, series, world, _), runs in groups.items():
         lines[series][world] = spread([run["throughput_samples_per_s"] for run in runs])

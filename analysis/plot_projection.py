@@ -1,15 +1,12 @@
-"""projection.png: the α-β model's projected efficiency against ranks (2 to 1024) for each link, per
+"""projection.png: the α-β model's projected efficiency against ranks (2 to 1024) per link and
 model, with the training runs that measured efficiency drawn on it.
 
-Lines: the best of one flat all-reduce and every bucket size (cost_model.best_bucket) with the
-ring (solid) and halving-doubling (dashed), from this machine's single-process compute and
-backward, each gradient ready as results/backward-<model>.json traced it. The two fitted links
-(loopback at 2 ranks; the emulated 1 Gbit/s network at 2 nodes) carry a band: the central 95 % of
-the projections over the bootstrap resamples of their fit. Points: efficiency measured as compute
-/ (compute + exposed communication) of each run (filled, median over repeats, bars from min to
-max) and the model's at that run's own compute, layout and link fit (hollow): the emulated
-network's runs (results/slurm/link-1gbit/, 2 nodes × 1 and × 2), and this machine's sweep at 2
-ranks, the only world size where each rank has a core of its own.
+Lines: the best of one flat all-reduce and every bucket size (cost_model.best_bucket), ring
+solid and halving-doubling dashed, from this machine's single-process compute and backward and
+each gradient's traced readiness; the two fitted links carry a band over their bootstrap
+resamples. Points: each run's compute / (compute + exposed communication) (filled, bars from
+min to max) and the model's at that run's own compute, layout and fit (hollow), for the
+emulated network's runs and this machine's sweep at 2 ranks (a core per rank).
 """
 import os
 
@@ -18,6 +15,7 @@ import numpy as np
 
 from analysis import cost_model, results_folder, scaling_inputs
 from analysis.plot_common import errors, medians
+from runtime.options import DEFAULT_BUCKET_MB
 
 MODELS = ("mlp", "cnn")
 BAND_DRAWS = 200  # bootstrap resamples behind each band: enough for a 95 % band to settle
@@ -26,26 +24,20 @@ LINK_COLOURS = {"loopback": "tab:gray", "1g": "tab:purple", "10g": "tab:blue",
 SERIES_MARKERS = {"manual flat": "o", "manual bucketed": "s", "ddp": "^"}
 SERIES_SHIFT = {"manual flat": 0.87, "manual bucketed": 1.0, "ddp": 1.15}  # apart on a log axis
 EMULATED = os.path.join("slurm", "link-1gbit")
+# the fitted links: name -> (all-reduce benchmark, the label drawn)
+FITTED = {"loopback": ("allreduce-bench.json", "this machine's loopback (fit, 2 ranks)"),
+          "1g": (os.path.join("emulated", "allreduce-1gbit.json"),
+                 "1 Gbit/s emulated (fit, 2 nodes)")}
 EMULATED_FITS = {2: ("allreduce-1gbit.json", 2), 4: ("allreduce-1gbit-2pn.json", 4)}
-
-
-def fitted_link(path, world, label):
-    """A fitted link: {label, alpha, beta, draws}, or None without the benchmark."""
-    points = scaling_inputs.gloo_points(path, world)
-    if points is None:
-        return None
-    fit = cost_model.fit_alpha_beta(*points)
-    return {"label": label, "alpha": fit.alpha, "beta": fit.beta,
-            "draws": cost_model.bootstrap_fits(*points, draws=BAND_DRAWS)}
 
 
 def links(results_dir):
     """{link: {label, alpha, beta, draws}}: the fitted links found, then the assumed ones."""
-    found = {"loopback": fitted_link(os.path.join(results_dir, "allreduce-bench.json"), 2,
-                                     "this machine's loopback (fit, 2 ranks)"),
-             "1g": fitted_link(os.path.join(results_dir, "emulated", "allreduce-1gbit.json"), 2,
-                               "1 Gbit/s emulated (fit, 2 nodes)")}
-    found = {link: fitted for link, fitted in found.items() if fitted}
+    found = {}
+    for link, (name, label) in FITTED.items():
+        fit = scaling_inputs.gloo_fit(os.path.join(results_dir, name), 2, BAND_DRAWS)
+        if fit:
+            found[link] = {"label": label, "alpha": fit[0], "beta": fit[1], "draws": fit[2]}
     for gbit in cost_model.CLUSTER_LINKS_GBIT:
         found[f"{gbit}g"] = {"label": f"{gbit} Gbit/s, α {cost_model.CLUSTER_ALPHA_S * 1e6:g} µs",
                              "alpha": cost_model.CLUSTER_ALPHA_S,
@@ -53,16 +45,7 @@ def links(results_dir):
     return found
 
 
-def single_process(grouped, model):
-    """(compute, backward) medians over the repeats of the model's single process, or None."""
-    runs = grouped.get((model, "single", 1, 25.0))
-    if not runs:
-        return None
-    spreads = results_folder.across_repeats(runs)
-    return spreads["compute"]["median"], spreads["backward"]["median"]
-
-
-def efficiency(model, link, world, alpha, beta, algorithm="ring"):
+def efficiency(model, world, alpha, beta, algorithm="ring"):
     """The best projected efficiency of `model` (projection_inputs' entry) at `world` ranks."""
     _, projection = cost_model.best_bucket(model["compute"], model["backward"], model["sizes"],
                                            model["shares"], world, alpha, beta,
@@ -70,70 +53,59 @@ def efficiency(model, link, world, alpha, beta, algorithm="ring"):
     return projection["efficiency"]
 
 
-def measured_points(folder, model, sizes, shares, fits, ddp_sent, worlds):
-    """[{series, world, measured (spread of efficiency), modelled}] of the runs in `folder` at
-    `worlds` ranks, each modelled with its own compute, layout and the fit of its world size."""
+def measured_points(folder, model, sizes, shares, fits, ddp_sent):
+    """[{series, world, measured, modelled}] of the runs in `folder` at the world sizes of `fits`
+    ({world: (alpha, beta)}), each modelled at its own compute and layout."""
     points = []
-    grouped = scaling_inputs.grouped_runs(folder)
     gradients = cost_model.backward_order(sizes, shares)
-    for (run_model, series, world, _bucket_mb), runs in grouped.items():
-        if run_model != model or series not in SERIES_MARKERS or world not in worlds:
-            continue
-        if world not in fits:
+    for (run_model, series, world, _), runs in scaling_inputs.grouped_runs(folder).items():
+        if run_model != model or series not in SERIES_MARKERS or world not in fits:
             continue
         layout = scaling_inputs.run_layout(runs[0], sizes, ddp_sent)
         spreads = results_folder.across_repeats(runs)
         measured = results_folder.spread([
             step["compute"] / (step["compute"] + step["comm_exposed"])
             for step in map(results_folder.per_step, runs)])
-        compute, backward = spreads["compute"]["median"], spreads["backward"]["median"]
-        alpha, beta = fits[world]
-        modelled = None
-        if layout:
-            modelled = cost_model.project_layout(compute, backward, layout, gradients, world,
-                                                 alpha, beta, series != "manual flat")
+        modelled = layout and cost_model.project_layout(
+            spreads["compute"]["median"], spreads["backward"]["median"], layout, gradients, world,
+            *fits[world], series != "manual flat")["efficiency"]
         points.append({"series": series, "world": world, "measured": measured,
-                       "modelled": modelled["efficiency"] if modelled else None})
+                       "modelled": modelled or None})
     return points
 
 
 def projection_inputs(results_dir):
-    """What the figure draws, from the results folder: {"links": links(), "models": {model:
-    {sizes, shares, compute, backward, points: {link: measured_points}}}}; a model without its
-    single process or its backward trace is left out; nothing is modelled without one (the cost
-    model then never runs)."""
+    """{"links": links(), "models": {model: {sizes, shares, compute, backward, points}}}; a
+    model without its single process or its backward trace is left out."""
     runs, _ = results_folder.load_folder(results_dir, note=lambda note: None)
     grouped = results_folder.repeats(runs)
-    drawn = {model: single_process(grouped, model) for model in MODELS
-             if scaling_inputs.backward_trace(results_dir, model)}
-    drawn = {model: single for model, single in drawn.items() if single}
-    if not drawn:
+    models = {}
+    for model in MODELS:
+        single = scaling_inputs.runs_of(grouped, model, "single", 1, DEFAULT_BUCKET_MB)
+        readiness = scaling_inputs.readiness(results_dir, model)
+        if single and readiness is not None:
+            spreads = results_folder.across_repeats(single)
+            models[model] = {"sizes": [nbytes for _, nbytes in scaling_inputs.parameters(model)],
+                             "shares": list(readiness.values()),
+                             "compute": spreads["compute"]["median"],
+                             "backward": spreads["backward"]["median"]}
+    if not models:
         return {"links": {}, "models": {}}
     found = links(results_dir)
     sent = scaling_inputs.ddp_layouts(results_dir)
-    models = {}
-    for model, single in drawn.items():
-        readiness = scaling_inputs.readiness(results_dir, model)
-        if readiness is None:
-            continue
-        sizes = [nbytes for _, nbytes in scaling_inputs.parameters(model)]
-        shares = list(readiness.values())
-        points = {}
-        if "loopback" in found:
-            loopback = {2: (found["loopback"]["alpha"], found["loopback"]["beta"])}
-            points["loopback"] = measured_points(results_dir, model, sizes, shares, loopback,
-                                                 sent.get(model, {}), (2,))
-        emulated = {}
-        for world, (name, fit_world) in EMULATED_FITS.items():
-            path = os.path.join(results_dir, "emulated", name)
-            fitted = scaling_inputs.gloo_points(path, fit_world)
-            if fitted:
-                fit = cost_model.fit_alpha_beta(*fitted)
-                emulated[world] = (fit.alpha, fit.beta)
-        points["1g"] = measured_points(os.path.join(results_dir, EMULATED), model, sizes,
-                                       shares, emulated, sent.get(model, {}), (2, 4))
-        models[model] = {"sizes": sizes, "shares": shares, "compute": single[0],
-                         "backward": single[1], "points": points}
+    emulated = {world: scaling_inputs.gloo_fit(os.path.join(results_dir, "emulated", name),
+                                               fit_world) for world, (name, fit_world)
+                in EMULATED_FITS.items()}
+    for model, inputs in models.items():
+        arguments = (inputs["sizes"], inputs["shares"])
+        inputs["points"] = {}
+        if "loopback" in found:  # the only world size where each rank has a core of its own
+            inputs["points"]["loopback"] = measured_points(
+                results_dir, model, *arguments,
+                {2: (found["loopback"]["alpha"], found["loopback"]["beta"])}, sent.get(model, {}))
+        inputs["points"]["1g"] = measured_points(
+            os.path.join(results_dir, EMULATED), model, *arguments,
+            {world: fit[:2] for world, fit in emulated.items() if fit}, sent.get(model, {}))
     return {"links": found, "models": models}
 
 
@@ -142,13 +114,13 @@ def draw_link(axis, model, link, fitted):
     worlds = np.array(cost_model.FIGURE_WORLD_SIZES)
     style = {"color": LINK_COLOURS[link]}
     for algorithm, line in (("ring", "-"), ("halving-doubling", "--")):
-        values = [efficiency(model, link, world, fitted["alpha"], fitted["beta"], algorithm)
+        values = [efficiency(model, world, fitted["alpha"], fitted["beta"], algorithm)
                   for world in worlds]
         axis.plot(worlds, 100 * np.array(values), linestyle=line, linewidth=1.4 if
                   algorithm == "ring" else 0.9, label=fitted["label"] if algorithm == "ring"
                   else None, gid=f"{link} {algorithm}", **style)
     if fitted["draws"]:
-        bands = [cost_model.interval([efficiency(model, link, world, alpha, beta)
+        bands = [cost_model.interval([efficiency(model, world, alpha, beta)
                                       for alpha, beta in fitted["draws"]]) for world in worlds]
         low, high = zip(*bands)
         axis.fill_between(worlds, 100 * np.array(low), 100 * np.array(high), alpha=0.15,

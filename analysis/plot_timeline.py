@@ -1,6 +1,5 @@
-"""timeline.png: a Gantt chart of one typical step per rank from the --trace files (Chrome traces
-that timing.chrome_trace writes), showing what the communication overlaps: the step that §3.3's
-table lists (analysis/traces.typical_step)."""
+"""timeline.png: a Gantt chart of one typical step per rank (traces.typical_step, the step §3.3
+lists) from the --trace files, showing what the communication overlaps."""
 import glob
 import json
 import os
@@ -14,8 +13,7 @@ from analysis.traces import COMMUNICATION_TRACK, COMPUTE_TRACK, complete_events,
 PHASE_COLOURS = {"data": "tab:gray", "forward": "tab:blue", "backward": "tab:green",
                  "sync": "tab:orange", "optimizer": "tab:purple"}
 def read_traces(folder):
-    """{file name: complete events} of the folder's trace-*.json, bucketed first; a note for each
-    file skipped."""
+    """{file name: complete events} of the folder's trace-*.json, bucketed first."""
     traces = {}
     paths = glob.glob(os.path.join(folder, "trace-*.json"))
     # bucketed's first: its all-reduces overlap backward
@@ -35,8 +33,8 @@ def lane_colour(lane, lanes):
 
 
 def draw_timeline(axis, events, title):
-    """A Gantt chart of a trace's typical step: per rank a compute row and a communication row,
-    where each bucket's all-reduce has its own lane (several can be in flight at once)."""
+    """A trace's typical step: per rank a compute row and a communication row, each bucket's
+    all-reduce in a lane of its own (several can be in flight at once)."""
     step = typical_step(events)
     drawn = [event for event in events if event["args"]["step"] == step]
     origin = min(event["ts"] for event in drawn)

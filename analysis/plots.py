@@ -2,35 +2,29 @@
 
     python -m analysis.plots [--results-dir results] [--out-dir results/plots]
 
-Writes per model time-breakdown-, curves- and scaling-<model>.png, then allreduce.png,
-step-bench.png, bucket-sweep.png, timeline.png and projection.png (plot_*.py, one module per
-family); a figure without data is skipped with a note. What the timings mean is timing.py's
-docstring: step = data + compute + comm exposed; comm busy is the time with a collective in
-flight, hidden the part of it before compute ended, overlap = hidden / busy. DDP waits for its
-buckets inside backward, so its exposed time is an estimate. Each configuration (model, series,
-world size, bucket size) is repeated: figures show the median of the runs' means per step, bars
-from the fastest repeat to the slowest; runs at a non-default --bucket-mb appear only in
-bucket-sweep.png.
+Writes time-breakdown-, curves- and scaling-<model>.png, allreduce.png, step-bench.png,
+bucket-sweep.png, timeline.png and projection.png (plot_*.py); a figure without data is skipped
+with a note. The timings are timing.py's (step = data + compute + comm exposed). Figures show
+the median over a configuration's repeats, bars from the fastest to the slowest; runs at a
+non-default --bucket-mb appear only in bucket-sweep.png.
 """
 import argparse
 import os
 
 import matplotlib.pyplot as plt
 
+from analysis import results_folder
 from analysis.plot_breakdown import plot_step_bench, plot_time_breakdown
 from analysis.plot_common import bucket_variant
 from analysis.plot_communication import plot_allreduce, plot_bucket_sweep
 from analysis.plot_learning import plot_curves, plot_scaling
 from analysis.plot_projection import plot_projection, projection_inputs
 from analysis.plot_timeline import plot_timeline, read_traces
-from analysis.results_folder import load_folder, repeats, sweep_of
 
-ALLREDUCE_SCHEMA = "allreduce-bench/1"
-STEP_BENCH_SCHEMA = "step-bench/3"
 PER_MODEL = (("time-breakdown", plot_time_breakdown), ("curves", plot_curves),
              ("scaling", plot_scaling))
-BENCHMARKS = (("allreduce.png", plot_allreduce, ALLREDUCE_SCHEMA),
-              ("step-bench.png", plot_step_bench, STEP_BENCH_SCHEMA))
+BENCHMARKS = (("allreduce.png", plot_allreduce, results_folder.ALLREDUCE_SCHEMA),
+              ("step-bench.png", plot_step_bench, results_folder.STEP_BENCH_SCHEMA))
 
 
 def save(figure, out_dir, name, written):
@@ -45,18 +39,16 @@ def save(figure, out_dir, name, written):
 
 
 def strategy_groups(groups, model):
-    """The model's configurations at one bucket size per strategy: the figures compare
-    strategies."""
+    """The model's configurations at the default bucket size: the figures compare strategies."""
     return {configuration: runs for configuration, runs in groups.items()
             if configuration[0] == model and not bucket_variant(configuration)}
 
 
 def of_sweep(runs, sweep):
-    """The runs of one sweep grouped over their rounds: two sweeps' runs of one configuration are
-    never pooled. All runs where none is named for a sweep."""
-    if any(sweep_of(run) == sweep for run in runs):
-        return repeats(runs, sweep)
-    return repeats(runs)
+    """The runs of one sweep grouped over their rounds (all runs if none names one)."""
+    if any(results_folder.sweep_of(run) == sweep for run in runs):
+        return results_folder.repeats(runs, sweep)
+    return results_folder.repeats(runs)
 
 
 def main(argv=None):
@@ -67,7 +59,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     out_dir = args.out_dir or os.path.join(args.results_dir, "plots")
     os.makedirs(out_dir, exist_ok=True)
-    runs, benchmarks = load_folder(args.results_dir)
+    runs, benchmarks = results_folder.load_folder(args.results_dir)
     groups = of_sweep(runs, "sweep")
     written = []
     for model in sorted({model for model, _, _, _ in groups}):

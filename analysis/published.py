@@ -1,8 +1,6 @@
-"""Published figures the design document's projections are compared with (§5.6), each with its
-source as numbers.json records it, and the table that sets Horovod's models and ours against the
-α-β model by compute per gradient byte: the published scaling efficiency beside the model's at
-Horovod's GPU count and link, with a TCP-class and an RDMA-class α (one flat ring all-reduce after
-backward, no overlap: a lower bound)."""
+"""Published figures the projections are compared with (§5.6), each with its source, and the
+table that sets Horovod's models and ours against the α-β model by compute per gradient byte
+(one flat ring all-reduce after backward, no overlap: a lower bound), with a TCP and an RDMA α."""
 import functools
 from typing import NamedTuple
 
@@ -12,8 +10,6 @@ from analysis.design_numbers import table
 FIGURES = {  # name -> (value, source)
     "ddp_gpus": (256, "Li et al., PyTorch Distributed, VLDB 2020: "
                       "near-linear scaling up to this many GPUs"),
-    "ddp_bucket_speed_factor": (2, "Li et al. 2020: the bucket size alone can change the speed "
-                                   "by more than this factor"),
     "horovod_gpus_high": (512, "Sergeev & Del Balso 2018, Horovod: "
                                "largest GPU count of that efficiency"),
     "horovod_link_gbit": (25, "Horovod docs/benchmarks.rst: 128 servers of 4 Pascal GPUs, "
@@ -91,8 +87,8 @@ def modelled_cells(numbers, name, efficiency, inputs):
 
 
 def published_table(numbers, layouts):
-    """Compute per gradient byte of Horovod's models and ours, the published efficiency and the
-    modelled one at Horovod's GPU count and link."""
+    """Compute per gradient byte of Horovod's models and ours, with the published efficiency
+    and the modelled one at Horovod's GPU count and link."""
     world = FIGURES["horovod_gpus_high"][0]
     numbers.stated("published.horovod_beta", cost_model.link_beta(FIGURES["horovod_link_gbit"][0]),
                    "ns/byte", "assumption", "8 bits per byte / Horovod's link")

@@ -1,6 +1,5 @@
 """A folder of results files as the plots and the design document read it: the training runs
-(results/<run>.json, checked by runtime/results.py) grouped by sweep and configuration over their
-rounds, each run's means per step, their spread (median, min, max) over the rounds, and the one
+grouped by sweep and configuration over their rounds, their spread over the rounds, and the one
 rule by which the document calls a configuration faster or slower than another."""
 import glob
 import json
@@ -13,13 +12,13 @@ from runtime.results import SCHEMA, overlap, validate
 from runtime.timing import FIELDS
 
 # each benchmark's schema -> (the command that writes it, the list of rows its figure draws)
-BENCHMARKS = {"allreduce-bench/1": ("python -m benchmarks.allreduce_bench", "measurements"),
-              "step-bench/3": ("python -m benchmarks.step_bench", "summary")}  # medians of repeats
+ALLREDUCE_SCHEMA, STEP_BENCH_SCHEMA = "allreduce-bench/1", "step-bench/3"
+BENCHMARKS = {ALLREDUCE_SCHEMA: ("python -m benchmarks.allreduce_bench", "measurements"),
+              STEP_BENCH_SCHEMA: ("python -m benchmarks.step_bench", "summary")}  # of repeats
 
 
 def series_name(run):
-    """How a run's synchronisation is named: 'single', 'ddp', 'ddp-no-sync', 'manual flat',
-    '... fp16'."""
+    """How a run's synchronisation is named: 'single', 'ddp-no-sync', 'manual flat', '... fp16'."""
     config = run["config"]
     name = "manual " + config["sync"] if config["mode"] == "manual" else config["mode"]
     return name + (f" {config['compress']}" if config.get("compress") else "")
@@ -32,17 +31,9 @@ def configuration(run):
     return config["model"], series_name(run), world_size, float(config["bucket_mb"])
 
 
-def older_benchmark(schema):
-    """'step-bench/3' for an older 'step-bench/2'; None if `schema` is no older benchmark's."""
-    name = str(schema).split("/")[0]
-    current = [known for known in BENCHMARKS if known.split("/")[0] == name and known != schema]
-    return current[0] if current else None
-
-
 def load_folder(folder, note=print):
     """Training runs (valid documents of SCHEMA, each with its `path`) and each benchmark's rows
-    by schema (BENCHMARKS: allreduce-bench's measurements, step-bench's summary), from the
-    folder's *.json; `note` hears of each file skipped and why."""
+    by schema (BENCHMARKS), from the folder's *.json; `note` hears of each file skipped and why."""
     runs = []
     benchmarks = {schema: [] for schema in BENCHMARKS}
     for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
@@ -56,18 +47,16 @@ def load_folder(folder, note=print):
         if isinstance(document, dict) and "traceEvents" in document:
             continue  # a --trace timeline: plots.py draws it from its own file
         schema = document.get("schema") if isinstance(document, dict) else None
-        if schema == SCHEMA:
-            problems = validate(document)
-        else:
-            problems = [f"no plot or table for schema {schema!r}"]
-        current = older_benchmark(schema)
+        # a benchmark's schema of another version than the one read
+        newer = [known for known in BENCHMARKS
+                 if known.split("/")[0] == str(schema).split("/")[0] and known != schema]
+        problems = validate(document) if schema == SCHEMA else [
+            f"no plot or table for schema {schema!r}"]
         if schema in BENCHMARKS:
-            _command, rows = BENCHMARKS[schema]
-            benchmarks[schema] += document.get(rows, [])
-        elif current:
-            command, _rows = BENCHMARKS[current]
-            note(f"note: skipped {name}: schema {schema!r} is older than {current}: "
-                 f"run {command} again")
+            benchmarks[schema] += document.get(BENCHMARKS[schema][1], [])
+        elif newer:
+            note(f"note: skipped {name}: schema {schema!r} is older than {newer[0]}: "
+                 f"run {BENCHMARKS[newer[0]][0]} again")
         elif problems:
             note(f"note: skipped {name}: {problems[0]}")
         else:
@@ -81,28 +70,27 @@ def load_folder(folder, note=print):
 RUN_NAME = re.compile(r"^(?P<sweep>[a-z]+)-(?:mlp|cnn)-.*?(?:-r(?P<round>\d+))?$")
 
 
-def run_name(run):
-    """A run's name as its results file is named, else as recorded."""
-    if run.get("path"):
-        return os.path.splitext(os.path.basename(run["path"]))[0]
-    return run.get("run_name") or ""
+def name_part(run, part):
+    """RUN_NAME's `part` of a run's name (its results file's, else as recorded), or None."""
+    name = os.path.splitext(os.path.basename(run["path"]))[0] if run.get("path") \
+        else run.get("run_name") or ""
+    match = RUN_NAME.match(name)
+    return match.group(part) if match else None
 
 
 def sweep_of(run):
     """The sweep that made a run ('sweep', 'bucket', 'slurm'), or '' for a run named otherwise."""
-    match = RUN_NAME.match(run_name(run))
-    return match.group("sweep") if match else ""
+    return name_part(run, "sweep") or ""
 
 
 def round_of(run):
     """The round of its sweep a run belongs to (the -r<round> of its name), or None."""
-    match = RUN_NAME.match(run_name(run))
-    return int(match.group("round")) if match and match.group("round") else None
+    found = name_part(run, "round")
+    return int(found) if found else None
 
 
 def repeats(runs, sweep=None):
-    """{configuration: [runs by round, then oldest first]}: the rounds of each configuration
-    together, only those of `sweep` (sweep_of) if given."""
+    """{configuration: [runs by round, then oldest first]}, of `sweep` (sweep_of) if given."""
     grouped = {}
     chosen = [run for run in runs if sweep is None or sweep_of(run) == sweep]
     for run in sorted(chosen, key=lambda run: (round_of(run) or 0, run.get("created", ""))):
@@ -111,8 +99,7 @@ def repeats(runs, sweep=None):
 
 
 def paired(runs, others):
-    """[(run, other)] of the same round: by round number where both are named with one, else in
-    order (both oldest first)."""
+    """[(run, other)] of the same round: by round number, else in order (both oldest first)."""
     rounds = {round_of(other): other for other in others}
     if None in rounds or any(round_of(run) is None for run in runs):
         return list(zip(runs, others))
@@ -127,9 +114,8 @@ BOOTSTRAP_SAMPLES = 2000
 
 
 def interval(ratios):
-    """(low, high) the verdict reads: the range of the paired ratios, or with BOOTSTRAP_FROM or
-    more the 2.5 and 97.5 percentiles of their bootstrapped median (a fixed seed: the build is
-    reproducible)."""
+    """(low, high) the verdict reads: the paired ratios' range, or from BOOTSTRAP_FROM the
+    central 95 % of their bootstrapped median (a fixed seed: the build is reproducible)."""
     if len(ratios) < BOOTSTRAP_FROM:
         return min(ratios), max(ratios)
     draw = random.Random(0)
@@ -139,8 +125,7 @@ def interval(ratios):
 
 
 def verdict(low, high):
-    """'faster' (the first's time below the second's), 'slower' or 'indistinguishable', from the
-    interval of the paired ratios first / second."""
+    """'faster', 'slower' or 'indistinguishable' from the interval of the ratios first / second."""
     if high < 1:
         return "faster"
     if low > 1:
@@ -157,8 +142,8 @@ def spread(values):
 
 
 def per_step(run):
-    """A run's mean seconds per step of each timed field, pooled over ranks (means add up: data +
-    compute + comm_exposed == step), with overlap (hidden / busy), throughput and the straggler."""
+    """A run's mean seconds per step of each timed field, pooled over ranks, with overlap,
+    throughput and the straggler."""
     stats = run["timing"]["across_ranks"]
     means = {field: stats[field]["mean"] for field in FIELDS}
     means["overlap"] = overlap(means["comm_hidden"], means["comm_busy"])

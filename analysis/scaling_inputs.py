@@ -1,8 +1,6 @@
-"""What the projections of §5 and projection.png start from, read from a results folder: each
-model's gradients and when backward produces them (results/backward-<model>.json, a traced single
-process), the buckets torch's DDP really sent (results/ddp-buckets.json, never a rule of torch's
-internals), the bytes each run all-reduced per step, and the gloo fits of the all-reduce
-benchmarks."""
+"""What the projections of §5 and projection.png start from: each model's gradients and when
+backward produces them (results/backward-<model>.json), the buckets torch's DDP really sent
+(results/ddp-buckets.json), the bytes each run all-reduced per step, and the gloo fits."""
 import json
 import os
 
@@ -39,18 +37,18 @@ def readiness(results_dir, model):
 
 
 def grouped_runs(folder):
-    """results_folder.repeats of the training runs in `folder`; traces beside them are skipped
-    without a note."""
+    """results_folder.repeats of the training runs in `folder`, without notes."""
     if not os.path.isdir(folder):
         return {}
     runs, _ = results_folder.load_folder(folder, note=lambda note: None)
     return results_folder.repeats(runs)
 
 
-def runs_of(grouped, model, series, world):
-    """The repeated runs of one configuration, whatever their bucket size; [] if none."""
-    return next((runs for (run_model, run_series, run_world, _), runs in grouped.items()
-                 if (run_model, run_series, run_world) == (model, series, world)), [])
+def runs_of(grouped, model, series, world, bucket_mb=None):
+    """One configuration's runs, at `bucket_mb` or (None) at any bucket size; [] if none."""
+    return next((runs for (run_model, run_series, run_world, run_mb), runs in grouped.items()
+                 if (run_model, run_series, run_world) == (model, series, world)
+                 and bucket_mb in (None, run_mb)), [])
 
 
 def ddp_entries(results_dir):
@@ -63,8 +61,8 @@ def ddp_entries(results_dir):
 
 
 def ddp_layouts(results_dir):
-    """{model: {bucket_mb: [bytes of each bucket, in launch order]}}: the layout DDP settled on
-    (the last the hook saw, after its rebuild); {} without the file."""
+    """{model: {bucket_mb: bytes of each bucket, in launch order}}: the layout DDP settled on
+    (the last the hook saw); {} without the file."""
     layouts = {}
     for entry in ddp_entries(results_dir)[0]:
         layouts.setdefault(entry["model"], {})[entry["bucket_mb"]] = entry["history"][-1]["bytes"]
@@ -81,7 +79,7 @@ def ddp_layout_field(model, bucket_mb, results_dir):
 
 def run_layout(run, param_bytes, ddp_sent):
     """The bytes of each all-reduce of a run's step: the last layout it recorded, else what its
-    strategy sends (DDP's from `ddp_sent`, {bucket_mb: layout}); None if neither is known."""
+    strategy sends (DDP's from `ddp_sent`); None if neither is known."""
     layouts = run["timing"].get("all_reduce_layouts")
     recorded = list(layouts[-1]["bytes"]) if layouts else None
     if recorded:
@@ -95,9 +93,9 @@ def run_layout(run, param_bytes, ddp_sent):
                                         ddp_layout=ddp_sent.get(bucket_mb))
 
 
-def gloo_points(path, world):
-    """(world sizes, sizes, median seconds) of an all-reduce benchmark's verified gloo rows at
-    `world` ranks; None without the file or with fewer than two rows."""
+def gloo_fit(path, world, draws=0):
+    """(alpha, beta, `draws` bootstrap resamples) of the fit to the verified gloo rows at `world`
+    ranks of an all-reduce benchmark; None without two such rows."""
     if not os.path.exists(path):
         return None
     with open(path) as file:
@@ -106,5 +104,6 @@ def gloo_points(path, world):
                 and row.get("verified", True)]
     if len(rows) < 2:
         return None
-    return ([row["world_size"] for row in rows], [row["bytes"] for row in rows],
-            [row["median_s"] for row in rows])
+    points = [[row[field] for row in rows] for field in ("world_size", "bytes", "median_s")]
+    fit = cost_model.fit_alpha_beta(*points)
+    return fit.alpha, fit.beta, cost_model.bootstrap_fits(*points, draws=draws) if draws else None

@@ -5,15 +5,12 @@ the plots.
     python -m analysis.sweep --dry-run   # print the commands only
     python -m analysis.sweep --models mlp --world-sizes 1,2 --strategies flat --repeats 1
 
-Runs mlp_ddp.py one job at a time (a job's processes already share the cores): per model the
-single process, then at each world size above 1 ddp, ddp-no-sync (the compute baseline) and each
-manual strategy; then bucketed and ddp at each --bucket-mbs at the largest world size (MLP only).
-Every configuration runs --repeats times, interleaved (every other round reversed), so slow
-spells of the machine spread over all of them. Each run has a stable --run-name
-(sweep-mlp-manual-flat-w4-r2), so a re-run replaces its file. A failed run is reported and the
-sweep goes on (exit code 1). The default, 34 configurations x 3 repeats, takes about 40 minutes
-on 2 cores; most of a short run is start-up, so the MLP gets DEFAULT_MLP_STEPS steps per epoch,
-the CNN (~10x an MLP step) DEFAULT_CNN_STEPS, and evaluation 2,000 samples.
+Runs mlp_ddp.py one job at a time: per model the single process, then at each world size ddp,
+ddp-no-sync (the compute baseline) and each manual strategy; then bucketed and ddp at each
+--bucket-mbs at the largest world size (MLP only). Rounds are interleaved (every other one
+reversed), so slow spells of the machine spread over every configuration; a stable --run-name
+(sweep-mlp-manual-flat-w4-r2) makes a re-run replace its file; a failed run is reported and the
+sweep goes on (exit code 1). The default takes about 40 minutes on 2 cores.
 """
 import argparse
 import os
@@ -26,9 +23,9 @@ from analysis import plots
 from runtime.options import STRATEGY_NAMES
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Sized by timing short runs on the 2-core machine (see the docstring).
+# Sized by timing short runs on 2 cores: most of a short run is start-up.
 DEFAULT_MLP_STEPS = 100  # per epoch; the first 5 steps of a run are warm-up, left out of the timing
-DEFAULT_CNN_STEPS = 20
+DEFAULT_CNN_STEPS = 20  # a CNN step is about 10 MLP steps
 DEFAULT_EPOCHS = 2  # two points per learning curve
 DEFAULT_REPEATS = 3  # the fewest that give a median and a spread
 DEFAULT_EVAL_SAMPLES = ("--val-samples", "2000", "--test-samples", "2000")
@@ -144,8 +141,7 @@ def run_all(commands, results_dir):
 
 
 def main(argv=None):
-    """Run (or with --dry-run print) every run of the sweep, then draw the plots; 1 if any
-    failed."""
+    """Run (or with --dry-run print) every run, then draw the plots; 1 if any failed."""
     args = parse_args(argv)
     commands = [(name, command_for(name, run_arguments, args))
                 for name, run_arguments in planned_runs(args)]

@@ -1,6 +1,5 @@
-"""Reading the Chrome traces that `mlp_ddp.py --trace` writes (runtime/timing.chrome_trace): the
-typical step that the timeline figure and §3.3's table both show, and when each gradient became
-ready within backward, which the projections of §5 take as the models' readiness."""
+"""Reading the Chrome traces of `mlp_ddp.py --trace`: the typical step (the timeline figure's
+and §3.3's) and when each gradient became ready within backward (the projections' readiness)."""
 import json
 import statistics
 
@@ -28,8 +27,7 @@ def step_length(events, rank, step):
 
 
 def typical_step(events, rank=0):
-    """The traced step of `rank` whose length is the median (the lower middle one on an even
-    count): a step like most, not the first or a slow one."""
+    """The traced step of `rank` of the median length (the lower middle on an even count)."""
     steps = sorted({event["args"]["step"] for event in complete_events(events)
                     if event["pid"] == rank})
     lengths = {step: step_length(events, rank, step) for step in steps}
@@ -38,8 +36,8 @@ def typical_step(events, rank=0):
 
 
 def gradient_readiness(events, rank=0):
-    """{parameter: the median over the traced steps of the share of backward elapsed when its
-    gradient was accumulated}, from `rank`'s backward spans and gradient instants."""
+    """{parameter: median over the traced steps of the share of backward elapsed when its
+    gradient was accumulated}."""
     backward = {event["args"]["step"]: event for event in complete_events(events)
                 if event["pid"] == rank and event["name"] == "backward"}
     shares = {}

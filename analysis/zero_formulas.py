@@ -1,27 +1,17 @@
-"""The ZeRO paper's memory and traffic per rank (Rajbhandari et al. 2020, "ZeRO: Memory
-Optimizations Toward Training Trillion Parameter Models", §3 and §7), for float32 training with
-Adam or AdamW, and what they project for a model that does not fit one rank.
+"""The ZeRO paper's memory and traffic per rank (Rajbhandari et al. 2020, §3 and §7) for float32
+training with Adam, and what they project for a model that does not fit one rank.
 
-With Ψ parameters, a rank of plain data parallelism (DDP) holds 16Ψ bytes of model states:
-parameters 4Ψ, gradients 4Ψ, optimizer state 8Ψ (Adam's two moments; its step counter is a
-scalar). Each ZeRO stage cuts one more of them into n shards:
+With Ψ parameters a DDP rank holds 16Ψ bytes of model states: parameters 4Ψ, gradients 4Ψ,
+optimizer state 8Ψ (Adam's two moments). Each ZeRO stage cuts one more of them into n shards:
 
     ddp     4Ψ + 4Ψ + 8Ψ              (nothing sharded)
     zero1   4Ψ + 4Ψ + 8Ψ/n            (the optimizer state)
     zero2   4Ψ + (4Ψ + 8Ψ)/n          (and the gradients)
     zero3   (4Ψ + 4Ψ + 8Ψ)/n          (and the parameters)
 
-(The paper's own numbers are for mixed precision, 2Ψ + 2Ψ + 12Ψ; the total is the same 16Ψ.)
-
-Bytes a rank sends per step, P = 4Ψ the parameter bytes, every collective a ring: an all-reduce
-of B bytes sends 2B(n-1)/n (a reduce-scatter and an all-gather, B(n-1)/n each). DDP all-reduces
-the gradients, 2P(n-1)/n; ZeRO-1 and ZeRO-2 reduce-scatter the gradients and all-gather the
-updated parameters, the same 2P(n-1)/n; ZeRO-3 all-gathers every parameter twice (forward, then
-again for backward) and reduce-scatters the gradients, 3P(n-1)/n: 1.5x the bytes for 1/n of
-the memory.
-
-Pure functions of numbers (no torch): benchmarks/sharding_bench.py and the design document's §7
-(analysis/design_sharding.py) both call them.
+Bytes a rank sends per step, P = 4Ψ, every collective a ring (an all-reduce of B bytes sends
+2B(n-1)/n): DDP, ZeRO-1 and ZeRO-2 2P(n-1)/n; ZeRO-3, which all-gathers every parameter twice,
+3P(n-1)/n: 1.5x the bytes for 1/n of the memory. Pure functions of numbers (no torch).
 """
 import math
 
@@ -49,8 +39,8 @@ PROJECTED_WORLD_SIZE = 64  # the paper's Figure 1 example's data-parallel degree
 
 
 def collective_kind(name):
-    """The kind of a collective from the name the timing layer recorded: 'reduce-scatter unit 0',
-    'all-gather bucket 0'; anything else is an all-reduce ('all-reduce bucket 0')."""
+    """'reduce-scatter' or 'all-gather' from a recorded name ('all-gather bucket 0'), else
+    'all-reduce'."""
     for kind in ("reduce-scatter", "all-gather"):
         if name.startswith(kind):
             return kind
@@ -58,8 +48,7 @@ def collective_kind(name):
 
 
 def bytes_sent(kind, nbytes, world):
-    """Bytes one rank sends in a ring `kind` of `nbytes` (an all-reduce's buffer, a
-    reduce-scatter's input, an all-gather's output) over `world` ranks."""
+    """Bytes one rank sends in a ring `kind` of `nbytes` over `world` ranks."""
     return RING_FACTOR[kind] * nbytes * (world - 1) / world
 
 
@@ -83,9 +72,8 @@ def traffic_factor(level):
 
 
 def smallest_world(level, parameters, memory_per_rank, largest=2**20):
-    """The fewest ranks at which a rank's model states at `level` fit in `memory_per_rank` bytes;
-    None if no world size up to `largest` does (DDP's never shrink; ZeRO-1's and ZeRO-2's
-    unsharded parts set a floor)."""
+    """The fewest ranks at which a rank's model states at `level` fit in `memory_per_rank`
+    bytes; None if none up to `largest` does (unsharded parts set a floor)."""
     unsharded = sum(BYTES_PER_PARAMETER[category] * parameters for category in CATEGORIES
                     if category not in SHARDED[level])
     sharded = sum(BYTES_PER_PARAMETER[category] * parameters for category in SHARDED[level])
