@@ -75,6 +75,7 @@ DATA_TABLES = {
     "table.sharding.memory.mlp": "zero-memory-mlp.csv",
     "table.sharding.memory.cnn": "zero-memory-cnn.csv", "table.sharding.bytes": "zero-bytes.csv",
     "table.sharding.prefetch": "zero-prefetch.csv",
+    "table.sharding.transports": "zero-transports.csv",
     "table.step_bench_verdict": "step-bench-verdicts.csv",
 }
 

@@ -14,23 +14,39 @@ from analysis.design_numbers import (
     cells,
     headers,
     indices_by,
+    load,
     read_results,
     table,
 )
 
-SCHEMA = "sharding-bench/1"
+SCHEMA = "sharding-bench/2"
 MODELS = ("mlp", "cnn")
 FORMULA_WORLDS = (1, 2, 3, 4)
 SIDE_BY_SIDE_WORLDS = (2, 4)
 COMPARED_WORLDS = (2, 3, 4)  # where something is communicated
+# ours over the default transport (shared memory, on one host), torch's, ours over the others
 NAMES = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3",
-         "zero3-no-prefetch": "ZeRO-3, no prefetch"}
+         "zero3-no-prefetch": "ZeRO-3, no prefetch",
+         "torch-zero1": "torch's ZeroRedundancyOptimizer",
+         "torch-fully-shard": "torch's fully_shard",
+         **{f"{level}-{transport}": f"ZeRO-{level[-1]} over {shown}"
+            for transport, shown in (("ring", "the ring"), ("library", "gloo"))
+            for level in ("zero1", "zero2", "zero3")}}
+SIDE = ("ddp", "zero1", "zero2", "zero3", "zero3-no-prefetch", "torch-zero1", "torch-fully-shard")
+TRANSPORTS = (("", "shared memory"), ("-ring", "the ring"), ("-library", "gloo"))  # name suffixes
+HALVES_BYTES = 16 * 2**20  # where bandwidth, not latency, sets a collective's time (§5.1)
+HALVES = (("reduce-scatter", "gloo"), ("reduce-scatter", "ring"), ("reduce-scatter", "shm"),
+          ("all-gather", "gloo"), ("all-gather", "ring"), ("all-gather", "shm"))
+# ours against torch's own, each step over the other's in the same repeat
+AGAINST_TORCH = (("zero1", "torch-zero1"), ("zero3", "torch-fully-shard"))
 STATES_TEXT = {"ddp": "4Ψ + 4Ψ + 8Ψ", "zero1": "4Ψ + 4Ψ + 8Ψ/n", "zero2": "4Ψ + 12Ψ/n",
                "zero3": "16Ψ/n"}
 # number name -> (the measurement's field, unit)
 FIELDS = {"step": ("median_step_s", "ms"), "busy": ("median_comm_busy_s", "ms"),
           "hidden": ("median_comm_hidden_s", "ms"), "exposed": ("median_comm_exposed_s", "ms"),
-          "states": ("held_bytes.model_states", "bytes"), "peak_rss": ("peak_rss_bytes", "bytes"),
+          "states": ("held_bytes.model_states", "bytes"),
+          "peak": ("held_bytes.model_states_peak", "bytes"),  # at their most, in the step
+          "peak_rss": ("peak_rss_bytes", "bytes"),
           "sent": ("bytes_measured_per_step", "bytes"),  # what left the rank, measured
           "step_ratio": ("step_ratio_to_ddp", "ratio"),
           "states_ratio": ("model_states_ratio_to_ddp", "ratio")}
@@ -43,7 +59,8 @@ LINKS = {"loopback": ("this machine's loopback (§5.1)", None, "fit.projection.b
 COMMAND = "python -m benchmarks.sharding_bench"
 TABLES = ("table.sharding.side.mlp", "table.sharding.side.cnn", "table.sharding.memory.mlp",
           "table.sharding.memory.cnn", "table.sharding.bytes", "table.sharding.prefetch",
-          "table.sharding.verdicts", "table.sharding.main")
+          "table.sharding.verdicts", "table.sharding.main", "table.sharding.transports",
+          "table.sharding.halves")
 RUN_SETTINGS = (("steps", "config.steps", "count"), ("warmup", "config.warmup", "count"),
                 ("repeats", "config.repeats", "count"), ("batch", "config.batch_size", "count"),
                 ("bucket_mb", "config.bucket_mb", "MiB"),
@@ -53,6 +70,7 @@ MEASURED = "sharding.{model}.w{world}"
 # the tables' columns after their leading cells: (header, number name, how it is shown)
 SIDE_BY_SIDE = (("model states", "{name}.states.median", TEXT),
                 ("× DDP", "{name}.states_ratio.median", TEXT),
+                ("at their peak", "{name}.peak.median", TEXT),
                 ("peak RSS", "{name}.peak_rss", SPREAD),
                 ("sent per step", "{name}.sent.median", TEXT),
                 ("step", "{name}.step", SPREAD), ("× DDP", "{name}.step_ratio", SPREAD),
@@ -63,11 +81,14 @@ MEMORY = (("formula", "zero.{model}.w{world}.{level}.states", TEXT),
           ("÷ formula", "{name}.states_vs_formula", TEXT),
           ("padding", "{name}.padding", TEXT), ("other", "{name}.other", TEXT))
 BYTES = (("2P(n−1)/n", "zero.{model}.w{world}.ddp.sent", TEXT),
-         *((NAMES[level], MEASURED + f".{level}.sent.median", TEXT)
-           for level in ("ddp", "zero1", "zero2")),
+         ("DDP", MEASURED + ".ddp.sent.median", TEXT),
+         *((f"{NAMES[level]} over {shown}", MEASURED + f".{level}-{transport}.sent.median", TEXT)
+           for level in ("zero1", "zero2") for transport, shown in (("ring", "the ring"),
+                                                                   ("library", "gloo"))),
          ("3P(n−1)/n", "zero.{model}.w{world}.zero3.sent", TEXT),
-         ("ZeRO-3", MEASURED + ".zero3.sent.median", TEXT),
-         ("ZeRO-3 ÷ DDP", MEASURED + ".sent_ratio", TEXT))
+         *((f"ZeRO-3 over {shown}", MEASURED + f".zero3-{transport}.sent.median", TEXT)
+           for transport, shown in (("ring", "the ring"), ("library", "gloo"))),
+         ("ZeRO-3 over the ring ÷ DDP", MEASURED + ".sent_ratio", TEXT))
 PREFETCH = (("step, prefetch", MEASURED + ".zero3.step", SPREAD),
             ("step, none", MEASURED + ".zero3-no-prefetch.step", SPREAD),
             ("ratio", MEASURED + ".prefetch_ratio", SPREAD),
@@ -95,8 +116,8 @@ def sharding_section(numbers, results_dir):
                                                                  []), model, world, configuration)
             register_comparisons(numbers, path, rows, where, model, world)
     numbers.derived("sharding.other_largest", lambda *others: max(others),
-                    [f"{key(model, world, configuration)}.other" for model in MODELS
-                     for world in FORMULA_WORLDS for configuration in NAMES], "bytes",
+                    [f"{key(model, world, level)}.other" for model in MODELS
+                     for world in FORMULA_WORLDS for level in zero_formulas.LEVELS], "bytes",
                     "the largest 'other' of the memory tables")
     numbers.stated("zero.traffic_ratio", zero_formulas.traffic_factor("zero3")
                    / zero_formulas.traffic_factor("ddp"), "ratio", "code",
@@ -110,7 +131,18 @@ def sharding_section(numbers, results_dir):
         context[f"table.sharding.side.{model}"] = table(
             ["ranks", "configuration", *headers(SIDE_BY_SIDE)],
             [[world, shown, *cells(numbers, SIDE_BY_SIDE, name=key(model, world, configuration))]
-             for world in SIDE_BY_SIDE_WORLDS for configuration, shown in NAMES.items()])
+             for world in SIDE_BY_SIDE_WORLDS for configuration, shown in (
+                 (configuration, NAMES[configuration]) for configuration in SIDE)])
+    context["table.sharding.transports"] = table(  # what the transport changes: time and bytes
+        ["model", "ranks", "level", *(f"step ÷ DDP, over {shown}" for _, shown in TRANSPORTS),
+         *(f"sent per step, over {shown}" for _, shown in TRANSPORTS)],
+        [[model.upper(), world, NAMES[level],
+          *(numbers.spread_text(f"{key(model, world, level + suffix)}.step_ratio")
+            for suffix, _ in TRANSPORTS),
+          *(numbers.text(f"{key(model, world, level + suffix)}.sent.median")
+            for suffix, _ in TRANSPORTS)]
+         for model in MODELS for world in SIDE_BY_SIDE_WORLDS
+         for level in ("zero1", "zero2", "zero3")])
     for model in MODELS:  # model states against the formula, the difference accounted for
         context[f"table.sharding.memory.{model}"] = table(
             ["level", "ranks", *headers(MEMORY)],
@@ -127,20 +159,50 @@ def sharding_section(numbers, results_dir):
         [[model.upper(), world, *cells(numbers, PREFETCH, model=model, world=world)]
          for model in MODELS for world in COMPARED_WORLDS])
     context["table.sharding.verdicts"] = table(
-        ["model", "ranks", *(f"{NAMES[level]} ÷ DDP" for level in ("zero1", "zero2", "zero3"))],
-        [[model.upper(), world, *(claim(numbers, key(model, world, level))
-                                  for level in ("zero1", "zero2", "zero3"))]
+        ["model", "ranks", *(f"{NAMES[level]} ÷ DDP" for level in ("zero1", "zero2", "zero3")),
+         *(f"{NAMES[ours]} ÷ {NAMES[theirs]}" for ours, theirs in AGAINST_TORCH)],
+        [[model.upper(), world, *(claim(numbers, key(model, world, level), "vs_ddp")
+                                  for level in ("zero1", "zero2", "zero3")),
+          *(claim(numbers, key(model, world, ours), "vs_torch") for ours, _ in AGAINST_TORCH)]
          for model in MODELS for world in COMPARED_WORLDS])
     context["table.sharding.main"] = main_job_table(numbers, results_dir)
+    context["table.sharding.halves"] = halves_table(numbers, results_dir)
     return context
 
 
-def claim(numbers, name):
-    """'1.05× (1.01–1.09): slower': a level's step over DDP's, within repeats, and its verdict."""
-    verdict = numbers.text(f"{name}.vs_ddp")
+def halves_table(numbers, results_dir):
+    """ZeRO's two collectives over each transport at HALVES_BYTES: the time, and a copy of the
+    buffer in memory's time over it (benchmarks/allreduce_bench.py, in the same run)."""
+    path = os.path.join(results_dir, "allreduce-bench.json")
+    rows = load(path).get("halves", []) if os.path.exists(path) else []
+    where = {(row["world_size"], row["collective"], row["implementation"]): index
+             for index, row in enumerate(rows) if row["bytes"] == HALVES_BYTES}
+    lines = []
+    for collective, implementation in HALVES:
+        line = [collective, {"shm": "shared memory", "ring": "the ring"}.get(implementation,
+                                                                             implementation)]
+        for world in SIDE_BY_SIDE_WORLDS:
+            index = where.get((world, collective, implementation))
+            name = f"halves.w{world}.{collective}.{implementation}"
+            source = path if index is not None else None
+            numbers.measured(f"{name}.time", source, f"halves[{index}].median_s", "ms")
+            numbers.measured(f"{name}.of_copy", source, f"halves[{index}].fraction_of_copy",
+                             "percent")
+            line += [numbers.text(f"{name}.time"), numbers.text(f"{name}.of_copy")]
+        lines.append(line)
+    return table(["collective", "over", *(f"{label}, {world} ranks" for world in
+                                           SIDE_BY_SIDE_WORLDS for label in ("time", "of a copy"))],
+                 lines)
+
+
+def claim(numbers, name, against):
+    """'1.05× (1.01–1.09): slower': a step over DDP's (`against` 'vs_ddp') or torch's
+    ('vs_torch'), within repeats, and its verdict."""
+    verdict = numbers.text(f"{name}.{against}")
     if verdict == NOT_MEASURED:
         return NOT_MEASURED
-    return f"{numbers.spread_text(f'{name}.step_ratio')}: {verdict}"
+    ratios = f"{name}.step_ratio" if against == "vs_ddp" else f"{name}.vs_torch_ratio"
+    return f"{numbers.spread_text(ratios)}: {verdict}"
 
 
 def main_job_table(numbers, results_dir):
@@ -234,25 +296,28 @@ def register_measured(numbers, path, rows, indices, model, world, configuration)
 
 
 def register_comparisons(numbers, path, rows, where, model, world):
-    """Each level's step against DDP's ('.vs_ddp'), ZeRO-3's with prefetch against without
-    ('.prefetch', '.prefetch_ratio'), and ZeRO-3's bytes over DDP's ('.sent_ratio')."""
+    """Each configuration's step against DDP's ('.vs_ddp'), ours against torch's
+    ('.vs_torch', '.vs_torch_ratio'), ZeRO-3's with prefetch against without ('.prefetch',
+    '.prefetch_ratio'), and ZeRO-3's bytes over the ring over DDP's ('.sent_ratio')."""
     prefix = f"sharding.{model}.w{world}"
     for configuration in list(NAMES)[1:]:
         numbers.verdict(f"{key(model, world, configuration)}.vs_ddp",
                         f"{key(model, world, configuration)}.step_ratio")
-    with_prefetch, without = ({rows[index]["repeat"]: index
-                               for index in where.get((model, world, configuration), [])}
-                              for configuration in ("zero3", "zero3-no-prefetch"))
-    inputs = [f"{path}#measurements[{indices[repeat]}].median_step_s"
-              for repeat in sorted(set(with_prefetch) & set(without))
-              for indices in (with_prefetch, without)]
-    numbers.paired_values(f"{prefix}.prefetch_ratio", inputs, "ratio", 1.0,
-                          "ZeRO-3's step / ZeRO-3's without prefetch, in the same repeat")
-    numbers.verdict(f"{prefix}.prefetch", f"{prefix}.prefetch_ratio")
+    pairs = [(f"{prefix}.prefetch", "zero3", "zero3-no-prefetch")] + [
+        (f"{key(model, world, ours)}.vs_torch", ours, theirs) for ours, theirs in AGAINST_TORCH]
+    for name, ours, theirs in pairs:
+        mine, other = ({rows[index]["repeat"]: index
+                        for index in where.get((model, world, configuration), [])}
+                       for configuration in (ours, theirs))
+        inputs = [f"{path}#measurements[{indices[repeat]}].median_step_s"
+                  for repeat in sorted(set(mine) & set(other)) for indices in (mine, other)]
+        numbers.paired_values(f"{name}_ratio", inputs, "ratio", 1.0,
+                              f"{NAMES[ours]}'s step / {NAMES[theirs]}'s, in the same repeat")
+        numbers.verdict(name, f"{name}_ratio")
     numbers.derived(f"{prefix}.sent_ratio", lambda mine, theirs: mine / theirs,
-                    [f"{key(model, world, 'zero3')}.sent.median",
+                    [f"{key(model, world, 'zero3-ring')}.sent.median",
                      f"{key(model, world, 'ddp')}.sent.median"] if world > 1 else [],
-                    "ratio", "ZeRO-3's bytes per step over DDP's")
+                    "ratio", "ZeRO-3's bytes per step over the ring over DDP's")
 
 
 def projection(numbers):

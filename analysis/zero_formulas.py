@@ -15,10 +15,13 @@ Bytes a rank sends per step, P = 4Ψ, every collective a ring (an all-reduce of 
 """
 import math
 
-CONFIGURATIONS = ("ddp", "zero1", "zero2", "zero3", "zero3-no-prefetch")  # the benchmark's
-# the formulas' level of each configuration: prefetching changes when bytes move, not how many
+CONFIGURATIONS = ("ddp", "zero1", "zero2", "zero3", "zero3-no-prefetch")  # the benchmark's first
+# the formulas' level of each of the benchmark's configurations: prefetching changes when bytes
+# move, not how many; a transport how fast they move; torch's shard as ours do
 LEVEL_OF = {"ddp": "ddp", "zero1": "zero1", "zero2": "zero2", "zero3": "zero3",
-            "zero3-no-prefetch": "zero3"}
+            "zero3-no-prefetch": "zero3", "torch-zero1": "zero1", "torch-fully-shard": "zero3",
+            **{f"{level}-{transport}": level for level in ("zero1", "zero2", "zero3")
+               for transport in ("ring", "library")}}
 LEVELS = ("ddp", "zero1", "zero2", "zero3")
 CATEGORIES = ("parameters", "gradients", "optimizer_state")  # as runtime/memory.py's
 BYTES_PER_PARAMETER = {"parameters": 4, "gradients": 4, "optimizer_state": 8}  # float32 Adam

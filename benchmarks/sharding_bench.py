@@ -87,8 +87,6 @@ SHARDING = {**{level: (flag, True, "auto") for level, flag in SHARD_FLAG.items()
                for level, flag in SHARD_FLAG.items()}}
 OTHER_TRANSPORTS = tuple(name for name in SHARDING if name not in zero_formulas.CONFIGURATIONS)
 CONFIGURATIONS = zero_formulas.CONFIGURATIONS + TORCH + OTHER_TRANSPORTS
-LEVEL_OF = {**zero_formulas.LEVEL_OF, "torch-zero1": "zero1", "torch-fully-shard": "zero3",
-            **{name: name.split("-")[0] for name in OTHER_TRANSPORTS}}
 TIMED = ("step", "compute", "comm_busy", "comm_hidden", "comm_exposed")  # summarised over repeats
 CLEAR_REFS = "/proc/self/clear_refs"
 
@@ -286,7 +284,7 @@ def measurement(name, model_name, run, world, per_rank):
     pooled medians."""
     pooled = summarize_ranks([rank.pop("records") for rank in per_rank])["across_ranks"]
     return {"world_size": world, "model": model_name, "configuration": name,
-            "level": LEVEL_OF[name], "parameters": run.parameters,
+            "level": zero_formulas.LEVEL_OF[name], "parameters": run.parameters,
             "parameter_bytes": 4 * run.parameters, "steps_per_rank": len(run.collectives),
             # the largest rank's (ZeRO's shards are equal: so are the ranks)
             "held_bytes": {key: most([rank["held_bytes"][key] for rank in per_rank])

@@ -49,7 +49,7 @@ def test_allreduce_benchmark_writes_verified_measurements_with_nccl_tests_bandwi
                   "--world-sizes", "2", "--output", str(output))
     assert "target:" in printed and "world 2:" in printed
     document = json.loads(output.read_text())
-    assert document["schema"] == "allreduce-bench/2"
+    assert document["schema"] == "allreduce-bench/1"
     assert {"torch", "cores", "threads_per_rank", "backend"} <= set(document["environment"])
     assert document["config"]["sizes"] == [1028, 65536]
     rows = document["measurements"]
