@@ -34,6 +34,7 @@ Exit code 0 when grading ran, whatever the marks; 2 on bad input; 1 if the grade
 import argparse
 import compileall
 import ctypes
+import functools
 import os
 import signal
 import subprocess
@@ -41,12 +42,18 @@ import sys
 import tempfile
 import time
 
-from tests.grading import calibration, gradescope, profile
+from tests.grading import calibration, gradescope, namespace, profile
 from tests.grading.judge import make_judge
 from tests.grading.plugin import Grading, load_rubric
 from tests.grading.report import BY_PERSON, totals, write_atomically
 from tests.grading.runner import run_pytest
-from tests.grading.sandbox import descendants_of, kill_processes_of, remove_files_of
+from tests.grading.sandbox import (
+    SHARED_FOLDERS,
+    become,
+    descendants_of,
+    kill_processes_of,
+    remove_files_of,
+)
 from tests.grading.submission import copy_submission, file_hashes
 
 INSTRUCTOR = os.path.dirname(os.path.abspath(__file__))  # its tests/ grade every submission
@@ -117,7 +124,9 @@ def contain(work, private, judge, sandbox, scratch, env):
     """As root: student code runs as users of this grading alone (GRADE_UIDS, one per test
     module: tests/grading/sandbox.py), who may enter `work` and `scratch` but list neither, read
     the sandbox and write nothing of it, and cannot enter the judge's folders (its code and
-    hidden tests; its report and log). Returns the uids, and the report's notes."""
+    hidden tests; its report and log); each in a mount namespace of its own where the system
+    allows (GRADE_MOUNT_NAMESPACE: tests/grading/namespace.py). Returns the uids, and the
+    report's notes."""
     os.chmod(work, 0o711)
     os.chmod(scratch, 0o711)
     for folder in (private, judge):
@@ -127,20 +136,26 @@ def contain(work, private, judge, sandbox, scratch, env):
         return range(0), [
             "grade.py did not run as root, so student code ran as the grader's own user: it could "
             "reach the grader's files, the hidden tests among them (they are not secret here; the "
-            "grade is sound only where it runs as root)"]
+            "grade is sound only where it runs as root)", "mount namespace: no (not root)"]
     first = FIRST_CHILD_UID + os.getpid() * CHILD_UIDS  # pids are unique: so are the ranges
     try:
-        subprocess.run([sys.executable, "-c", "pass"], user=first, group=first, extra_groups=[],
-                       cwd="/", check=True, capture_output=True, timeout=60)
+        subprocess.run([sys.executable, "-c", "pass"], cwd="/", check=True, capture_output=True,
+                       timeout=60, preexec_fn=functools.partial(become, first))
     except (OSError, subprocess.SubprocessError):
         return range(0), [f"uid {first} cannot run {sys.executable} (a folder on its way is "
                           "private; for pyenv under /root: chmod o+x /root), so student code ran "
-                          "as root"]
+                          "as root", "mount namespace: no (student code ran as root)"]
     env["GRADE_UIDS"] = f"{first}:{CHILD_UIDS}"
+    why = namespace.refused(sandbox, scratch, SHARED_FOLDERS)
+    if why is None:
+        env["GRADE_MOUNT_NAMESPACE"] = "1"
     return range(first, first + CHILD_UIDS), [
         f"student code ran as uids {first} and up, one per test module, owned by no account: "
         "they can neither open the grader's files nor signal its processes, nor each other's",
-        "no mount namespace of its own: student code saw the file system as any user does; what "
+        "mount namespace: yes (each child saw the grading's folders as empty but its read-only "
+        "sandbox and its scratch folder, and could write nothing else but the shared temporary "
+        "folders, emptied after each test)" if why is None else
+        f"mount namespace: no ({why}): student code saw the file system as any user does; what "
         "it left in the shared temporary folders was removed after each test"]
 
 

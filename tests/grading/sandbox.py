@@ -20,6 +20,7 @@ from checks of what a child did:
   so a hang or a crash of it ends its own test, never the run.
 """
 import contextlib
+import functools
 import importlib
 import os
 import resource
@@ -32,13 +33,14 @@ import tempfile
 import time
 import types
 
-from tests.grading import profile
+from tests.grading import namespace, profile
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SANDBOX = os.path.abspath(os.environ.get("GRADE_SANDBOX") or REPO)
 SCRATCH = os.environ.get("GRADE_SCRATCH")
 UIDS = tuple(map(int, os.environ["GRADE_UIDS"].split(":"))) if os.environ.get("GRADE_UIDS") \
     else None
+MOUNT_NAMESPACE = os.environ.get("GRADE_MOUNT_NAMESPACE") == "1"  # grade.py found it possible
 
 # What one process of student code may use beyond the judge's own limits (file size and memory,
 # tests/grading/runner.py): CPU seconds (the one-epoch accuracy run needs under 60), and processes
@@ -245,14 +247,20 @@ def child_process(env=None):
     arguments = {"cwd": SANDBOX, "env": environment}
     if Child.uid is not None:
         environment.update(TMPDIR=Child.home, HOME=Child.home)
-        arguments.update(user=Child.uid, group=Child.uid, extra_groups=[], preexec_fn=limit)
+        arguments["preexec_fn"] = functools.partial(become, Child.uid)
     return arguments
 
 
-def limit():
-    """The child user's limits, in the process about to become (or run) student code."""
+def become(uid):
+    """As root, in the process about to become (or run) student code: its own view of the files
+    where grade.py found one possible (tests/grading/namespace.py), its limits, then `uid`."""
+    if MOUNT_NAMESPACE:
+        namespace.private_view(SANDBOX, SCRATCH, SHARED_FOLDERS)
     resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
     resource.setrlimit(resource.RLIMIT_NPROC, (TASKS_OF_THE_CHILD_USER, TASKS_OF_THE_CHILD_USER))
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
 
 
 def run_python(arguments, timeout=None, env=None):
@@ -309,10 +317,7 @@ def enter(child, module_name=None):
     hidden = hidden_code(module_name) if module_name and elsewhere else None
     if child:
         uid, home = child
-        limit()
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
+        become(uid)
         os.environ.update(TMPDIR=home, HOME=home)
         tempfile.tempdir = None  # chosen again, from TMPDIR
     if elsewhere:
