@@ -5,38 +5,17 @@
     python grade.py /autograder/submission --gradescope /autograder/results/results.json
     python grade.py SUBMISSION_DIR --timeout-per-test 60 --budget 300
 
-SUBMISSION_DIR (default: .) is a complete copy of the repository as a student hands it in. It is
-copied to a read-only folder of root's (the sandbox), and the instructor's tests/ (the folder next
-to this file, hidden tests excepted) and pyproject.toml are put over it: a submission that deletes
-or edits a test file is still graded by the instructor's tests. pytest runs once, in another
-folder, the judge's (tests/grading/judge.py: the instructor's code, the task modules as handed
-out), and never imports the submission: student code runs only in the children the tests start
-in the sandbox, and only data comes back. As root, those children run as uids of this grading
-alone, one per test module, with a fresh home per test, and nothing of a test outlives it
-(tests/grading/sandbox.py); the judge's folders (its code, the hidden tests, the report and log)
-are root's alone. pytest runs the grading profile (tests/grading/profile.py: the rubric's tests
-that fit the budget). A test whose children still run at its timeout (default 60 s; some
-known-long tests more) has them killed and fails; so does one whose child crashed. Once an item
-is lost its other tests are not run (they could not change it). Tests not reached within the
-budget (default 300 s) are "not run", and their item "not assessed", with the reason. CI is
-unset, so tests that need what the machine lacks (the real MNIST, root for Slurm, a GPU) are
-skipped and their items "not assessed", never 0; any other skip fails. The real MNIST comes from
-$OFFLINE_DATA_DIR, else from ./data next to this file, never from the submission.
-
---report PATH: the grade report as JSON (the rubric plugin's: items, marks, each test's outcome
-and, unless it passed, its output), with the SHA-256 of every submitted file,
-the profile, the runs, the time taken and the load average before and after.
---gradescope PATH: Gradescope's results.json, one test per rubric item
-(tests/grading/gradescope.py); written even when nothing could be graded.
-Exit code 0 when grading ran, whatever the marks; 2 on bad input; 1 if the grader itself failed
-(results.json is still written, with the reason).
+The submission is copied to a read-only sandbox with the instructor's tests/ over it; pytest runs
+once in the judge's folder (tests/grading/judge.py) and never imports it; student code runs only in
+the children the tests start (tests/grading/sandbox.py). GRADING.md, "The grading run", says the
+rest. Exit code 0 when grading ran, whatever the marks; 2 on bad input; 1 if the grader itself
+failed (results.json is still written, with the reason).
 """
 import argparse
 import compileall
 import ctypes
 import functools
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -52,13 +31,13 @@ from tests.grading.sandbox import (
     become,
     descendants_of,
     kill_processes_of,
+    kill_until_gone,
+    real_mnist,
     remove_files_of,
 )
 from tests.grading.submission import copy_submission, file_hashes
 
 INSTRUCTOR = os.path.dirname(os.path.abspath(__file__))  # its tests/ grade every submission
-MNIST_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-               "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
 # Student code runs as uids of this grading alone, no account's: one per test module.
 FIRST_CHILD_UID = 2**24
 CHILD_UIDS = 256
@@ -68,8 +47,8 @@ NO_REAL_MNIST = "the real MNIST is not here"
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a bad option is one line on stderr and exit code 2. (runtime/options.py has
-    its twin: the autograder holds grade.py and tests/ only, so nothing here imports runtime/.)"""
+    """argparse, but a bad option is one line on stderr and exit code 2 (runtime/options.py's
+    twin, which imports the lesson, and so torch)."""
 
     def error(self, message):
         """Leave with `message` alone."""
@@ -171,16 +150,6 @@ def read_only(sandbox):
     compileall.compile_dir(sandbox, quiet=2)
 
 
-def real_mnist(instructor):
-    """The real MNIST as an absolute path (the tests run in a scratch folder, where a relative
-    one names nothing): $OFFLINE_DATA_DIR, else the instructor's ./data; None if neither has it."""
-    for folder in (os.environ.get("OFFLINE_DATA_DIR"), os.path.join(instructor, "data")):
-        raw = os.path.join(folder or "", "MNIST", "raw")
-        if folder and all(os.path.isfile(os.path.join(raw, name)) for name in MNIST_FILES):
-            return os.path.abspath(folder)
-    return None
-
-
 def calibrated(args):
     """(timeout per test, budget, the calibration's record): an option given is taken as it is; a
     default is stretched by how much slower this machine is now than the reference
@@ -258,22 +227,11 @@ def become_subreaper():
         return False
 
 
-def kill_descendants(spare, within_s=10.0):
-    """SIGKILL every process below this one but those in `spare` (there before the grading
-    began), and reap them (orphans come to this process, the subreaper), for up to `within_s`:
-    nothing the submission started may outlive the grading, or write after it."""
-    deadline = time.monotonic() + within_s
-    while True:
-        found = [pid for pid in descendants_of(os.getpid()) if pid not in spare]
-        if not found or time.monotonic() > deadline:
-            return
-        for pid in found:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, os.WNOHANG)
-            except (ProcessLookupError, PermissionError, ChildProcessError):
-                pass  # gone already, or not this process's child (yet)
-        time.sleep(0.05)
+def kill_descendants(spare):
+    """SIGKILL and reap every process below this one but those in `spare` (there before the
+    grading began): nothing the submission started may outlive the grading, or write after it."""
+    kill_until_gone(lambda: [pid for pid in descendants_of(os.getpid()) if pid not in spare],
+                    reap=True)
 
 
 def main(argv=None):

@@ -1,20 +1,14 @@
-"""The student's ASSIGNMENT.md: ASSIGNMENT.md.in with its task list made from the rubric and from
-the solution regions the handout replaced, so the numbering, the marks and the places to write
-cannot drift from what is graded. A task the tests grade gets the command that runs its tests; a
-task a person grades (the rubric's graded_by="person") gets what the reader looks for instead."""
+"""The student's ASSIGNMENT.md from ASSIGNMENT.md.in: the task list made from the rubric and the
+solution regions replaced, so the numbering, the marks and the places to write cannot drift from
+what is graded."""
 import textwrap
 
 PERSON = "read by a person against the rubric; no test earns it"
 
 
 def by_person(item):
-    """Whether a person grades the item (an older rubric's Item has no graded_by: tests)."""
-    return getattr(item, "graded_by", "tests") == "person"
-
-
-def builds_on(item):
-    """The ids of the items whose code the item's tests also run (none in an older rubric)."""
-    return tuple(getattr(item, "builds_on", ()))
+    """Whether a person grades the item, not the tests."""
+    return item.graded_by == "person"
 
 
 def marks_text(marks):
@@ -63,8 +57,8 @@ def dependencies(rubric):
     """The sentence that says which tasks' tests also run the code of other tasks."""
     numbers = numbers_of(rubric)
     clauses = [f"Task {numbers[item.id]} ({item.title}), whose tests also need the code of "
-               f"{tasks_text(numbers[other] for other in builds_on(item))}"
-               for item in rubric.ITEMS if builds_on(item)]
+               f"{tasks_text(numbers[other] for other in item.builds_on)}"
+               for item in rubric.ITEMS if item.builds_on]
     if not clauses:
         return "none."
     if len(clauses) > 1:
@@ -88,8 +82,8 @@ def task_section(number, item, regions, hidden_items, numbers):
     if len(heading + how_checked(item)) > 100:  # a command is never cut: it goes on its own line
         heading = heading.rstrip() + "\n"
     lines = [f"### Task {number}: {item.title}", "", heading + how_checked(item), ""]
-    if builds_on(item):
-        others = tasks_text(numbers[other] for other in builds_on(item))
+    if item.builds_on:
+        others = tasks_text(numbers[other] for other in item.builds_on)
         lines += [paragraph(f"Its tests also run the code of {others}: they pass once those "
                             "are written too."), ""]
     lines += [places(number, regions), ""]

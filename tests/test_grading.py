@@ -11,6 +11,7 @@ import pytest
 
 from tests.grading import gradescope, plugin
 from tests.grading.profile import is_hidden
+from tests.grading.rubric import ITEMS
 
 pytest_plugins = ["pytester"]
 
@@ -502,6 +503,9 @@ def test_the_rubric_gives_the_code_most_marks_and_leaves_each_design_section_to_
     assert all(item.needs_human for item in items)
     # builds_on names other items of the rubric
     assert all(set(item.builds_on) <= set(rubric.items) - {item.id} for item in items)
+    # each item once, with marks, graded by tests or by a person
+    assert len(items) == len(ITEMS) and all(item.marks > 0 for item in items)
+    assert all(item.graded_by in ("tests", "person") for item in items)
 
 
 def test_items_named_in_reads_every_form_of_the_marker_without_importing_the_module(tmp_path):

@@ -1,14 +1,10 @@
 """The judge's folder: the instructor's code, with the task modules as the handout has them.
 
-grade.py runs pytest in this folder, with GRADE_SANDBOX naming the submission's copy. The tests
-decide there, in a process that never imports a module of the submission: nothing of it is on
-that process's path. The task modules (profile.TASK_FILES) are there as the student received
-them, every solution region a `raise NotImplementedError`: their names and constants import, and
-a test that calls a task's code in-process fails (the self-check's solution would lose marks)
-instead of quietly testing the instructor's own solution; judge_guard.py makes the code given
-around the regions raise there too. Student code runs only in the children
-the tests start in GRADE_SANDBOX (tests/harness.py: run_in_processes, run_alone, run_cli), and only
-data comes back.
+grade.py runs pytest here, with GRADE_SANDBOX naming the submission's copy; nothing of the
+submission is on this process's path. The task modules (profile.TASK_FILES) are as the student
+received them, each solution region a `raise NotImplementedError`, so a test that calls a task's
+code in-process fails instead of testing the instructor's solution (judge_guard.py makes the code
+around the regions raise too). Student code runs only in the children the tests start.
 
     python -m tests.grading.judge tests/test_models.py ...   # those tests as grade.py runs them
 """

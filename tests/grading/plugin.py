@@ -5,25 +5,9 @@
     python -m pytest -k core.ring                      # one item's tests (-m rubric: all graded)
     python -m pytest --grade-profile                   # the grading profile only (profile.py)
 
-Registered by tests/conftest.py (`pytest_plugins = ["tests.grading.plugin"]`);
-`-p no:tests.grading.plugin` turns it off. A test's items are its closest marker's
-`rubric(item, ...)` (rubric.py says where it goes); a test without one, or with an empty one, is
-outside the rubric.
-An item earns its marks when every one of its tests that ran passed. It earns 0 when any failed:
-in the test, in a fixture's set-up or teardown, or because its module could not be collected.
-An item none of whose tests ran (all skipped, deselected or not collected) is "not assessed".
-An item the rubric gives graded_by="person" is never earned by tests: no test may count for it,
-its status is "graded by a person", its "earned" None, and its marks are in total_available and
-total_graded_by_person, never in total_assessed. builds_on (the items whose code an item's tests
-also run) is carried into the report. A rubric whose Item lacks either field is read with the
-defaults ("tests", ()).
-xfail: a strict xfail that failed as expected counts as passed (the failure is what it specifies);
-a non-strict xfail counts as skipped, whatever happened (a test allowed to fail proves nothing);
-a strict XPASS is a failure, as pytest reports it. The table and the JSON are written by report.py.
-Under --grade-profile, once an item is lost its other tests are not run (they could not change
-it; an unfinished submission fails fast). grade.py adds --grade-budget: past it no test starts,
-and an item with a test the budget cut is "not assessed", never earned on a part; a skip then
-fails unless its reason holds a --grade-excuse (the grader lacks the real MNIST, say).
+A test's items are its closest `rubric(item, ...)` marker's. An item earns its marks when every
+one of its tests that ran passed, and is "not assessed" when none ran; GRADING.md, "Reading the
+report", gives every rule (xfail, the budget, items graded by a person). report.py shows the grade.
 """
 import ast
 import importlib.util
@@ -87,25 +71,11 @@ def pytest_ignore_collect(collection_path, config):
 
 
 class Rubric:
-    """rubric.py's items, checked: known item ids, positive marks, graded_by "tests" or "person",
-    builds_on naming other known items."""
+    """rubric.py's items, by id (tests/test_grading.py checks the rubric's own consistency)."""
 
     def __init__(self, items, path):
         self.path = path
         self.items = {item.id: item for item in items}
-        ids = [item.id for item in items]
-        problems = [f"item {item_id!r} is listed twice" for item_id in dict.fromkeys(ids)
-                    if ids.count(item_id) > 1]
-        problems += [f"item {item.id!r} has no marks" for item in items if not item.marks > 0]
-        problems += [f"item {item.id!r} is graded by {graded_by(item)!r}: "
-                     "'tests' or 'person' only" for item in items
-                     if graded_by(item) not in GRADERS]
-        problems += [f"item {item.id!r} builds on unknown item {other!r}" for item in items
-                     for other in builds_on(item) if other not in self.items]
-        problems += [f"item {item.id!r} builds on itself" for item in items
-                     if item.id in builds_on(item)]
-        if problems:
-            raise pytest.UsageError(f"{path}: " + "; ".join(dict.fromkeys(problems)))
 
     def by_person(self, item_id):
         """Whether the item is graded by a person, not by tests (False for an unknown id)."""
@@ -134,9 +104,6 @@ def items_named_in(path):
             found.update(dict.fromkeys(arg.value for arg in node.args
                                        if isinstance(arg, ast.Constant)))
     return list(found)
-
-
-GRADERS = ("tests", "person")
 
 
 def graded_by(item):
