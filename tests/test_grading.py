@@ -4,6 +4,8 @@ rubric marker; and the real rubric: its marks, and tests in tests/ naming every 
 import ast
 import json
 import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -573,3 +575,19 @@ def test_grading_md_lists_every_rubric_item_with_its_marks_in_the_rubrics_order(
     rows = re.findall(r"^\| `([\w.]+)`[^|]*\| ([\d.]+) \|", grading, re.M)
     assert rows == [(item.id, f"{item.marks:g}") for item in rubric.items.values()]
 
+
+
+def test_in_the_judge_every_function_and_method_of_a_task_module_raises():
+    # the judge's guard, loaded as grade.py loads it: no verdict rests on task code run there
+    code = ("import tests.grading.judge_guard\n"
+            "from analysis import cost_model\n"
+            "for call in (lambda: cost_model.ring_coefficients(4),\n"
+            "             lambda: cost_model.Fit.__init__(None)):\n"
+            "    try:\n"
+            "        call()\n"
+            "    except tests.grading.judge_guard.TaskCodeInTheJudge:\n"
+            "        continue\n"
+            "    raise SystemExit('task code ran in the judge')\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=TESTS.parent, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

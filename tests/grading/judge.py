@@ -5,17 +5,12 @@ submission is on this process's path. The task modules (profile.TASK_FILES) are 
 received them, each solution region a `raise NotImplementedError`, so a test that calls a task's
 code in-process fails instead of testing the instructor's solution (judge_guard.py makes the code
 around the regions raise too). Student code runs only in the children the tests start.
-
-    python -m tests.grading.judge tests/test_models.py ...   # those tests as grade.py runs them
 """
 import os
 import shutil
-import subprocess
-import sys
-import tempfile
 
 from tests.grading import profile
-from tests.grading.submission import NOT_SUBMITTED, copy_submission
+from tests.grading.submission import NOT_SUBMITTED
 
 # Student data the judge reads from the sandbox, never from its own folder.
 NOT_IN_THE_JUDGE = NOT_SUBMITTED | {"results", "design_doc", "handout", ".git", ".ci"}
@@ -49,22 +44,3 @@ def as_handed_out(instructor, path, text):
     from tests.grading import rubric
     titles = [item.title for item in rubric.ITEMS]
     return regions.replace_regions(text, regions.find_regions(path, text, len(titles)), titles)
-
-
-def main(argv):
-    """Run pytest ARGS in a judge's folder made from this repository, against a copy of it."""
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    with tempfile.TemporaryDirectory(prefix="judge-") as work:
-        sandbox, judge = os.path.join(work, "submission"), os.path.join(work, "judge")
-        copy_submission(repo, repo, sandbox)
-        make_judge(repo, judge)
-        env = {name: value for name, value in os.environ.items()
-               if name not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
-        env["GRADE_SANDBOX"] = sandbox
-        return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                               "-p", "tests.grading.judge_guard", *argv],
-                              cwd=judge, env=env).returncode
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -5,6 +5,7 @@ report and log) an empty one. Where the system refuses, grade.py says why and re
 """
 import ctypes
 import os
+import re
 
 CLONE_NEWNS = 0x20000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
@@ -23,6 +24,7 @@ def call(function, *arguments):
 
 
 def mount(source, target, kind, flags, options=None):
+    """mount(2), its strings given as str."""
     call(LIBC.mount, source and source.encode(), target.encode(), kind and kind.encode(), flags,
          options and options.encode())
 
@@ -31,12 +33,13 @@ def mounts():
     """(mount point, the flags to keep) of each mount of this namespace."""
     with open("/proc/self/mountinfo") as file:
         fields = [line.split() for line in file]
-    return [(point.encode().decode("unicode_escape"),  # "\040" in a name is a space
+    return [(re.sub(r"\\([0-7]{3})", lambda code: chr(int(code[1], 8)), point),  # "\040": " "
              sum(KEPT.get(option, 0) for option in options.split(",")))
             for _, _, _, _, point, options, *_ in fields]
 
 
 def within(path, folder):
+    """Whether `path` is `folder` or below it."""
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
