@@ -196,11 +196,7 @@ def grade(submission, timeout_s, budget_s, instructor=None, stretch=1.0):
     if report is None:
         report = lost_to(failure, os.path.join(instructor, "tests", "grading", "rubric.py"))
     report.update(submission=submission, files=hashes, notes=notes, failure=failure,
-                  profile={"patterns": profile.PROFILE, "left_out": profile.LEFT_OUT,
-                           "timeouts": profile.TIMEOUTS,
-                           "default_timeout_s": timeout_s, "budget_s": budget_s,
-                           "selected": len(report["tests"])},
-                  runs=[run],
+                  default_timeout_s=timeout_s, budget_s=budget_s, runs=[run],
                   load_average={"before": load_before, "after": os.getloadavg()})
     return report
 

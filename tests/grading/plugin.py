@@ -141,7 +141,6 @@ class Grading:
         self.outcomes = {}  # node id -> passed, failed or skipped
         self.outputs = {}  # node id -> its failure, or why it was skipped or not run
         self.durations = {}  # node id -> seconds, over its phases
-        self.broken_output = {}  # module node id -> why it could not be collected
         self.not_run = set()  # node ids the run chose not to run (below)
         self.budget_cut = set()
         self.lost = set()  # item ids a failed test lost
@@ -212,7 +211,7 @@ class Grading:
         """Remember the modules that could not be collected."""
         if report.failed:
             self.broken_modules.append(report.nodeid)
-            self.broken_output[report.nodeid] = report.longreprtext
+            self.outputs[report.nodeid] = "could not be collected:\n" + report.longreprtext
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item):
@@ -292,8 +291,7 @@ class Grading:
         and each module that could not be collected, with the items it counts for."""
         entries = []
         for nodeid, ids in self.members.items():
-            outcome = "not_run" if nodeid in self.not_run else \
-                self.outcomes.get(nodeid, "not_run")
+            outcome = self.outcome(nodeid)
             entry = {"nodeid": nodeid, "items": list(ids), "outcome": outcome,
                      "duration_s": round(self.durations.get(nodeid, 0.0), 2),
                      "hidden": is_hidden(nodeid)}
@@ -303,18 +301,19 @@ class Grading:
         for module in self.broken_modules:
             entries.append({"nodeid": module, "items": self.rubric.items_of_module(module),
                             "outcome": "failed", "duration_s": 0.0, "hidden": is_hidden(module),
-                            "output": "could not be collected:\n"
-                                      + self.broken_output.get(module, "")})
+                            "output": self.outputs[module]})
         return entries
+
+    def outcome(self, nodeid):
+        """passed, failed, skipped, or not_run (chosen not to run, or never reached)."""
+        return "not_run" if nodeid in self.not_run else self.outcomes.get(nodeid, "not_run")
 
     def grade_item(self, item):
         """One item's entry: its tests by outcome, its status and the marks it earned."""
         tests = {outcome: [] for outcome in OUTCOMES}
         for nodeid, ids in self.members.items():
-            if item.id in ids and nodeid in self.not_run:
-                tests["not_run"].append(nodeid)
-            elif item.id in ids:
-                tests[self.outcomes.get(nodeid, "not_run")].append(nodeid)
+            if item.id in ids:
+                tests[self.outcome(nodeid)].append(nodeid)
         tests["failed"] += [module for module in self.broken_modules
                             if item.id in self.rubric.items_of_module(module)]
         status = "lost" if tests["failed"] else "earned" if tests["passed"] else "not assessed"
