@@ -88,9 +88,7 @@ def environment(instructor):
     from outside, passive OpenMP threads, and the instructor's MNIST where there is one."""
     env = {name: value for name, value in os.environ.items()
            if name not in ("CI", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTHONPATH")}
-    # OpenMP threads that wait sleep instead of spinning: beside other work on the grading machine
-    # a spinning thread holds the core its partner needs (the one-epoch accuracy test took 150 s
-    # instead of 5 next to one busy process).
+    # spinning OpenMP threads beside one busy process made the accuracy test take 150 s, not 5
     env["OMP_WAIT_POLICY"] = "PASSIVE"
     env.pop("OFFLINE_DATA_DIR", None)
     folder = real_mnist(instructor)
@@ -181,8 +179,7 @@ def grade(submission, timeout_s, budget_s, instructor=None, stretch=1.0):
         env.update(GRADE_SANDBOX=sandbox, GRADE_SCRATCH=scratch, GRADE_STRETCH=f"{stretch:g}")
         uids, more_notes = contain(work, private, judge, sandbox, scratch, env)
         notes += more_notes
-        # Whether the real MNIST is there is the grader's to say, not a variable student code
-        # can pop: only then is a test's skip for want of it excused.
+        # the grader says whether the real MNIST is here, not a variable student code can pop
         excuse = [] if "OFFLINE_DATA_DIR" in env else ["--grade-excuse", NO_REAL_MNIST]
         longest_s = max([timeout_s] + [stretch * seconds for _, seconds in profile.TIMEOUTS])
         try:

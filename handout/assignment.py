@@ -121,18 +121,10 @@ def marks(rubric):
     """The paragraph that says what the assignment is worth, for what, and who grades it."""
     total = sum(item.marks for item in rubric.ITEMS)
     code = marks_of(rubric, lambda item: item.id.startswith("core."), "the code")
-    parts = [code]
-    if any(item.id.startswith("design.") and not by_person(item) for item in rubric.ITEMS):
-        parts.append(marks_of(rubric, lambda item: item.id.startswith("design.")
-                              and not by_person(item), "the design document's numbers and "
-                              "derivations"))
-    if any(by_person(item) for item in rubric.ITEMS):
-        parts.append(marks_of(rubric, by_person, "the design document's sections"))
-    listed = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
-    text = f"The assignment is worth {total:g} marks: {listed}."
-    if any(by_person(item) for item in rubric.ITEMS):
-        tested = [number for number, item in enumerate(rubric.ITEMS, start=1)
-                  if not by_person(item)]
-        text += (f" The tests grade {tasks_text(tested)}; a person reads each of the others "
-                 "against the rubric.")
-    return paragraph(text)
+    numbers = marks_of(rubric, lambda item: item.id.startswith("design.") and not by_person(item),
+                       "the design document's numbers and derivations")
+    sections = marks_of(rubric, by_person, "the design document's sections")
+    tested = [number for number, item in enumerate(rubric.ITEMS, start=1) if not by_person(item)]
+    return paragraph(f"The assignment is worth {total:g} marks: {code}, {numbers} and {sections}. "
+                     f"The tests grade {tasks_text(tested)}; a person reads each of the others "
+                     "against the rubric.")

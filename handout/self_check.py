@@ -31,18 +31,13 @@ def solution_files(source, handout):
     return sorted(restored)
 
 
-def hung_tests(report):
-    """The tests the grader killed at their timeout."""
-    return [test["nodeid"] for test in report.get("tests", [])
-            if "timed out" in (test.get("output") or "")]
-
-
 def check_untouched(report, budget_s):
     """Problems with the untouched handout's grade: a core item earned, a hang, over budget."""
     problems = [f"untouched handout: {item['id']} earned {item['earned']:g}"
                 for item in report["items"]
                 if item["id"].startswith("core.") and item["earned"]]
-    problems += [f"untouched handout: {name} hung until its timeout" for name in hung_tests(report)]
+    problems += [f"untouched handout: {test['nodeid']} hung until its timeout"
+                 for test in report.get("tests", []) if "timed out" in (test.get("output") or "")]
     if report["elapsed_s"] > budget_s:
         problems.append(f"untouched handout: grading took {report['elapsed_s']:.0f} s, over the "
                         f"{budget_s} s budget")

@@ -80,12 +80,10 @@ def without_offline_data():
     return {name: value for name, value in os.environ.items() if name != "OFFLINE_DATA_DIR"}
 
 
-# Ranks are forked from one server process that imports torch once for the whole session, not
-# started as fresh interpreters that import it at every launch (a second of CPU per rank). The
-# server never runs a tensor operation, so forking it is safe, as forking pytest would not be.
-# It preloads nothing of the project: a child imports the code under test from SANDBOX. torch's
-# optimizers import torch._dynamo when the first one is built (a second of CPU per rank, measured:
-# the parity tests took 2.6 times as long without it); importing it starts no thread.
+# Ranks are forked from one server that imported torch once (a second of CPU per rank saved); it
+# runs no tensor operation, so forking it is safe, and preloads nothing of the project. torch's
+# optimizers import torch._dynamo at the first one built: without it preloaded the parity tests
+# took 2.6 times as long.
 START_METHOD = "forkserver"
 PRELOADED = ["torch", "torch.distributed", "torch._dynamo"]
 multiprocessing.get_context(START_METHOD).set_forkserver_preload(PRELOADED)
