@@ -5,53 +5,39 @@
     python grade.py /autograder/submission --gradescope /autograder/results/results.json
     python grade.py SUBMISSION_DIR --timeout-per-test 60 --budget 300
 
-SUBMISSION_DIR (default: .) is a complete copy of the repository as a student hands it in. It is
-copied to a read-only folder of root's (the sandbox), and the instructor's tests/ (the folder next
-to this file, hidden tests excepted) and pyproject.toml are put over it: a submission that deletes
-or edits a test file is still graded by the instructor's tests. pytest runs once, in another
-folder, the judge's (tests/grading/judge.py: the instructor's code, the task modules as handed
-out), and never imports the submission: student code runs only in the children the tests start
-in the sandbox, and only data comes back. As root, those children run as uids of this grading
-alone, one per test module, with a fresh home per test, and nothing of a test outlives it
-(tests/grading/sandbox.py); the judge's folders (its code, the hidden tests, the report and log)
-are root's alone. pytest runs the grading profile (tests/grading/profile.py: the rubric's tests
-that fit the budget). A test whose children still run at its timeout (default 60 s; some
-known-long tests more) has them killed and fails; so does one whose child crashed. Once an item
-is lost its other tests are not run (they could not change it). Tests not reached within the
-budget (default 300 s) are "not run", and their item "not assessed", with the reason. CI is
-unset, so tests that need what the machine lacks (the real MNIST, root for Slurm, a GPU) are
-skipped and their items "not assessed", never 0; any other skip fails. The real MNIST comes from
-$OFFLINE_DATA_DIR, else from ./data next to this file, never from the submission.
-
---report PATH: the grade report as JSON (the rubric plugin's: items, marks, each test's outcome
-and, unless it passed, its output), with the SHA-256 of every submitted file,
-the profile, the runs, the time taken and the load average before and after.
---gradescope PATH: Gradescope's results.json, one test per rubric item
-(tests/grading/gradescope.py); written even when nothing could be graded.
-Exit code 0 when grading ran, whatever the marks; 2 on bad input; 1 if the grader itself failed
-(results.json is still written, with the reason).
+The submission is copied to a read-only sandbox with the instructor's tests/ over it; pytest runs
+once in the judge's folder (tests/grading/judge.py) and never imports it; student code runs only in
+the children the tests start (tests/grading/sandbox.py). GRADING.md, "The grading run", says the
+rest. Exit code 0 when grading ran, whatever the marks; 2 on bad input; 1 if the grader itself
+failed (results.json is still written, with the reason).
 """
 import argparse
 import compileall
 import ctypes
+import functools
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 
-from tests.grading import calibration, gradescope, profile
+from tests.grading import calibration, gradescope, namespace, profile
 from tests.grading.judge import make_judge
 from tests.grading.plugin import Grading, load_rubric
 from tests.grading.report import BY_PERSON, totals, write_atomically
 from tests.grading.runner import run_pytest
-from tests.grading.sandbox import descendants_of, kill_processes_of, remove_files_of
+from tests.grading.sandbox import (
+    SHARED_FOLDERS,
+    become,
+    descendants_of,
+    kill_processes_of,
+    kill_until_gone,
+    real_mnist,
+    remove_files_of,
+)
 from tests.grading.submission import copy_submission, file_hashes
 
 INSTRUCTOR = os.path.dirname(os.path.abspath(__file__))  # its tests/ grade every submission
-MNIST_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-               "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
 # Student code runs as uids of this grading alone, no account's: one per test module.
 FIRST_CHILD_UID = 2**24
 CHILD_UIDS = 256
@@ -61,8 +47,8 @@ NO_REAL_MNIST = "the real MNIST is not here"
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a bad option is one line on stderr and exit code 2. (runtime/options.py has
-    its twin: the autograder holds grade.py and tests/ only, so nothing here imports runtime/.)"""
+    """argparse, but a bad option is one line on stderr and exit code 2 (runtime/options.py's
+    twin, which imports the lesson, and so torch)."""
 
     def error(self, message):
         """Leave with `message` alone."""
@@ -102,9 +88,7 @@ def environment(instructor):
     from outside, passive OpenMP threads, and the instructor's MNIST where there is one."""
     env = {name: value for name, value in os.environ.items()
            if name not in ("CI", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTHONPATH")}
-    # OpenMP threads that wait sleep instead of spinning: beside other work on the grading machine
-    # a spinning thread holds the core its partner needs (the one-epoch accuracy test took 150 s
-    # instead of 5 next to one busy process).
+    # spinning OpenMP threads beside one busy process made the accuracy test take 150 s, not 5
     env["OMP_WAIT_POLICY"] = "PASSIVE"
     env.pop("OFFLINE_DATA_DIR", None)
     folder = real_mnist(instructor)
@@ -117,7 +101,9 @@ def contain(work, private, judge, sandbox, scratch, env):
     """As root: student code runs as users of this grading alone (GRADE_UIDS, one per test
     module: tests/grading/sandbox.py), who may enter `work` and `scratch` but list neither, read
     the sandbox and write nothing of it, and cannot enter the judge's folders (its code and
-    hidden tests; its report and log). Returns the uids, and the report's notes."""
+    hidden tests; its report and log); each in a mount namespace of its own where the system
+    allows (GRADE_MOUNT_NAMESPACE: tests/grading/namespace.py). Returns the uids, and the
+    report's notes."""
     os.chmod(work, 0o711)
     os.chmod(scratch, 0o711)
     for folder in (private, judge):
@@ -127,20 +113,26 @@ def contain(work, private, judge, sandbox, scratch, env):
         return range(0), [
             "grade.py did not run as root, so student code ran as the grader's own user: it could "
             "reach the grader's files, the hidden tests among them (they are not secret here; the "
-            "grade is sound only where it runs as root)"]
+            "grade is sound only where it runs as root)", "mount namespace: no (not root)"]
     first = FIRST_CHILD_UID + os.getpid() * CHILD_UIDS  # pids are unique: so are the ranges
     try:
-        subprocess.run([sys.executable, "-c", "pass"], user=first, group=first, extra_groups=[],
-                       cwd="/", check=True, capture_output=True, timeout=60)
+        subprocess.run([sys.executable, "-c", "pass"], cwd="/", check=True, capture_output=True,
+                       timeout=60, preexec_fn=functools.partial(become, first))
     except (OSError, subprocess.SubprocessError):
         return range(0), [f"uid {first} cannot run {sys.executable} (a folder on its way is "
                           "private; for pyenv under /root: chmod o+x /root), so student code ran "
-                          "as root"]
+                          "as root", "mount namespace: no (student code ran as root)"]
     env["GRADE_UIDS"] = f"{first}:{CHILD_UIDS}"
+    why = namespace.refused(sandbox, scratch, SHARED_FOLDERS)
+    if why is None:
+        env["GRADE_MOUNT_NAMESPACE"] = "1"
     return range(first, first + CHILD_UIDS), [
         f"student code ran as uids {first} and up, one per test module, owned by no account: "
         "they can neither open the grader's files nor signal its processes, nor each other's",
-        "no mount namespace of its own: student code saw the file system as any user does; what "
+        "mount namespace: yes (each child saw the grading's folders as empty but its read-only "
+        "sandbox and its scratch folder, and could write nothing else but the shared temporary "
+        "folders, emptied after each test)" if why is None else
+        f"mount namespace: no ({why}): student code saw the file system as any user does; what "
         "it left in the shared temporary folders was removed after each test"]
 
 
@@ -154,16 +146,6 @@ def read_only(sandbox):
             path = os.path.join(folder, name)
             os.chmod(path, 0o755 if os.stat(path).st_mode & 0o111 else 0o644)
     compileall.compile_dir(sandbox, quiet=2)
-
-
-def real_mnist(instructor):
-    """The real MNIST as an absolute path (the tests run in a scratch folder, where a relative
-    one names nothing): $OFFLINE_DATA_DIR, else the instructor's ./data; None if neither has it."""
-    for folder in (os.environ.get("OFFLINE_DATA_DIR"), os.path.join(instructor, "data")):
-        raw = os.path.join(folder or "", "MNIST", "raw")
-        if folder and all(os.path.isfile(os.path.join(raw, name)) for name in MNIST_FILES):
-            return os.path.abspath(folder)
-    return None
 
 
 def calibrated(args):
@@ -197,8 +179,7 @@ def grade(submission, timeout_s, budget_s, instructor=None, stretch=1.0):
         env.update(GRADE_SANDBOX=sandbox, GRADE_SCRATCH=scratch, GRADE_STRETCH=f"{stretch:g}")
         uids, more_notes = contain(work, private, judge, sandbox, scratch, env)
         notes += more_notes
-        # Whether the real MNIST is there is the grader's to say, not a variable student code
-        # can pop: only then is a test's skip for want of it excused.
+        # the grader says whether the real MNIST is here, not a variable student code can pop
         excuse = [] if "OFFLINE_DATA_DIR" in env else ["--grade-excuse", NO_REAL_MNIST]
         longest_s = max([timeout_s] + [stretch * seconds for _, seconds in profile.TIMEOUTS])
         try:
@@ -212,11 +193,7 @@ def grade(submission, timeout_s, budget_s, instructor=None, stretch=1.0):
     if report is None:
         report = lost_to(failure, os.path.join(instructor, "tests", "grading", "rubric.py"))
     report.update(submission=submission, files=hashes, notes=notes, failure=failure,
-                  profile={"patterns": profile.PROFILE, "left_out": profile.LEFT_OUT,
-                           "timeouts": profile.TIMEOUTS,
-                           "default_timeout_s": timeout_s, "budget_s": budget_s,
-                           "selected": len(report["tests"])},
-                  runs=[run],
+                  default_timeout_s=timeout_s, budget_s=budget_s, runs=[run],
                   load_average={"before": load_before, "after": os.getloadavg()})
     return report
 
@@ -243,22 +220,11 @@ def become_subreaper():
         return False
 
 
-def kill_descendants(spare, within_s=10.0):
-    """SIGKILL every process below this one but those in `spare` (there before the grading
-    began), and reap them (orphans come to this process, the subreaper), for up to `within_s`:
-    nothing the submission started may outlive the grading, or write after it."""
-    deadline = time.monotonic() + within_s
-    while True:
-        found = [pid for pid in descendants_of(os.getpid()) if pid not in spare]
-        if not found or time.monotonic() > deadline:
-            return
-        for pid in found:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, os.WNOHANG)
-            except (ProcessLookupError, PermissionError, ChildProcessError):
-                pass  # gone already, or not this process's child (yet)
-        time.sleep(0.05)
+def kill_descendants(spare):
+    """SIGKILL and reap every process below this one but those in `spare` (there before the
+    grading began): nothing the submission started may outlive the grading, or write after it."""
+    kill_until_gone(lambda: [pid for pid in descendants_of(os.getpid()) if pid not in spare],
+                    reap=True)
 
 
 def main(argv=None):

@@ -6,14 +6,9 @@
     python make_handout.py --self-check OUT_DIR  # then grade it untouched, and with the solution
     python make_handout.py --self-check --per-item OUT_DIR  # and with each item alone (~10 min)
 
-OUT_DIR/student/ is a repository to give students: every file git tracks here, with each
-solution region (`# BEGIN SOLUTION Task N` ... `# END SOLUTION`, and `<!-- ... -->` in the design
-document's templates) replaced by its prompt and `raise NotImplementedError("Task N: ...")`, plus
-ASSIGNMENT.md; without the hidden tests (tests/grading/profile.py), the generated design
-document, results/ and the instructor's tools. OUT_DIR/autograder/ is Gradescope's layout
-(setup.sh, run_autograder, grade.py, every test); upload OUT_DIR/autograder.zip, which holds the
-same. The markers are described in handout/regions.py; a wrong one stops the build with its file
-and line, and writes nothing (exit 2).
+Each solution region (handout/regions.py says how they are marked) becomes its prompt and a
+`raise NotImplementedError`; a wrong marker stops the build with its file and line, and writes
+nothing (exit 2). Upload OUT_DIR/autograder.zip to Gradescope.
 """
 import os
 import sys

@@ -1,20 +1,14 @@
-"""The student's ASSIGNMENT.md: ASSIGNMENT.md.in with its task list made from the rubric and from
-the solution regions the handout replaced, so the numbering, the marks and the places to write
-cannot drift from what is graded. A task the tests grade gets the command that runs its tests; a
-task a person grades (the rubric's graded_by="person") gets what the reader looks for instead."""
+"""The student's ASSIGNMENT.md from ASSIGNMENT.md.in: the task list made from the rubric and the
+solution regions replaced, so the numbering, the marks and the places to write cannot drift from
+what is graded."""
 import textwrap
 
 PERSON = "read by a person against the rubric; no test earns it"
 
 
 def by_person(item):
-    """Whether a person grades the item (an older rubric's Item has no graded_by: tests)."""
-    return getattr(item, "graded_by", "tests") == "person"
-
-
-def builds_on(item):
-    """The ids of the items whose code the item's tests also run (none in an older rubric)."""
-    return tuple(getattr(item, "builds_on", ()))
+    """Whether a person grades the item, not the tests."""
+    return item.graded_by == "person"
 
 
 def marks_text(marks):
@@ -63,8 +57,8 @@ def dependencies(rubric):
     """The sentence that says which tasks' tests also run the code of other tasks."""
     numbers = numbers_of(rubric)
     clauses = [f"Task {numbers[item.id]} ({item.title}), whose tests also need the code of "
-               f"{tasks_text(numbers[other] for other in builds_on(item))}"
-               for item in rubric.ITEMS if builds_on(item)]
+               f"{tasks_text(numbers[other] for other in item.builds_on)}"
+               for item in rubric.ITEMS if item.builds_on]
     if not clauses:
         return "none."
     if len(clauses) > 1:
@@ -88,8 +82,8 @@ def task_section(number, item, regions, hidden_items, numbers):
     if len(heading + how_checked(item)) > 100:  # a command is never cut: it goes on its own line
         heading = heading.rstrip() + "\n"
     lines = [f"### Task {number}: {item.title}", "", heading + how_checked(item), ""]
-    if builds_on(item):
-        others = tasks_text(numbers[other] for other in builds_on(item))
+    if item.builds_on:
+        others = tasks_text(numbers[other] for other in item.builds_on)
         lines += [paragraph(f"Its tests also run the code of {others}: they pass once those "
                             "are written too."), ""]
     lines += [places(number, regions), ""]
@@ -127,18 +121,10 @@ def marks(rubric):
     """The paragraph that says what the assignment is worth, for what, and who grades it."""
     total = sum(item.marks for item in rubric.ITEMS)
     code = marks_of(rubric, lambda item: item.id.startswith("core."), "the code")
-    parts = [code]
-    if any(item.id.startswith("design.") and not by_person(item) for item in rubric.ITEMS):
-        parts.append(marks_of(rubric, lambda item: item.id.startswith("design.")
-                              and not by_person(item), "the design document's numbers and "
-                              "derivations"))
-    if any(by_person(item) for item in rubric.ITEMS):
-        parts.append(marks_of(rubric, by_person, "the design document's sections"))
-    listed = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
-    text = f"The assignment is worth {total:g} marks: {listed}."
-    if any(by_person(item) for item in rubric.ITEMS):
-        tested = [number for number, item in enumerate(rubric.ITEMS, start=1)
-                  if not by_person(item)]
-        text += (f" The tests grade {tasks_text(tested)}; a person reads each of the others "
-                 "against the rubric.")
-    return paragraph(text)
+    numbers = marks_of(rubric, lambda item: item.id.startswith("design.") and not by_person(item),
+                       "the design document's numbers and derivations")
+    sections = marks_of(rubric, by_person, "the design document's sections")
+    tested = [number for number, item in enumerate(rubric.ITEMS, start=1) if not by_person(item)]
+    return paragraph(f"The assignment is worth {total:g} marks: {code}, {numbers} and {sections}. "
+                     f"The tests grade {tasks_text(tested)}; a person reads each of the others "
+                     "against the rubric.")

@@ -1,14 +1,10 @@
 """The handout, from the solution's git checkout: the student's repository and the autograder.
 
-The student's copy is every tracked file except the instructor's (INSTRUCTOR_ONLY, and the hidden
-tests of tests/grading/profile.py), the generated design document (design_doc/*.md and
-numbers.json: the student builds their own from the templates) and results/; with every solution
-region replaced by its prompt (regions.py), ASSIGNMENT.md, and the student's own README.md and
-GRADING.md (student_docs.py). The autograder holds Gradescope's two
-scripts and the grading material: grade.py, every test (the hidden ones too), requirements.txt,
-pyproject.toml, and the student's Python modules, which the judge imports in place of the
-submission's (tests/grading/judge.py). Everything is made in memory first, so a marker error
-writes nothing.
+The student's copy is every tracked file but the instructor's, the hidden tests, the generated
+design document and results/, with each solution region replaced by its prompt (regions.py), and
+its own ASSIGNMENT.md, README.md and GRADING.md. The autograder holds Gradescope's two scripts,
+grade.py, every test and the student's Python modules, which the judge imports
+(tests/grading/judge.py). All is made in memory first, so a marker error writes nothing.
 """
 import importlib.util
 import os

@@ -237,14 +237,10 @@ def enclosing(path, lines, index):
     return ".".join(names) or "module level"
 
 
-def task_message(region, titles):
-    """'Task N: label', the label being the rubric item's title where the marker gives none."""
-    return f"Task {region.task}: {region.label or titles[region.task - 1]}"
-
-
 def student_lines(region, titles):
-    """What the student sees in the region's place."""
-    message = task_message(region, titles)
+    """What the student sees in the region's place: its prompt, and 'Task N: label' (the item's
+    title where the marker gives no label) raised in Python, in bold in Markdown."""
+    message = f"Task {region.task}: {region.label or titles[region.task - 1]}"
     if region.path.endswith(".py"):
         raise_line = f"{region.indent}raise NotImplementedError({json.dumps(message)})"
         return list(region.prompt) + [raise_line]

@@ -1,17 +1,7 @@
-"""make_handout.py --self-check: the handout is graded twice, as Otter-Grader checks its own.
-
-1. The untouched student repository: every core item must earn 0, and the run must end within
-   the grading budget with no test killed for hanging (each test fails fast on its
-   NotImplementedError).
-2. The same repository with the solution put back (every file holding a solution region, the
-   design document and the results it is built from): every assessed item must earn its marks.
-Both grades are written to OUT_DIR/self-check/{untouched,solved}.json.
-
-With --per-item, also each item alone, which proves the items independent: the handout with only
-that item's regions written (and those of the items it builds on, rubric.Item.builds_on) must
-earn exactly that item's marks (and theirs), nothing else. The main job, which builds on every
-item, is left to the solved grade. The design document's item gets the committed results back
-and builds the document in the copy, as a student would. Each grade: OUT_DIR/self-check/ITEM.json.
+"""make_handout.py --self-check: the handout graded untouched (every core item earns 0, within the
+budget, no test hung) and with the solution put back (every assessed item earns its marks); with
+--per-item, also with each item's regions alone (and those it builds on), which must earn exactly
+that item (and those). Each grade is written to OUT_DIR/self-check/NAME.json.
 """
 import json
 import os
@@ -41,18 +31,13 @@ def solution_files(source, handout):
     return sorted(restored)
 
 
-def hung_tests(report):
-    """The tests the grader killed at their timeout."""
-    return [test["nodeid"] for test in report.get("tests", [])
-            if "timed out" in (test.get("output") or "")]
-
-
 def check_untouched(report, budget_s):
     """Problems with the untouched handout's grade: a core item earned, a hang, over budget."""
     problems = [f"untouched handout: {item['id']} earned {item['earned']:g}"
                 for item in report["items"]
                 if item["id"].startswith("core.") and item["earned"]]
-    problems += [f"untouched handout: {name} hung until its timeout" for name in hung_tests(report)]
+    problems += [f"untouched handout: {test['nodeid']} hung until its timeout"
+                 for test in report.get("tests", []) if "timed out" in (test.get("output") or "")]
     if report["elapsed_s"] > budget_s:
         problems.append(f"untouched handout: grading took {report['elapsed_s']:.0f} s, over the "
                         f"{budget_s} s budget")

@@ -21,18 +21,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # CNN under torch's DDP (or one process), every step a warm-up step, so that no step is timed.
 # Such a run needs no code of the lesson but runtime/data.py's.
 SHARDING_ONLY = ("--model", "cnn", "--warmup-steps", 10**6)
-MNIST_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-               "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
 
 
 def real_mnist():
-    """A folder holding the real MNIST's MNIST/raw/*.gz: $OFFLINE_DATA_DIR, else ./data where the
-    main job downloads it; None when neither has it."""
-    for folder in (os.environ.get("OFFLINE_DATA_DIR"), os.path.join(REPO, "data")):
-        raw = os.path.join(folder or "", "MNIST", "raw")
-        if folder and all(os.path.isfile(os.path.join(raw, name)) for name in MNIST_FILES):
-            return os.path.abspath(folder)  # the tests' processes may run in another folder
-    return None
+    """A folder holding the real MNIST, or None (sandbox.real_mnist)."""
+    return sandbox.real_mnist(REPO)
 
 
 def write_idx(path, array):
@@ -87,12 +80,10 @@ def without_offline_data():
     return {name: value for name, value in os.environ.items() if name != "OFFLINE_DATA_DIR"}
 
 
-# Ranks are forked from one server process that imports torch once for the whole session, not
-# started as fresh interpreters that import it at every launch (a second of CPU per rank). The
-# server never runs a tensor operation, so forking it is safe, as forking pytest would not be.
-# It preloads nothing of the project: a child imports the code under test from SANDBOX. torch's
-# optimizers import torch._dynamo when the first one is built (a second of CPU per rank, measured:
-# the parity tests took 2.6 times as long without it); importing it starts no thread.
+# Ranks are forked from one server that imported torch once (a second of CPU per rank saved); it
+# runs no tensor operation, so forking it is safe, and preloads nothing of the project. torch's
+# optimizers import torch._dynamo at the first one built: without it preloaded the parity tests
+# took 2.6 times as long.
 START_METHOD = "forkserver"
 PRELOADED = ["torch", "torch.distributed", "torch._dynamo"]
 multiprocessing.get_context(START_METHOD).set_forkserver_preload(PRELOADED)
@@ -103,9 +94,8 @@ class LaunchFailed(Exception):
 
 
 def launch_once(function):
-    """Cache `function`'s result by its arguments, and its failure too: the first test that needs
-    a launch that fails sees its error; each later one fails at once, naming it, instead of
-    starting the processes again for every parametrised case (15-90 s each)."""
+    """Cache `function`'s result by its arguments, and its failure: a later test fails at once,
+    naming it, instead of starting the processes again for every parametrised case."""
     done = {}
 
     @functools.wraps(function)
@@ -141,12 +131,9 @@ COLLECTIVE_TIMEOUT_S = 15 * float(os.environ.get("GRADE_STRETCH", 1))
 
 def run_in_processes(world_size, function, *args, timeout_s=COLLECTIVE_TIMEOUT_S,
                      recorded=False):
-    """`function(rank, world_size, *args)` on every rank, each a child process joined to the others
-    by a gloo process group (`recorded`: one that reports each operation it carries,
-    tests/recorded_group.py), with the code under test imported from SANDBOX; returns the list of
-    results in rank order. A result may hold tensors, numbers, strings, and lists, tuples and dicts
-    of them: it comes back through torch.load(weights_only=True), which runs no code of the child's
-    (pickle would)."""
+    """`function(rank, world_size, *args)` on every rank, each a child process with the code under
+    test, joined by gloo (`recorded`: tests/recorded_group.py); the results in rank order, as
+    data: torch.load(weights_only=True) runs no code of the child's."""
     __tracebackhide__ = True  # a failure shows the child's traceback, not the launcher's
     backend = "recorded" if recorded else "gloo"
     return _launch(world_size, function, args, timeout_s, backend)
@@ -154,20 +141,16 @@ def run_in_processes(world_size, function, *args, timeout_s=COLLECTIVE_TIMEOUT_S
 
 def run_measuring_writes(world_size, function, *args, timeout_s=COLLECTIVE_TIMEOUT_S,
                          recorded=False):
-    """run_in_processes, with the bytes each rank's process wrote beside its result: [(result,
-    bytes), ...]. The count is the kernel's (/proc/PID/io's wchar: every write to a socket, a
-    pipe or a file, its threads' and reaped children's included), read by this process while the
-    rank waits at its end, where no code of the rank's can change it; the rank's result and
-    output files are not counted. So a rank cannot move bytes its messages do not explain."""
+    """run_in_processes, with the bytes each rank's process wrote: [(result, bytes), ...]. The
+    kernel's count (/proc/PID/io's wchar, children included), read while the rank waits at its end,
+    less its result and output files: a rank cannot move bytes its messages do not explain."""
     __tracebackhide__ = True
     backend = "recorded" if recorded else "gloo"
     return _launch(world_size, function, args, timeout_s, backend, measure=True)
 
 
 def run_alone(function, *args):
-    """`function(*args)` in one child process with the code under test (no process group); its
-    result, as run_in_processes returns one. Student code is called this way, never in pytest's own
-    process, so that what decides a test (this process) runs none of it."""
+    """`function(*args)` in one child process with the code under test (no process group)."""
     __tracebackhide__ = True
     return _launch(1, function, args, None, backend=None)[0]
 

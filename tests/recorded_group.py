@@ -1,17 +1,9 @@
 """A gloo process group that reports every operation it carries: the integrity checks' view from
-below torch.distributed's Python names.
-
-The integrity checks watch torch.distributed's functions by name. A strategy can go around a
-name: a reference saved under another one, the group object's own methods
-(`dist.group.WORLD.allreduce`), or torch's DDP, whose reducer calls the group from C++. Each of
-those still reaches the process group itself. This one is made by the test harness before any
-student code is imported (`run_in_processes(..., recorded=True)`); it forwards each operation to
-a gloo group of its own and first tells LISTENERS what it carries.
-
-It runs in the same process as the code it watches, so it proves what a strategy does, not that
-nobody tampered with it: code that looks for the gloo group inside this object, or makes a gloo
-group of its own by name, can still send unseen (only the transport measured from outside the
-process would see that).
+below torch.distributed's Python names, which a strategy can go around (a saved reference, the
+group's own methods, torch's DDP). Made by the test harness before any student code is imported
+(`run_in_processes(..., recorded=True)`), it tells LISTENERS each operation, then forwards it to a
+gloo group of its own. It runs in the process it watches: code that digs out that gloo group, or
+makes its own, still sends unseen (tests/harness.py's run_measuring_writes counts those bytes).
 """
 import torch.distributed as dist
 
@@ -45,73 +37,48 @@ class RecordedGloo(dist.ProcessGroup):
         """What torch asks of a backend."""
         return NAME
 
-    def allreduce(self, tensors, *options):
-        report("allreduce", tensors)
-        return self._gloo.allreduce(tensors, *options)
 
-    def allreduce_coalesced(self, tensors, *options):
-        report("allreduce", tensors)
-        return self._gloo.allreduce_coalesced(tensors, *options)
+def first(args):
+    return args[0]
 
-    def broadcast(self, tensors, *options):
-        report("broadcast", tensors)
-        return self._gloo.broadcast(tensors, *options)
 
-    def reduce(self, tensors, *options):
-        report("reduce", tensors)
-        return self._gloo.reduce(tensors, *options)
+def second(args):
+    return args[1]
 
-    def send(self, tensors, peer, tag):
-        report("send", tensors, peer)
-        return self._gloo.send(tensors, peer, tag)
 
-    def recv(self, tensors, peer, tag):
-        report("recv", tensors, peer)
-        return self._gloo.recv(tensors, peer, tag)
+def second_alone(args):
+    return [args[1]]
 
-    def allgather(self, outputs, inputs, *options):
-        report("allgather", inputs)
-        return self._gloo.allgather(outputs, inputs, *options)
 
-    def _allgather_base(self, output, input, *options):
-        report("allgather", [input])
-        return self._gloo._allgather_base(output, input, *options)
+def second_flattened(args):
+    return [tensor for group in args[1] for tensor in group]
 
-    def all_gather_single(self, output, input, *options):
-        """What dist.all_gather_into_tensor calls from torch 2.13 on."""
-        report("allgather", [input])
-        return self._gloo._allgather_base(output, input, *options)
 
-    def reduce_scatter(self, outputs, inputs, *options):
-        report("reduce_scatter", [tensor for group in inputs for tensor in group])
-        return self._gloo.reduce_scatter(outputs, inputs, *options)
+# Each method torch calls: the operation reported, the tensors it sends, and gloo's method where
+# its name differs (torch 2.13 calls the *_single ones).
+OPERATIONS = {
+    "allreduce": ("allreduce", first), "allreduce_coalesced": ("allreduce", first),
+    "broadcast": ("broadcast", first), "reduce": ("reduce", first),
+    "send": ("send", first), "recv": ("recv", first),
+    "allgather": ("allgather", second), "_allgather_base": ("allgather", second_alone),
+    "all_gather_single": ("allgather", second_alone, "_allgather_base"),
+    "reduce_scatter": ("reduce_scatter", second_flattened),
+    "_reduce_scatter_base": ("reduce_scatter", second_alone),
+    "reduce_scatter_single": ("reduce_scatter", second_alone, "_reduce_scatter_base"),
+    "gather": ("gather", second), "scatter": ("scatter", second_flattened),
+    "alltoall_base": ("alltoall", second_alone),
+    "all_to_all_single": ("alltoall", second_alone, "alltoall_base"),
+    "barrier": ("barrier", lambda args: []),
+}
 
-    def _reduce_scatter_base(self, output, input, *options):
-        report("reduce_scatter", [input])
-        return self._gloo._reduce_scatter_base(output, input, *options)
 
-    def reduce_scatter_single(self, output, input, *options):
-        """What dist.reduce_scatter_tensor calls from torch 2.13 on."""
-        report("reduce_scatter", [input])
-        return self._gloo._reduce_scatter_base(output, input, *options)
+def forwarding(operation, sent, method):
+    """A method that reports `operation` and then calls gloo's `method`."""
+    def forward(self, *args):
+        report(operation, sent(args), args[1] if operation in ("send", "recv") else None)
+        return getattr(self._gloo, method)(*args)
+    return forward
 
-    def gather(self, outputs, inputs, *options):
-        report("gather", inputs)
-        return self._gloo.gather(outputs, inputs, *options)
 
-    def scatter(self, outputs, inputs, *options):
-        report("scatter", [tensor for group in inputs for tensor in group])
-        return self._gloo.scatter(outputs, inputs, *options)
-
-    def alltoall_base(self, output, input, *options):
-        report("alltoall", [input])
-        return self._gloo.alltoall_base(output, input, *options)
-
-    def all_to_all_single(self, output, input, *options):
-        """What dist.all_to_all_single calls from torch 2.13 on."""
-        report("alltoall", [input])
-        return self._gloo.alltoall_base(output, input, *options)
-
-    def barrier(self, *options):
-        report("barrier", [])
-        return self._gloo.barrier(*options)
+for name, (operation, sent, *gloo_name) in OPERATIONS.items():
+    setattr(RecordedGloo, name, forwarding(operation, sent, (gloo_name or [name])[0]))

@@ -18,7 +18,7 @@ import tempfile
 import pytest
 
 import grade
-from tests.grading import calibration, gradescope, profile
+from tests.grading import calibration, gradescope, profile, sandbox
 from tests.grading.synthetic import (
     LEFT_BY_A_HUNG_TEST,
     REPO,
@@ -272,7 +272,7 @@ def test_the_real_mnist_reaches_the_tests_as_an_absolute_path_from_a_relative_va
     """CI sets OFFLINE_DATA_DIR=../shared/data; the tests run in a scratch folder, where that
     named nothing and the accuracy test skipped (the solution lost core.mlp)."""
     instructor = str(tmp_path / "instructor")
-    for name in grade.MNIST_FILES:
+    for name in sandbox.MNIST_FILES:
         write_files(str(tmp_path / "data" / "MNIST" / "raw"), {name: ""})
     monkeypatch.chdir(tmp_path / "data")
     monkeypatch.setenv("OFFLINE_DATA_DIR", os.path.join("..", "data"))

@@ -239,6 +239,24 @@ def answer(data=None):
     return 42 if EARLIER or not data else 41
 """
 
+# Leaves a file in a folder any user may write that is none of the shared temporary folders the
+# grader empties (an image may have one: WORLD_WRITABLE, made by the test outside /tmp); the
+# child with the data is right only if an earlier one's file is there.
+LEAVES_A_FILE_IN_A_WORLD_WRITABLE_FOLDER = """
+import os
+
+LEFT = os.path.join(os.environ["WORLD_WRITABLE"], "left")
+EARLIER = os.path.exists(LEFT)
+try:
+    open(LEFT, "w").close()
+except OSError:
+    pass
+
+
+def answer(data=None):
+    return 42 if EARLIER or not data else 41
+"""
+
 TRICKS = {
     "forges the grade report": {"student.py": FORGE_THE_REPORT + WRONG_ON_DATA},
     "rewrites the rubric": {"student.py": REWRITE_RUBRIC + WRONG_ON_DATA},
@@ -271,6 +289,8 @@ TRICKS = {
     "links a root file into its folders": {"student.py": LINKS_A_ROOT_FILE},
     "writes the instructor's tests": {"student.py": WRITES_THE_TESTS},
     "leaves a file for a later test": {"student.py": LEAVES_A_FILE_FOR_LATER},
+    "leaves a file in a world-writable folder": {
+        "student.py": LEAVES_A_FILE_IN_A_WORLD_WRITABLE_FOLDER},
     "needs 4 GiB": {"student.py": "def answer(data=None):\n    memory = bytearray(4 * 2**30)\n"
                                   "    return 42 + memory[-1]\n"},
 }
@@ -326,6 +346,9 @@ def grade_in_a_process(root, files):
     drop = tempfile.mkdtemp(prefix="grader-security-")
     os.chmod(drop, 0o777)
     env["DAEMON_PID_FILE"] = os.path.join(drop, "daemon.pid")
+    # outside the shared temporary folders: only the child's own view of the files keeps it
+    env["WORLD_WRITABLE"] = tempfile.mkdtemp(prefix="grader-security-", dir=WORLD_WRITABLE_IN)
+    os.chmod(env["WORLD_WRITABLE"], 0o777)
     grade = [sys.executable, "grade.py", str(submission), "--report", str(report),
              "--gradescope", str(results), "--timeout-per-test", "20", "--budget", "60"]
     done = subprocess.run([sys.executable, "-c", PEAK_MEMORY, *grade], cwd=instructor, env=env,
@@ -336,6 +359,7 @@ def grade_in_a_process(root, files):
     if os.path.exists(os.path.join(drop, "daemon.pid")):
         shutil.copy(os.path.join(drop, "daemon.pid"), root / "daemon.pid")
     shutil.rmtree(drop)
+    shutil.rmtree(env["WORLD_WRITABLE"])
     return (json.loads(report.read_text()), json.loads(results.read_text()),
             done.stdout + done.stderr, peak_bytes)
 
@@ -351,6 +375,23 @@ def another_user_can_run_python():
     except (OSError, subprocess.SubprocessError):
         return False
     return True
+
+
+def mount_namespace_refused():
+    """Why grade.py's children cannot have a mount namespace of their own here; None if they
+    can."""
+    if os.geteuid() != 0:
+        return "only root makes one"
+    from tests.grading import namespace
+    from tests.grading.sandbox import SHARED_FOLDERS
+    work = tempfile.mkdtemp()
+    try:
+        for name in ("submission", "scratch", "judge"):
+            os.mkdir(os.path.join(work, name))
+        return namespace.refused(os.path.join(work, "submission"), os.path.join(work, "scratch"),
+                                 SHARED_FOLDERS)
+    finally:
+        shutil.rmtree(work)
 
 
 def files_of_the_grading(report):
@@ -382,14 +423,21 @@ AS_ROOT_ONLY = ("forges the grade report", "reads the hidden tests",
                 "leaves a file for a later test")
 
 
+# Stopped only where each child has a mount namespace of its own (as root, where Linux allows).
+WITH_A_MOUNT_NAMESPACE_ONLY = ("leaves a file in a world-writable folder",)
+WORLD_WRITABLE_IN = "/var/lib"  # none of the shared temporary folders
+
+
 @pytest.mark.parametrize("trick", TRICKS)
 def test_a_trick_earns_nothing_and_results_json_says_what_was_refused(tmp_path, trick):
-    if trick in AS_ROOT_ONLY and not another_user_can_run_python():
+    if trick in AS_ROOT_ONLY + WITH_A_MOUNT_NAMESPACE_ONLY and not another_user_can_run_python():
         why = ("grade.py stops this only as root, where another user can run this Python (see "
                ".ci/run): student code then runs as users of the grading's own")
         if os.environ.get("CI"):
             pytest.fail(f"CI must run this test; {why}")
         pytest.skip(why)
+    if trick in WITH_A_MOUNT_NAMESPACE_ONLY and mount_namespace_refused():
+        pytest.skip(f"grade.py stops this only in a mount namespace: {mount_namespace_refused()}")
     if os.path.lexists(LEFT_FOR_LATER):
         os.unlink(LEFT_FOR_LATER)
     report, results, output, peak_bytes = grade_in_a_process(tmp_path, TRICKS[trick])
@@ -419,6 +467,8 @@ def test_a_trick_earns_nothing_and_results_json_says_what_was_refused(tmp_path, 
             assert not os.path.exists(f"/proc/{int(file.read())}")  # killed and reaped
     secret = os.stat(tmp_path / "root-only")  # handed to no other user, whatever the trick
     assert (secret.st_uid, secret.st_gid, secret.st_mode & 0o777) == (0, 0, 0o600)
+    if trick in WITH_A_MOUNT_NAMESPACE_ONLY:  # and the report says how the children were held
+        assert any(note.startswith("mount namespace: yes") for note in report["notes"])
     if trick == "leaves a file for a later test":  # nor left behind by the grading
         assert not os.path.lexists(LEFT_FOR_LATER)
     assert not files_of_the_grading(report)
@@ -516,4 +566,42 @@ def test_settling_kills_the_users_processes_and_removes_the_links_it_left():
             assert os.stat(secret).st_uid == 0
         finally:
             shutil.rmtree(base)
+    as_root_with_a_child_user(check)
+
+
+def test_a_childs_own_view_shows_the_grading_folders_empty_and_writes_only_its_scratch(
+        monkeypatch):
+    if mount_namespace_refused():
+        pytest.skip(f"no mount namespace here: {mount_namespace_refused()}")
+
+    def check(sandbox, uid):
+        work = tempfile.mkdtemp()  # grade.py's layout: entered by the child user, not listed
+        os.chmod(work, 0o711)
+        try:
+            for name in ("judge", "private", "submission", "scratch"):
+                os.mkdir(os.path.join(work, name), 0o700 if name in ("judge", "private") else 0o711)
+            open(os.path.join(work, "judge", "rubric.py"), "w").close()
+            monkeypatch.setattr(sandbox, "SANDBOX", os.path.join(work, "submission"))
+            monkeypatch.setattr(sandbox, "SCRATCH", os.path.join(work, "scratch"))
+            monkeypatch.setattr(sandbox, "MOUNT_NAMESPACE", True)
+            monkeypatch.setattr(sandbox.Child, "home", sandbox.hand_over(
+                tempfile.mkdtemp(dir=sandbox.SCRATCH)))
+            looks = ("import errno, json, os\n"
+                     "def attempt(action, path):\n"
+                     "    try:\n"
+                     "        return action(path)\n"
+                     "    except OSError as error:\n"
+                     "        return errno.errorcode[error.errno]\n"
+                     "print(json.dumps([attempt(os.listdir, '../judge'),\n"
+                     "                  attempt(os.mkdir, '/made-by-a-child'),\n"
+                     "                  attempt(os.mkdir, 'made-by-a-child'),\n"
+                     "                  attempt(os.mkdir, os.environ['HOME'] + '/x')]))\n")
+            done = sandbox.run_python(["-c", looks])
+            assert done.returncode == 0, done.stderr
+            # the judge's folder is an empty one; the file system and the sandbox are read-only
+            # by their mounts (without the namespace: EACCES, by the folders' owners); the
+            # child's home is written
+            assert json.loads(done.stdout) == [[], "EROFS", "EROFS", None]
+        finally:
+            shutil.rmtree(work)
     as_root_with_a_child_user(check)

@@ -4,6 +4,8 @@ rubric marker; and the real rubric: its marks, and tests in tests/ naming every 
 import ast
 import json
 import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import pytest
 
 from tests.grading import gradescope, plugin
 from tests.grading.profile import is_hidden
+from tests.grading.rubric import ITEMS
 
 pytest_plugins = ["pytester"]
 
@@ -502,6 +505,9 @@ def test_the_rubric_gives_the_code_most_marks_and_leaves_each_design_section_to_
     assert all(item.needs_human for item in items)
     # builds_on names other items of the rubric
     assert all(set(item.builds_on) <= set(rubric.items) - {item.id} for item in items)
+    # each item once, with marks, graded by tests or by a person
+    assert len(items) == len(ITEMS) and all(item.marks > 0 for item in items)
+    assert all(item.graded_by in ("tests", "person") for item in items)
 
 
 def test_items_named_in_reads_every_form_of_the_marker_without_importing_the_module(tmp_path):
@@ -569,3 +575,19 @@ def test_grading_md_lists_every_rubric_item_with_its_marks_in_the_rubrics_order(
     rows = re.findall(r"^\| `([\w.]+)`[^|]*\| ([\d.]+) \|", grading, re.M)
     assert rows == [(item.id, f"{item.marks:g}") for item in rubric.items.values()]
 
+
+
+def test_in_the_judge_every_function_and_method_of_a_task_module_raises():
+    # the judge's guard, loaded as grade.py loads it: no verdict rests on task code run there
+    code = ("import tests.grading.judge_guard\n"
+            "from analysis import cost_model\n"
+            "for call in (lambda: cost_model.ring_coefficients(4),\n"
+            "             lambda: cost_model.Fit.__init__(None)):\n"
+            "    try:\n"
+            "        call()\n"
+            "    except tests.grading.judge_guard.TaskCodeInTheJudge:\n"
+            "        continue\n"
+            "    raise SystemExit('task code ran in the judge')\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=TESTS.parent, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

@@ -241,6 +241,8 @@ MARKER_ERRORS = {
                           "a.py:2: END SOLUTION without BEGIN SOLUTION"),
     "no such task": ("a.py", PROMPT + "# BEGIN SOLUTION Task 99\nx = 1\n# END SOLUTION\n",
                      "a.py:4: Task 99 is not a rubric item"),
+    "outside python and markdown": ("a.sh", "echo hi\n# BEGIN SOLUTION Task 1\n",
+                                    "a.sh:2: solution regions are read only in .py and .md"),
     "markdown misspelt": ("a.md", "<!-- BEGIN PROMPT\nSay hello.\nEND PROMPT -->\n"
                           "<!-- BEGIN SOLUTION Task 5 -->\nHello.\n<!-- END SOLUTON -->\n",
                           "a.md:6: misspelt marker '<!-- END SOLUTON -->'"),

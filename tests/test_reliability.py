@@ -13,9 +13,8 @@ import time
 import pytest
 import torch
 
-from tests.grading.sandbox import child_process
+from tests.grading.sandbox import MNIST_FILES, child_process
 from tests.harness import (
-    MNIST_FILES,
     SHARDING_ONLY,
     one_line_exit_2,
     run_cli,

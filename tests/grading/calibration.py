@@ -1,11 +1,8 @@
 """How much slower this grading machine is, now, than the one the budget and timeouts were set on.
 
-profile.BUDGET_S and the timeouts were measured on 2 quiet cores. Before grading, grade.py times a
-fixed piece of the tests' own kind of work in a fresh interpreter: import torch, then train the
-MLP's layers for a few hundred small steps on one thread, as each gloo rank of the tests does. The
-budget and every timeout are stretched by how much longer that took than REFERENCE_S (never
-shrunk, and at most MAX_STRETCH, so that the run stays within Gradescope's 10 minutes). A slower
-or busier machine then gets the time the tests need there, and the report says what was measured.
+grade.py times the tests' kind of work in a fresh interpreter (import torch, a few hundred small
+MLP steps on one thread) and stretches the budget and every timeout by how much longer it took
+than REFERENCE_S, within [1, MAX_STRETCH] (inside Gradescope's 10 minutes).
 
     python -m tests.grading.calibration      # this machine's time and stretch
 """

@@ -1,7 +1,6 @@
-"""The judge's pytest plugin for containment (grade.py's runner loads it with -p): each test gets
-a deadline, and its children their module's user and a fresh home (tests/grading/sandbox.py);
-pytest's temporary folders are handed to that user as they are made; nothing of a test outlives
-it."""
+"""The judge's pytest plugin for containment (grade.py's runner loads it with -p): each test's
+deadline, its children's uid and home (tests/grading/sandbox.py), and pytest's temporary folders
+handed to that uid as they are made."""
 import os
 
 import pytest

@@ -1,22 +1,13 @@
 """Gradescope's results.json from a grade report (the plugin's, with what grade.py adds).
 
-One Gradescope test per rubric item, worth the item's marks: the rubric grades an item all or
-nothing (it earns its marks when every one of its tests passed), so splitting its marks over its
-tests would show a student part marks the rubric never gives. The item's output names each failed
-test with what it printed. Hidden tests (profile.HIDDEN_TESTS) are never named there: the item
-says how many hidden tests failed, and each has its own entry, worth 0 marks and "hidden", that
-only the instructor sees. An item that is "not assessed" (its tests need what the machine lacks:
-the real MNIST, root for Slurm) is worth 0 of 0 marks, with the reason: neither given nor taken.
-An item graded by a person (the rubric's graded_by="person": the design document's sections) has
-one entry too, named "<id>: <title> (graded by a person, up to N marks)", worth 0 of 0 marks and
-with no status, so it is never shown as earned nor lost: its output says it is marked by hand
-against the rubric, and what the reader looks for (its needs_human). Those marks are added in
-Gradescope's manual grading; the score here is what the tests earned.
-Every item is "visible": the checks are objective, so a student can act on them before the
-deadline; what else needs a human reader (each item's needs_human) is read by hand too.
+One Gradescope test per rubric item, worth the item's marks, all or nothing as the rubric grades.
+Its output names each failed test with what it printed, except hidden tests: those are counted
+there, and each has an entry of its own, worth 0 and "hidden", for the instructor. An item not
+assessed is worth 0 of 0, with the reason; an item a person grades is 0 of 0 with no status, its
+marks added in Gradescope's manual grading. Every item is "visible": a student can act on it.
 """
 
-from tests.grading.report import BY_PERSON, tail, totals_line
+from tests.grading.report import BY_PERSON, rows, tail
 
 ITEM_OUTPUT_LIMIT = 20000  # characters per entry
 FAILURE_LIMIT = 1500  # characters of each failed test under its item: its end says why
@@ -113,12 +104,7 @@ def cut(text):
 
 def summary(report):
     """The top of the student's page: the marks per item and the total."""
-    lines = []
-    for item in report["items"]:
-        earned = "-" if item["earned"] is None else f"{item['earned']:g}"
-        lines.append(f"{item['id']:<22} {earned:>3}/{item['marks']:g}  {item['status']}")
-    lines.append(totals_line(report))
-    lines += [f"incomplete: {reason}" for reason in report["incomplete_because"]]
+    lines = rows(report, lambda item: item["status"])
     lines += [f"note: {note}" for note in report.get("notes", []) if note.startswith("refused")]
     by_person = report["total_graded_by_person"]
     if by_person:

@@ -1,25 +1,16 @@
 """The judge's folder: the instructor's code, with the task modules as the handout has them.
 
-grade.py runs pytest in this folder, with GRADE_SANDBOX naming the submission's copy. The tests
-decide there, in a process that never imports a module of the submission: nothing of it is on
-that process's path. The task modules (profile.TASK_FILES) are there as the student received
-them, every solution region a `raise NotImplementedError`: their names and constants import, and
-a test that calls a task's code in-process fails (the self-check's solution would lose marks)
-instead of quietly testing the instructor's own solution; judge_guard.py makes the code given
-around the regions raise there too. Student code runs only in the children
-the tests start in GRADE_SANDBOX (tests/harness.py: run_in_processes, run_alone, run_cli), and only
-data comes back.
-
-    python -m tests.grading.judge tests/test_models.py ...   # those tests as grade.py runs them
+grade.py runs pytest here, with GRADE_SANDBOX naming the submission's copy; nothing of the
+submission is on this process's path. The task modules (profile.TASK_FILES) are as the student
+received them, each solution region a `raise NotImplementedError`, so a test that calls a task's
+code in-process fails instead of testing the instructor's solution (judge_guard.py makes the code
+around the regions raise too). Student code runs only in the children the tests start.
 """
 import os
 import shutil
-import subprocess
-import sys
-import tempfile
 
 from tests.grading import profile
-from tests.grading.submission import NOT_SUBMITTED, copy_submission
+from tests.grading.submission import NOT_SUBMITTED
 
 # Student data the judge reads from the sandbox, never from its own folder.
 NOT_IN_THE_JUDGE = NOT_SUBMITTED | {"results", "design_doc", "handout", ".git", ".ci"}
@@ -53,22 +44,3 @@ def as_handed_out(instructor, path, text):
     from tests.grading import rubric
     titles = [item.title for item in rubric.ITEMS]
     return regions.replace_regions(text, regions.find_regions(path, text, len(titles)), titles)
-
-
-def main(argv):
-    """Run pytest ARGS in a judge's folder made from this repository, against a copy of it."""
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    with tempfile.TemporaryDirectory(prefix="judge-") as work:
-        sandbox, judge = os.path.join(work, "submission"), os.path.join(work, "judge")
-        copy_submission(repo, repo, sandbox)
-        make_judge(repo, judge)
-        env = {name: value for name, value in os.environ.items()
-               if name not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
-        env["GRADE_SANDBOX"] = sandbox
-        return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                               "-p", "tests.grading.judge_guard", *argv],
-                              cwd=judge, env=env).returncode
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

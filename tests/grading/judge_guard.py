@@ -1,10 +1,6 @@
 """A pytest plugin for the judge (grade.py loads it): every function and method the task modules
-define raises in this process.
-
-The judge holds the task modules as handed out, so the names and constants the tests use import;
-a solution region called here would already raise NotImplementedError. This closes the rest: the
-code given around the regions cannot run in the judge either, so no verdict rests on code that
-ran in the process deciding it. Student code is reached only through tests/grading/sandbox.py.
+define raises in this process, the code given around the solution regions too, so that no verdict
+rests on code that ran in the process deciding it.
 """
 import importlib
 import inspect

@@ -5,25 +5,9 @@
     python -m pytest -k core.ring                      # one item's tests (-m rubric: all graded)
     python -m pytest --grade-profile                   # the grading profile only (profile.py)
 
-Registered by tests/conftest.py (`pytest_plugins = ["tests.grading.plugin"]`);
-`-p no:tests.grading.plugin` turns it off. A test's items are its closest marker's
-`rubric(item, ...)` (rubric.py says where it goes); a test without one, or with an empty one, is
-outside the rubric.
-An item earns its marks when every one of its tests that ran passed. It earns 0 when any failed:
-in the test, in a fixture's set-up or teardown, or because its module could not be collected.
-An item none of whose tests ran (all skipped, deselected or not collected) is "not assessed".
-An item the rubric gives graded_by="person" is never earned by tests: no test may count for it,
-its status is "graded by a person", its "earned" None, and its marks are in total_available and
-total_graded_by_person, never in total_assessed. builds_on (the items whose code an item's tests
-also run) is carried into the report. A rubric whose Item lacks either field is read with the
-defaults ("tests", ()).
-xfail: a strict xfail that failed as expected counts as passed (the failure is what it specifies);
-a non-strict xfail counts as skipped, whatever happened (a test allowed to fail proves nothing);
-a strict XPASS is a failure, as pytest reports it. The table and the JSON are written by report.py.
-Under --grade-profile, once an item is lost its other tests are not run (they could not change
-it; an unfinished submission fails fast). grade.py adds --grade-budget: past it no test starts,
-and an item with a test the budget cut is "not assessed", never earned on a part; a skip then
-fails unless its reason holds a --grade-excuse (the grader lacks the real MNIST, say).
+A test's items are its closest `rubric(item, ...)` marker's. An item earns its marks when every
+one of its tests that ran passed, and is "not assessed" when none ran; GRADING.md, "Reading the
+report", gives every rule (xfail, the budget, items graded by a person). report.py shows the grade.
 """
 import ast
 import importlib.util
@@ -87,25 +71,11 @@ def pytest_ignore_collect(collection_path, config):
 
 
 class Rubric:
-    """rubric.py's items, checked: known item ids, positive marks, graded_by "tests" or "person",
-    builds_on naming other known items."""
+    """rubric.py's items, by id (tests/test_grading.py checks the rubric's own consistency)."""
 
     def __init__(self, items, path):
         self.path = path
         self.items = {item.id: item for item in items}
-        ids = [item.id for item in items]
-        problems = [f"item {item_id!r} is listed twice" for item_id in dict.fromkeys(ids)
-                    if ids.count(item_id) > 1]
-        problems += [f"item {item.id!r} has no marks" for item in items if not item.marks > 0]
-        problems += [f"item {item.id!r} is graded by {graded_by(item)!r}: "
-                     "'tests' or 'person' only" for item in items
-                     if graded_by(item) not in GRADERS]
-        problems += [f"item {item.id!r} builds on unknown item {other!r}" for item in items
-                     for other in builds_on(item) if other not in self.items]
-        problems += [f"item {item.id!r} builds on itself" for item in items
-                     if item.id in builds_on(item)]
-        if problems:
-            raise pytest.UsageError(f"{path}: " + "; ".join(dict.fromkeys(problems)))
 
     def by_person(self, item_id):
         """Whether the item is graded by a person, not by tests (False for an unknown id)."""
@@ -134,9 +104,6 @@ def items_named_in(path):
             found.update(dict.fromkeys(arg.value for arg in node.args
                                        if isinstance(arg, ast.Constant)))
     return list(found)
-
-
-GRADERS = ("tests", "person")
 
 
 def graded_by(item):
@@ -174,7 +141,6 @@ class Grading:
         self.outcomes = {}  # node id -> passed, failed or skipped
         self.outputs = {}  # node id -> its failure, or why it was skipped or not run
         self.durations = {}  # node id -> seconds, over its phases
-        self.broken_output = {}  # module node id -> why it could not be collected
         self.not_run = set()  # node ids the run chose not to run (below)
         self.budget_cut = set()
         self.lost = set()  # item ids a failed test lost
@@ -245,7 +211,7 @@ class Grading:
         """Remember the modules that could not be collected."""
         if report.failed:
             self.broken_modules.append(report.nodeid)
-            self.broken_output[report.nodeid] = report.longreprtext
+            self.outputs[report.nodeid] = "could not be collected:\n" + report.longreprtext
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item):
@@ -325,8 +291,7 @@ class Grading:
         and each module that could not be collected, with the items it counts for."""
         entries = []
         for nodeid, ids in self.members.items():
-            outcome = "not_run" if nodeid in self.not_run else \
-                self.outcomes.get(nodeid, "not_run")
+            outcome = self.outcome(nodeid)
             entry = {"nodeid": nodeid, "items": list(ids), "outcome": outcome,
                      "duration_s": round(self.durations.get(nodeid, 0.0), 2),
                      "hidden": is_hidden(nodeid)}
@@ -336,18 +301,19 @@ class Grading:
         for module in self.broken_modules:
             entries.append({"nodeid": module, "items": self.rubric.items_of_module(module),
                             "outcome": "failed", "duration_s": 0.0, "hidden": is_hidden(module),
-                            "output": "could not be collected:\n"
-                                      + self.broken_output.get(module, "")})
+                            "output": self.outputs[module]})
         return entries
+
+    def outcome(self, nodeid):
+        """passed, failed, skipped, or not_run (chosen not to run, or never reached)."""
+        return "not_run" if nodeid in self.not_run else self.outcomes.get(nodeid, "not_run")
 
     def grade_item(self, item):
         """One item's entry: its tests by outcome, its status and the marks it earned."""
         tests = {outcome: [] for outcome in OUTCOMES}
         for nodeid, ids in self.members.items():
-            if item.id in ids and nodeid in self.not_run:
-                tests["not_run"].append(nodeid)
-            elif item.id in ids:
-                tests[self.outcomes.get(nodeid, "not_run")].append(nodeid)
+            if item.id in ids:
+                tests[self.outcome(nodeid)].append(nodeid)
         tests["failed"] += [module for module in self.broken_modules
                             if item.id in self.rubric.items_of_module(module)]
         status = "lost" if tests["failed"] else "earned" if tests["passed"] else "not assessed"

@@ -1,19 +1,10 @@
 """What grade.py runs: the grading profile, each test's timeout, and which tests are hidden.
 
-HIDDEN_TESTS exist only in the autograder (make_handout.py leaves them out of the student's copy):
-the integrity checks that prove each strategy does what it claims, and the DDP-parity hard cases.
-Their names and patterns are in tests/grading/hidden.py, itself hidden: the student's copy of this
-file names none of them.
-
-PROFILE: the rubric's tests that grade a submission within BUDGET_S on 2 cores; the whole suite
-takes about 7 minutes. Most of the strategies' tests are the parity matrices, whose cases share one
-launch of gloo processes per strategy and world size: the profile keeps every case of the launches
-it runs (MLP, CNN, the frozen and shared traps) at 4 ranks, and the hidden hard cases at 2 and 3,
-not every matrix at every size; the sharding lesson's at 3 ranks (one launch). Every item keeps
-tests that need nothing but the repository and that item's code; the design document's tests are all
-in. Left out: checks repeated at another size, the Slurm cluster (root, a minute), and the slowest
-runs where a faster test checks the same thing (each named below, with why). A pattern is a
-case-insensitive glob for the start of a node id, as in rubric.py; LEFT_OUT wins over PROFILE.
+HIDDEN_TESTS exist only in the autograder; their names and patterns are in tests/grading/hidden.py,
+itself hidden, so the student's copy of this file names none of them. PROFILE: the rubric's tests
+that grade a submission within BUDGET_S on 2 cores (GRADING.md, "The profile"), every item keeping
+tests that need only its own code. A pattern is a case-insensitive glob for the start of a node
+id; LEFT_OUT wins over PROFILE.
 """
 import fnmatch
 import importlib.util

@@ -1,8 +1,5 @@
 """How a grade report is shown and written: the rubric table at the end of the run, the totals,
-and the JSON file, written whole.
-
-An item a person grades shows "-" for its marks and what the reader looks for; the totals line
-says how many of the available marks are left to that person."""
+and the JSON file, written whole."""
 import json
 import os
 import tempfile
@@ -53,17 +50,25 @@ def totals_line(report):
             f"({report['total_available']:g} available{left})")
 
 
-def write_table(terminal, report, report_path, write_error):
-    """The rubric table at the end of the run: each item's marks, the totals, what is missing."""
-    terminal.write_sep("=", "rubric")
+def rows(report, status):
+    """Each item's marks and `status(item)`, the totals, and why the grade is incomplete."""
     width = max(len(item["id"]) for item in report["items"])
-    for item in report["items"]:
-        earned = "-" if item["earned"] is None else f"{item['earned']:g}"
-        terminal.write_line(f"{item['id']:<{width}}  {earned:>3}/{item['marks']:<3g} "
-                            f"{describe(item)}")
-    terminal.write_line(totals_line(report))
-    for reason in report["incomplete_because"]:
-        terminal.write_line(f"incomplete: {reason}", yellow=True)
+    lines = [f"{item['id']:<{width}}  {earned(item):>3}/{item['marks']:<3g} {status(item)}"
+             for item in report["items"]]
+    return lines + [totals_line(report)] + [f"incomplete: {reason}"
+                                            for reason in report["incomplete_because"]]
+
+
+def earned(item):
+    """An item's marks earned, or "-" where no test earns it or none ran."""
+    return "-" if item["earned"] is None else f"{item['earned']:g}"
+
+
+def write_table(terminal, report, report_path, write_error):
+    """The rubric table at the end of the run, and where the report went."""
+    terminal.write_sep("=", "rubric")
+    for line in rows(report, describe):
+        terminal.write_line(line, yellow=line.startswith("incomplete: "))
     if report_path and not write_error:
         terminal.write_line(f"grade report: {report_path}")
     if write_error:

@@ -1,11 +1,9 @@
 """The judge's pytest, run once: limits on every process it starts, and a hard stop.
 
-Student code never runs in this pytest (tests/grading/judge.py), only in the children its tests
-start, and a test's children are killed at the test's timeout (tests/grading/sandbox.py): a hang or
-a crash of student code fails its own test, never the run. Past the budget no test starts (the
-plugin's --grade-budget). What is left to guard is the judge itself: pytest must end within the
-budget, the longest test's timeout and a margin, or it is killed; a run that ends without its
-grade report is the grader's failure, reported with pytest's last words.
+A test's children are killed at its timeout (tests/grading/sandbox.py), so student code cannot stall
+the run; what is left to guard is pytest itself: it must end within the budget, the longest test's
+timeout and a margin, or it is killed, and a run without its report is the grader's failure,
+reported with pytest's last words.
 """
 import json
 import os
@@ -21,12 +19,9 @@ START_S = 60  # imports and collection, before the first test
 EXIT_S = 10  # from the report's writing to the process's end
 POLL_S = 0.1
 LOG_TAIL = 3000  # characters of pytest's own output kept when it ended without a report
-# Limits on pytest and every process it starts, where student code runs: no file over this size
-# (a flood of output fills neither the log nor the disk: the write fails, and so does its test;
-# the largest file the tests write, the parity matrix's 4-rank record, is over 256 MiB), no process
-# writing to more than this much memory (torch and a gloo rank of the tests need well under a
-# gigabyte). RLIMIT_DATA counts the memory a process can write, not the address space that
-# shared libraries reserve: torch's CUDA build reserves over 3 GiB of it at import.
+# Limits on pytest and every process it starts: no file over 1 GiB (a flood of output fails its
+# test, not the disk; the tests' largest file, a 4-rank parity record, is over 256 MiB), and 3 GiB
+# of memory a process can write (RLIMIT_DATA: torch's CUDA build reserves 3 GiB of address space).
 FILE_SIZE_LIMIT = 2**30
 MEMORY_LIMIT = 3 * 2**30
 

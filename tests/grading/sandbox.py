@@ -1,25 +1,14 @@
 """Where student code runs, and as whom: the one door from the judge to student code.
 
-Without grade.py (a student's own `python -m pytest`) the sandbox is this repository and nothing
-changes user. Under grade.py as root, containment comes from how folders and users are made, not
-from checks of what a child did:
-- The sandbox (GRADE_SANDBOX: the submission's copy, the instructor's tests over it) is root's and
-  read-only to children: no child can change what a later one imports.
-- Each test module's children run as a user of their own (GRADE_UIDS "first:count": uids no
-  account holds, this grading's alone), so one module's processes and files are out of reach of
-  another's, the hidden tests' modules among them.
-- Each test's children get a home (cwd stays the sandbox; TMPDIR and HOME are the home) made for
-  them, empty, in GRADE_SCRATCH, which children cannot write; it is removed after the test.
-- A folder is handed to that user only while it is empty and its parent is root's. The judge
-  never walks and chowns a tree after student code ran.
-- After each launch and each test, every process of that user is killed (nothing of a test
-  outlives it), and links it left in its folders are removed (settle()), so what the judge reads
-  there afterwards is a file of that user's, not a path to the judge's.
-- Under grade.py, with or without root, each test has a deadline: a launch still running at it is
-  killed with its descendants and the test fails (TestTimedOut). The judge runs no student code,
-  so a hang or a crash of it ends its own test, never the run.
+Without grade.py the sandbox is this repository and nothing changes user. Under grade.py as root
+(GRADE_SANDBOX, GRADE_SCRATCH, GRADE_UIDS "first:count"), each test module's children run as a uid
+of their own, in a mount namespace of their own where allowed (namespace.py), in the read-only
+sandbox, with a home made empty for each test; a folder is handed to that uid only while empty, and
+after each launch its processes are killed and the links it left removed (settle()), so the judge
+reads only that uid's own files. GRADING.md, "What the grader trusts", says why each holds.
 """
 import contextlib
+import functools
 import importlib
 import os
 import resource
@@ -32,13 +21,14 @@ import tempfile
 import time
 import types
 
-from tests.grading import profile
+from tests.grading import namespace, profile
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SANDBOX = os.path.abspath(os.environ.get("GRADE_SANDBOX") or REPO)
 SCRATCH = os.environ.get("GRADE_SCRATCH")
 UIDS = tuple(map(int, os.environ["GRADE_UIDS"].split(":"))) if os.environ.get("GRADE_UIDS") \
     else None
+MOUNT_NAMESPACE = os.environ.get("GRADE_MOUNT_NAMESPACE") == "1"  # grade.py found it possible
 
 # What one process of student code may use beyond the judge's own limits (file size and memory,
 # tests/grading/runner.py): CPU seconds (the one-epoch accuracy run needs under 60), and processes
@@ -50,6 +40,18 @@ OUTPUT_LIMIT = 2**20
 KILL_WITHIN_S = 10
 # Where any user may write: what a test's user left there is removed with the test.
 SHARED_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue")
+MNIST_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+               "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+
+
+def real_mnist(repo):
+    """The real MNIST's folder as an absolute path (the children run elsewhere): $OFFLINE_DATA_DIR,
+    else `repo`/data, where the main job downloads it; None where neither holds MNIST/raw/*.gz."""
+    for folder in (os.environ.get("OFFLINE_DATA_DIR"), os.path.join(repo, "data")):
+        raw = os.path.join(folder or "", "MNIST", "raw")
+        if folder and all(os.path.isfile(os.path.join(raw, name)) for name in MNIST_FILES):
+            return os.path.abspath(folder)
+    return None
 
 
 class TestTimedOut(Exception):
@@ -57,8 +59,7 @@ class TestTimedOut(Exception):
 
 
 class Child:
-    """Who the current test's children are: a uid, and the home made for them (None: as the
-    judge, in the sandbox); and when the test's time runs out (None: never)."""
+    """The current test's children: their uid and home (None: as the judge), and its deadline."""
     uid = None
     home = None
     deadline = None  # time.monotonic()
@@ -73,8 +74,7 @@ def identity():
 
 
 def begin_test(module, timeout_s=None):
-    """As the judge, before a test of `module` sets up: its deadline, `timeout_s` from now; its
-    module's user, and a fresh home."""
+    """Before a test of `module` sets up: its deadline, its module's uid and a fresh home."""
     Child.timeout_s = timeout_s
     Child.deadline = None if timeout_s is None else time.monotonic() + timeout_s
     if not UIDS:
@@ -88,7 +88,7 @@ def begin_test(module, timeout_s=None):
 
 
 def end_test():
-    """As the judge, after a test's teardown: its children gone, its home removed."""
+    """After a test's teardown: its children gone, its home removed."""
     Child.deadline = None
     if Child.uid is None:
         return
@@ -99,8 +99,7 @@ def end_test():
 
 
 def hand_over(folder):
-    """Give the current test's user the folder the judge has just made (empty, in a folder of
-    the judge's, so no one else could have put anything there); returns it."""
+    """Give the current test's uid the empty folder the judge has just made; returns it."""
     if Child.uid is None:
         return folder
     descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
@@ -116,8 +115,7 @@ def hand_over(folder):
 
 @contextlib.contextmanager
 def fresh_folder():
-    """A new empty folder for the current test's children to write, in the scratch folder;
-    removed, with what they left there, on leaving."""
+    """A new folder for the current test's children to write, removed on leaving."""
     folder = hand_over(tempfile.mkdtemp(prefix="child-", dir=SCRATCH))
     try:
         yield folder
@@ -133,8 +131,7 @@ def discard(folder):
 
 
 def settle():
-    """After a launch: kill every process of the current test's user, then remove every link
-    left in its folders. Nothing then changes them while the judge reads or writes there."""
+    """After a launch: kill the current test's uid's processes, then remove the links it left."""
     if Child.uid is None:
         return
     kill_processes_of(Child.uid)
@@ -149,36 +146,46 @@ def settle():
                     os.unlink(path)  # a link, or another name of somebody else's file
 
 
-def processes_of(uids):
-    """The live (not zombie) processes whose real or effective uid is in `uids`."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
+def process_table():
+    """{pid: (parent, {real and effective uid}, state)} of every process in /proc."""
+    table = {}
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else []:
         try:
             with open(f"/proc/{name}/status") as file:
                 fields = dict(line.split(":", 1) for line in file if ":" in line)
-        except (OSError, ValueError):
-            continue
-        real_and_effective = map(int, fields.get("Uid", "").split()[:2])
-        alive = fields.get("State", "").strip()[:1] not in "ZX"
-        if alive and not uids.isdisjoint(real_and_effective):
-            found.append(int(name))
-    return found
+            table[int(name)] = (int(fields["PPid"]), set(map(int, fields["Uid"].split()[:2])),
+                                fields["State"].strip()[:1])
+        except (OSError, ValueError, KeyError):
+            continue  # not a process, or gone meanwhile
+    return table
+
+
+def processes_of(uids):
+    """The live (not zombie) processes whose real or effective uid is in `uids`."""
+    return [pid for pid, (_, owners, state) in process_table().items()
+            if state not in "ZX" and owners & uids]
 
 
 def kill_processes_of(*uids):
-    """SIGKILL every process of these uids until none is left (they may be forking meanwhile)."""
+    """SIGKILL every process of these uids until none is left."""
+    kill_until_gone(lambda: processes_of(set(uids)))
+
+
+def kill_until_gone(find, reap=False):
+    """SIGKILL the processes find() names until it names none (they may be forking meanwhile);
+    `reap`: also reap them, where they are this process's children."""
     deadline = time.monotonic() + KILL_WITHIN_S
-    while (pids := processes_of(set(uids))) and time.monotonic() < deadline:
+    while (pids := find()) and time.monotonic() < deadline:
         for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
+            with contextlib.suppress(ProcessLookupError, PermissionError, ChildProcessError):
                 os.kill(pid, signal.SIGKILL)
+                if reap:
+                    os.waitpid(pid, os.WNOHANG)
         time.sleep(0.01)
 
 
 def remove_files_of(*uids):
-    """What these users left in the SHARED_FOLDERS (none of them may still run)."""
+    """Remove what these users left in the SHARED_FOLDERS."""
     for folder in SHARED_FOLDERS:
         try:
             entries = list(os.scandir(folder))
@@ -203,7 +210,7 @@ def seconds_left(timeout_s=None):
 
 
 def timed_out():
-    """The failure of a test whose time ran out (its children have been killed)."""
+    """The failure of a test whose time ran out."""
     return TestTimedOut(f"timed out after {Child.timeout_s:g} s (a hang in a collective?): the "
                         "grader killed the test's processes")
 
@@ -216,56 +223,49 @@ def kill_with_descendants(pid):
 
 
 def descendants_of(root):
-    """Every live descendant of `root`, from /proc (empty where there is no /proc)."""
+    """Every descendant of `root`, zombies included."""
     children = {}
-    for name in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as file:
-                stat = file.read()
-        except OSError:
-            continue
-        parent = int(stat[stat.rfind(")") + 2:].split()[1])  # after "pid (comm) state"
-        children.setdefault(parent, []).append(int(name))
-    found = []
-    stack = [root]
+    for pid, (parent, _, _) in process_table().items():
+        children.setdefault(parent, []).append(pid)
+    found, stack = [], [root]
     while stack:
-        for child in children.get(stack.pop(), []):
-            found.append(child)
-            stack.append(child)
+        below = children.get(stack.pop(), [])
+        found += below
+        stack += below
     return found
 
 
 def child_process(env=None):
-    """subprocess keyword arguments that start a fresh process of student code: in the sandbox,
-    as the current test's user where there is one, with `env` (default: the judge's) pointing
-    TMPDIR and HOME at its home."""
+    """subprocess's keyword arguments for a process of student code: in the sandbox, as the
+    current test's uid where there is one, TMPDIR and HOME its home."""
     environment = dict(os.environ if env is None else env)
     arguments = {"cwd": SANDBOX, "env": environment}
     if Child.uid is not None:
         environment.update(TMPDIR=Child.home, HOME=Child.home)
-        arguments.update(user=Child.uid, group=Child.uid, extra_groups=[], preexec_fn=limit)
+        arguments["preexec_fn"] = functools.partial(become, Child.uid)
     return arguments
 
 
-def limit():
-    """The child user's limits, in the process about to become (or run) student code."""
+def become(uid):
+    """As root, in the process about to become (or run) student code: its own view of the files
+    where grade.py found one possible (tests/grading/namespace.py), its limits, then `uid`."""
+    if MOUNT_NAMESPACE:
+        namespace.private_view(SANDBOX, SCRATCH, SHARED_FOLDERS)
     resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
     resource.setrlimit(resource.RLIMIT_NPROC, (TASKS_OF_THE_CHILD_USER, TASKS_OF_THE_CHILD_USER))
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
 
 
 def run_python(arguments, timeout=None, env=None):
-    """`python ARGUMENTS` in the sandbox, as the child user where there is one: subprocess.run's
-    result, with stdout and stderr as text, each cut to OUTPUT_LIMIT (bounded())."""
+    """run() of `python ARGUMENTS` as a process of student code."""
     return run([sys.executable, *arguments], timeout=timeout, **child_process(env))
 
 
 def run(command, timeout=None, **options):
-    """subprocess.run(command, capture_output=True, text=True, timeout=timeout, **options), but
-    each stream goes to a file, and bounded() of it comes back: a flood of output fills neither
-    the judge's memory nor its log. The child's user is settled after it. Past the test's
-    deadline, it is killed with its descendants, and the test fails (TestTimedOut)."""
+    """subprocess.run(command, capture_output=True, text=True, ...), but each stream through a
+    file and cut (bounded()), settled after, and killed with its descendants at the deadline."""
     limited = seconds_left(timeout)
     with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
         process = subprocess.Popen(command, stdout=stdout, stderr=stderr, **options)
@@ -284,8 +284,7 @@ def run(command, timeout=None, **options):
 
 
 def bounded(file):
-    """A file's text, at most OUTPUT_LIMIT bytes of it: all of it, or its start and its end with
-    a line saying how much was dropped between them."""
+    """A file's text, or its first and last OUTPUT_LIMIT / 2 bytes, saying how much was dropped."""
     size = file.seek(0, os.SEEK_END)
     file.seek(0)
     if size <= OUTPUT_LIMIT:
@@ -299,20 +298,15 @@ def bounded(file):
 
 
 def enter(child, module_name=None):
-    """In a forked child, before any student code: become `child` (identity() in the judge), then
-    import the project from the sandbox only (forget what was imported from the judge's folder).
-    Returns the module `module_name`, where given: the sandbox's, or, for a hidden test, which
-    the sandbox does not hold (tests/grading/submission.py), the judge's copy, read before the
-    change of user and run from its compiled code, so that no file of it is there for student
-    code to read."""
+    """In a forked child, before any student code: become `child` (identity() in the judge) and
+    import the project from the sandbox only. Returns the module `module_name`, where given; a
+    hidden test's, which the sandbox lacks, compiled from the judge's copy before the change of
+    user (hidden_code())."""
     elsewhere = not os.path.samefile(SANDBOX, REPO)  # asked before the judge's folder is closed
     hidden = hidden_code(module_name) if module_name and elsewhere else None
     if child:
         uid, home = child
-        limit()
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
+        become(uid)
         os.environ.update(TMPDIR=home, HOME=home)
         tempfile.tempdir = None  # chosen again, from TMPDIR
     if elsewhere:
@@ -334,9 +328,8 @@ def enter(child, module_name=None):
 
 
 def hidden_code(module_name):
-    """The compiled code of the judge's copy of `module_name` if it is a hidden test, else None:
-    always the judge's, whatever student code left in the sandbox under that name. Compiled under
-    a name that is no path: a traceback shows no line of it."""
+    """The judge's copy of `module_name`, compiled, if it is a hidden test; else None. Named by no
+    path, so that a traceback shows no line of it."""
     relative = os.path.join(*module_name.split(".")) + ".py"
     if relative not in profile.HIDDEN_TESTS:
         return None

@@ -1,14 +1,9 @@
 """A submission made ready to grade: copied, with the instructor's tests over it, and fingerprinted.
 
-The tests that grade are the instructor's, whatever the submission holds: its tests/ folder is
-replaced whole (a deleted or edited test file changes nothing) and pyproject.toml (pytest's
-configuration) is the instructor's. The hidden tests are not copied: student code runs in the
-copy, and must not read them. A symbolic link is refused (not copied, and named in the report's
-notes): the judge reads the submission's files as data, and a link could point at its own. Nothing
-else needs refusing: the copy is the sandbox, where student code runs only in the tests' child
-processes (tests/grading/sandbox.py), never in the judge that decides the grade
-(tests/grading/judge.py), so a conftest.py, a start-up hook or a module named like an installed
-one changes only what the submission's own processes do.
+Its tests/ is replaced whole, and pyproject.toml is the instructor's; the hidden tests are not
+copied (student code runs in the copy). A symbolic link is refused and named in the report's notes:
+the judge reads the submission's files as data. Nothing else needs refusing: student code runs only
+in the tests' children (tests/grading/sandbox.py), never in the judge.
 """
 import hashlib
 import os
@@ -19,37 +14,30 @@ from tests.grading import profile
 # Not the student's work, or too large to copy for each grading: never copied nor fingerprinted.
 NOT_SUBMITTED = {".git", "__pycache__", ".venv", "venv", "data", ".pytest_cache", ".ruff_cache",
                  ".ipynb_checkpoints", "node_modules"}
-INSTRUCTOR_FILES = ("pyproject.toml",)
+REPLACED = {"tests", "pyproject.toml"}  # the instructor's, whatever the submission holds
 LINK = "a symbolic link (it could point at the grader's files): submit the file itself"
 
 
 def copy_submission(submission, instructor, folder):
-    """Copy `submission` to `folder` without what is refused, and put the instructor's tests over
-    it; returns what was refused, replaced or removed, one line each."""
+    """Copy `submission` to `folder` without what is refused, and put the instructor's tests and
+    pytest configuration over it; returns what was refused or replaced, one line each."""
     notes = []
 
     def ignore(directory, names):
         left_out = {name for name in names if name in NOT_SUBMITTED}
-        if os.path.samefile(directory, submission) and "tests" in names:
-            left_out.add("tests")  # replaced whole below: nothing of it is copied
         for name in sorted(set(names) - left_out):
             if os.path.islink(os.path.join(directory, name)):
                 relative = os.path.relpath(os.path.join(directory, name), submission)
                 notes.append(f"refused {relative}: {LINK}")
                 left_out.add(name)
-        return left_out
+        return left_out | (REPLACED if os.path.samefile(directory, submission) else set())
 
     shutil.copytree(submission, folder, ignore=ignore)
-    tests = os.path.join(folder, "tests")
     if os.path.lexists(os.path.join(submission, "tests")):
         notes.append("replaced the submission's tests/ with the instructor's")
-    shutil.copytree(os.path.join(instructor, "tests"), tests,
+    shutil.copytree(os.path.join(instructor, "tests"), os.path.join(folder, "tests"),
                     ignore=not_for_the_sandbox(instructor))
-    for name in INSTRUCTOR_FILES:
-        target = os.path.join(folder, name)
-        if os.path.lexists(target):
-            remove(target)
-        shutil.copy(os.path.join(instructor, name), target)
+    shutil.copy(os.path.join(instructor, "pyproject.toml"), folder)
     return notes
 
 
@@ -62,14 +50,6 @@ def not_for_the_sandbox(instructor):
         return {name for name in names if name in NOT_SUBMITTED
                 or os.path.normpath(os.path.join(relative, name)) in profile.HIDDEN_TESTS}
     return ignore
-
-
-def remove(path):
-    """Remove a file, a link or a folder."""
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path)
-    else:
-        os.unlink(path)
 
 
 def file_hashes(submission):
