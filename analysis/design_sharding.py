@@ -22,11 +22,10 @@ from analysis.design_numbers import (
 SCHEMA = "sharding-bench/2"
 MODELS = ("mlp", "cnn")
 FORMULA_WORLDS = (1, 2, 3, 4)
-SIDE_BY_SIDE_WORLDS = (2, 4)
-COMPARED_WORLDS = (2, 3, 4)  # where something is communicated
+SIDE_BY_SIDE_WORLDS = (2, 4)  # the tables of time; memory and bytes: FORMULA_WORLDS
 # ours over the default transport (shared memory, on one host), torch's, ours over the others
 NAMES = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3",
-         "zero3-no-prefetch": "ZeRO-3, no prefetch",
+         "zero3-no-prefetch": "ZeRO-3 over gloo, no prefetch",
          "torch-zero1": "torch's ZeroRedundancyOptimizer",
          "torch-fully-shard": "torch's fully_shard",
          **{f"{level}-{transport}": f"ZeRO-{level[-1]} over {shown}"
@@ -71,11 +70,10 @@ MEASURED = "sharding.{model}.w{world}"
 SIDE_BY_SIDE = (("model states", "{name}.states.median", TEXT),
                 ("× DDP", "{name}.states_ratio.median", TEXT),
                 ("at their peak", "{name}.peak.median", TEXT),
-                ("peak RSS", "{name}.peak_rss", SPREAD),
+                ("peak RSS", "{name}.peak_rss.median", TEXT),
                 ("sent per step", "{name}.sent.median", TEXT),
                 ("step", "{name}.step", SPREAD), ("× DDP", "{name}.step_ratio", SPREAD),
-                ("busy", "{name}.busy.median", TEXT), ("hidden", "{name}.hidden.median", TEXT),
-                ("exposed", "{name}.exposed.median", TEXT))
+                ("communication busy", "{name}.busy.median", TEXT))  # hidden: §7.6's table
 MEMORY = (("formula", "zero.{model}.w{world}.{level}.states", TEXT),
           ("measured", "{name}.states.median", TEXT),
           ("÷ formula", "{name}.states_vs_formula", TEXT),
@@ -89,13 +87,14 @@ BYTES = (("2P(n−1)/n", "zero.{model}.w{world}.ddp.sent", TEXT),
          *((f"ZeRO-3 over {shown}", MEASURED + f".zero3-{transport}.sent.median", TEXT)
            for transport, shown in (("ring", "the ring"), ("library", "gloo"))),
          ("ZeRO-3 over the ring ÷ DDP", MEASURED + ".sent_ratio", TEXT))
-PREFETCH = (("step, prefetch", MEASURED + ".zero3.step", SPREAD),
+PREFETCH = (("step, prefetch", MEASURED + ".zero3-library.step", SPREAD),  # both over gloo
             ("step, none", MEASURED + ".zero3-no-prefetch.step", SPREAD),
             ("ratio", MEASURED + ".prefetch_ratio", SPREAD),
             ("verdict", MEASURED + ".prefetch", TEXT),
             *((f"{field}, {shown}", MEASURED + f".{configuration}.{field}.median", TEXT)
               for field in ("hidden", "exposed")
-              for configuration, shown in (("zero3", "prefetch"), ("zero3-no-prefetch", "none"))))
+              for configuration, shown in (("zero3-library", "prefetch"),
+                                           ("zero3-no-prefetch", "none"))))
 
 
 def key(model, world, configuration):
@@ -133,15 +132,12 @@ def sharding_section(numbers, results_dir):
             [[world, shown, *cells(numbers, SIDE_BY_SIDE, name=key(model, world, configuration))]
              for world in SIDE_BY_SIDE_WORLDS for configuration, shown in (
                  (configuration, NAMES[configuration]) for configuration in SIDE)])
-    context["table.sharding.transports"] = table(  # what the transport changes: time and bytes
-        ["model", "ranks", "level", *(f"step ÷ DDP, over {shown}" for _, shown in TRANSPORTS),
-         *(f"sent per step, over {shown}" for _, shown in TRANSPORTS)],
+    context["table.sharding.transports"] = table(  # their bytes: table.sharding.bytes
+        ["model", "ranks", "level", *(f"step ÷ DDP, over {shown}" for _, shown in TRANSPORTS)],
         [[model.upper(), world, NAMES[level],
           *(numbers.spread_text(f"{key(model, world, level + suffix)}.step_ratio")
-            for suffix, _ in TRANSPORTS),
-          *(numbers.text(f"{key(model, world, level + suffix)}.sent.median")
             for suffix, _ in TRANSPORTS)]
-         for model in MODELS for world in SIDE_BY_SIDE_WORLDS
+         for model in MODELS for world in SIDE_BY_SIDE_WORLDS[-1:]
          for level in ("zero1", "zero2", "zero3")])
     for model in MODELS:  # model states against the formula, the difference accounted for
         context[f"table.sharding.memory.{model}"] = table(
@@ -157,14 +153,14 @@ def sharding_section(numbers, results_dir):
     context["table.sharding.prefetch"] = table(
         ["model", "ranks", *headers(PREFETCH)],
         [[model.upper(), world, *cells(numbers, PREFETCH, model=model, world=world)]
-         for model in MODELS for world in COMPARED_WORLDS])
+         for model in MODELS for world in SIDE_BY_SIDE_WORLDS])
     context["table.sharding.verdicts"] = table(
         ["model", "ranks", *(f"{NAMES[level]} ÷ DDP" for level in ("zero1", "zero2", "zero3")),
          *(f"{NAMES[ours]} ÷ {NAMES[theirs]}" for ours, theirs in AGAINST_TORCH)],
         [[model.upper(), world, *(claim(numbers, key(model, world, level), "vs_ddp")
                                   for level in ("zero1", "zero2", "zero3")),
           *(claim(numbers, key(model, world, ours), "vs_torch") for ours, _ in AGAINST_TORCH)]
-         for model in MODELS for world in COMPARED_WORLDS])
+         for model in MODELS for world in SIDE_BY_SIDE_WORLDS])
     context["table.sharding.main"] = main_job_table(numbers, results_dir)
     context["table.sharding.halves"] = halves_table(numbers, results_dir)
     return context
@@ -303,7 +299,7 @@ def register_comparisons(numbers, path, rows, where, model, world):
     for configuration in list(NAMES)[1:]:
         numbers.verdict(f"{key(model, world, configuration)}.vs_ddp",
                         f"{key(model, world, configuration)}.step_ratio")
-    pairs = [(f"{prefix}.prefetch", "zero3", "zero3-no-prefetch")] + [
+    pairs = [(f"{prefix}.prefetch", "zero3-library", "zero3-no-prefetch")] + [
         (f"{key(model, world, ours)}.vs_torch", ours, theirs) for ours, theirs in AGAINST_TORCH]
     for name, ours, theirs in pairs:
         mine, other = ({rows[index]["repeat"]: index

@@ -7,12 +7,14 @@ Configurations, each training with AdamW (lr 1e-3, fused):
   zero2              --shard gradients: ... and keeps 1/n of the gradients
   zero3              --shard parameters: ... and 1/n of the parameters, each layer gathered when it
                      is used, the next layer's gather started early (prefetch)
-  zero3-no-prefetch  the same, each gather started only when its layer needs it
+  zero3-no-prefetch  the same, each gather started only when its layer needs it, over gloo (whose
+                     gathers can overlap compute: shared memory's block) beside zero3-library
   torch-zero1        torch's ZeroRedundancyOptimizer inside its DDP: ZeRO-1 as torch ships it
   torch-fully-shard  torch's fully_shard on each layer, then on the root: ZeRO-3 as torch ships it
   zeroK-ring         zeroK over the hand-written ring (--collectives ring): the formula's bytes
   zeroK-library      zeroK over gloo's reduce-scatter and all-gather (--collectives library)
-Ours run over --collectives' default, auto: shared memory, the ranks sharing this host.
+Ours run over --collectives' default, auto (shared memory, the ranks sharing this host), but where
+a name says otherwise.
 torch's two run their own collectives, which the timing layer does not see (DDP's all-reduces
 aside): their rows give the step and the memory, and no bytes or communication times.
 Per rank: the bytes of parameters, gradients and optimizer state it holds (runtime/memory.py's
@@ -82,7 +84,7 @@ SHARD_FLAG = {"zero1": "optimizer", "zero2": "gradients", "zero3": "parameters"}
 # names run over the default (auto: shared memory on one host); "-ring" sends what the formula
 # says, "-library" what gloo sends
 SHARDING = {**{level: (flag, True, "auto") for level, flag in SHARD_FLAG.items()},
-            "zero3-no-prefetch": ("parameters", False, "auto"),
+            "zero3-no-prefetch": ("parameters", False, "library"),  # beside zero3-library
             **{f"{level}-{transport}": (flag, True, transport) for transport in ("ring", "library")
                for level, flag in SHARD_FLAG.items()}}
 OTHER_TRANSPORTS = tuple(name for name in SHARDING if name not in zero_formulas.CONFIGURATIONS)

@@ -15,6 +15,8 @@ WORD_BUDGET = 8000  # words of design_doc/*.md, counted as wc -w counts them
 NUMBERS_BUDGET = 1_000_000  # bytes of numbers.json
 # a number (or a number and 'and', 'to', a dash) at a line's end, a number at the next one's start
 BROKEN = re.compile(r"\d[\d.,]*(?:\s*(?:and|to|or|–|-))?\n\s*\d")
+# a word twice in a row: a template's word beside a number that carries the same unit
+DOUBLED = re.compile(r"\b([A-Za-z]+)\s+\1\b")
 
 
 def sections():
@@ -49,6 +51,12 @@ def test_a_line_break_inside_a_generated_phrase_is_found():
 def test_no_sentence_of_the_document_is_broken_inside_a_generated_phrase():
     for name, text in sections().items():
         assert broken_phrases(text) == [], name
+
+
+def test_no_word_of_the_document_comes_twice_in_a_row():
+    assert DOUBLED.findall(prose("fits from 45 ranks ranks, and")) == ["ranks"]
+    for name, text in sections().items():
+        assert DOUBLED.findall(prose(text)) == [], name
 
 
 def test_the_document_stays_within_its_word_budget():

@@ -1,7 +1,7 @@
 """Submissions that try to fool grade.py, on a tiny synthetic assignment: each must earn nothing,
 and still leave a valid results.json that names what was refused.
 
-The instructor's repository (tests/grading/synthetic.py's plugin and rubric) grades one item,
+The instructor's repository (tests/tiny_assignment.py's plugin and rubric) grades one item,
 core.fast (2 marks), with two tests of `student.answer()`: one alone, one on "the real MNIST"
 (a folder the grader holds). Each calls it in a child process in the sandbox, as the real tests
 call the assignment's code (tests/grading/sandbox.py). Every submission here answers 41 on the
@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from tests.grading.synthetic import REPO, instructor_repository, write_files
+from tests.tiny_assignment import REPO, instructor_repository, write_files
 
 HIDDEN_SECRET = "the-hidden-tests-secret-7d3f"
 TESTS = {
@@ -49,7 +49,7 @@ TESTS = {
         def test_the_answer_on_the_real_data(real_data):
             assert answer(real_data) == 42
     """,
-    # synthetic.py's hidden module: graded, never shown, and never where student code can read it
+    # the tiny assignment's hidden module: graded, never shown, never where student code reads it
     "test_integrity.py": f"""
         import pytest
 

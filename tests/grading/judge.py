@@ -28,7 +28,7 @@ def make_judge(instructor, folder):
     shutil.copytree(instructor, folder, ignore=ignore, symlinks=True)
     for path in profile.TASK_FILES:
         if not os.path.isfile(os.path.join(folder, path)):
-            continue  # not part of this assignment (tests/grading/synthetic.py's)
+            continue  # not part of this assignment (tests/tiny_assignment.py's)
         with open(os.path.join(folder, path)) as file:
             text = file.read()
         with open(os.path.join(folder, path), "w") as file:

@@ -26,7 +26,7 @@ HIDDEN = hidden_tests()
 HIDDEN_TESTS = HIDDEN.MODULES if HIDDEN else ()
 # The instructor's tools and their tests: neither in the student's copy nor in the autograder.
 INSTRUCTOR_ONLY = ("tests/test_grade.py", "tests/test_grader_security.py",
-                   "tests/grading/synthetic.py")
+                   "tests/tiny_assignment.py")
 
 # The assignment's task modules: the files holding solution regions (tests/test_handout.py checks
 # this against the markers). The judge's folder never holds them (tests/grading/judge.py).

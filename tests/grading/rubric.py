@@ -144,8 +144,9 @@ ITEMS = [
          "Read design_doc/5-scalability.md: answers first; are the projections argued from the "
          "fitted model, with their assumptions stated?", graded_by="person"),
     Item("design.sharding", "Design document: sharding", 1, "",
-         "Read design_doc/7-sharding.md: answers first; memory per rank and time per step for DDP "
-         "and the three ZeRO levels; the trade, ZeRO-3's 1.5x the bytes for 1/n of the memory; "
-         "what prefetching hides, and how that is measured honestly; where each level wins; the "
+         "Read design_doc/7-sharding.md: answers first; memory per rank (at the step and at its "
+         "peak) and time per step for DDP, the three ZeRO levels and torch's; the trade, ZeRO-3's "
+         "1.5x the bytes for 1/n of the memory; what each transport sends and costs; what "
+         "prefetching hides, and how that is measured honestly; where each level wins; the "
          "projection to a model that does not fit one rank.", graded_by="person"),
 ]

@@ -10,7 +10,7 @@ import os
 import shutil
 import textwrap
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 RUBRIC = """
 from typing import NamedTuple
