@@ -17,7 +17,7 @@ PYTHON=${PYTHON:-python3}
 "$PYTHON" -m benchmarks.time_to_accuracy  # results/time-to-accuracy.json, about 40 minutes
 "$PYTHON" -m benchmarks.allreduce_bench  # results/allreduce-bench.json
 "$PYTHON" -m benchmarks.step_bench  # results/step-bench.json
-"$PYTHON" -m benchmarks.sharding_bench  # results/sharding.json: ZeRO-1/2/3 against DDP and torch's (§7), ~10 min
+"$PYTHON" -m benchmarks.sharding_bench  # results/sharding.json: ZeRO against DDP and torch's (§7), ~17 min
 "$PYTHON" -m benchmarks.dataloader_bench  # results/dataloader-bench.json
 "$PYTHON" -m benchmarks.ddp_buckets  # results/ddp-buckets.json: the buckets DDP really sends
 # The README's main job, and timelines of bucketed sync and of DDP; their run files stay out of
