@@ -38,9 +38,9 @@ def held_bytes(model, optimizer):
     """{category: bytes} of CATEGORIES this rank holds now, for `model` (a runtime WrappedModel)
     and `optimizer` (a torch optimizer, manual_sharding.ShardedOptimizer or torch's
     ZeroRedundancyOptimizer)."""
-    for_now, gradients_for_now = model.held_during_step()
-    params = list(model.parameters()) + optimizer_parameters(optimizer) + for_now
-    grads = [param.grad for param in params if param.grad is not None] + gradients_for_now
+    in_step_parameters, in_step_gradients = model.held_during_step()
+    params = list(model.parameters()) + optimizer_parameters(optimizer) + in_step_parameters
+    grads = [param.grad for param in params if param.grad is not None] + in_step_gradients
     inner = getattr(optimizer, "optim", optimizer)  # ZeroRedundancyOptimizer's keeps the state
     state = [value for values in inner.state.values() for value in values.values()
              if torch.is_tensor(value) and value.dim() > 0]  # not the step counters
