@@ -99,6 +99,11 @@ def namespace_inode(kind):
         return 0
 
 
+def this_host():
+    """What the ranks that can share memory have alike: the host's name and network namespace."""
+    return f"{socket.gethostname()}/net:{namespace_inode('net')}"
+
+
 def is_alive(pid):
     """Whether process `pid` runs; one that exited but is not yet reaped (a zombie) is dead."""
     try:
@@ -162,7 +167,7 @@ class SharedMemoryAllReduce:
         self.timeout_s = timeout_s or group_timeout_s()
         self.slot_bytes = slot_bytes - slot_bytes % 64
         if host is None:
-            host = f"{socket.gethostname()}/net:{namespace_inode('net')}"
+            host = this_host()
         world, rank = dist.get_world_size(), dist.get_rank()
         hosts = [None] * world
         dist.all_gather_object(hosts, host)

@@ -13,7 +13,6 @@ not per parameter). no_sync() changes nothing here: ZeRO-1 averages only in
 `finish_gradient_synchronization()` anyway, and ZeRO-2 and ZeRO-3 average each backward into the
 shards' gradients, which add up.
 """
-import socket
 from contextlib import contextmanager, nullcontext
 from functools import partial
 
@@ -104,13 +103,12 @@ def default_collectives():
     """--collectives auto: shared memory where every rank runs on this host and the tensors are
     the CPU's (gloo), since it copies each byte once where gloo's reduce-scatter is a whole
     all-reduce; the library's otherwise. A collective: every rank calls it."""
-    from manual_collectives import namespace_inode
+    from manual_collectives import this_host
 
     if dist.get_backend() != "gloo":
         return "library"
-    host = f"{socket.gethostname()}/net:{namespace_inode('net')}"
     hosts = [None] * dist.get_world_size()
-    dist.all_gather_object(hosts, host)
+    dist.all_gather_object(hosts, this_host())
     return "shm" if len(set(hosts)) == 1 else "library"
 
 
