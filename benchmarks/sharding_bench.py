@@ -285,6 +285,7 @@ def measurement(name, model_name, run, world, per_rank):
     """The row of one model in one configuration: per rank, and the largest rank's or the
     pooled medians."""
     pooled = summarize_ranks([rank.pop("records") for rank in per_rank])["across_ranks"]
+    collectives = [rank.pop("collectives") for rank in per_rank]  # kept once, if they agree
     return {"world_size": world, "model": model_name, "configuration": name,
             "level": zero_formulas.LEVEL_OF[name], "parameters": run.parameters,
             "parameter_bytes": 4 * run.parameters, "steps_per_rank": len(run.collectives),
@@ -299,10 +300,10 @@ def measurement(name, model_name, run, world, per_rank):
             "transport": per_rank[0]["transport"],
             "bytes_measured_per_step": most([rank["bytes_measured_per_step"]
                                              for rank in per_rank]),
-            "collectives": per_rank[0]["collectives"],
+            "collectives": collectives[0],
             "same_collectives_every_step": all(rank["same_collectives_every_step"]
-                                               and rank["collectives"] == per_rank[0]["collectives"]
-                                               for rank in per_rank),
+                                               for rank in per_rank)
+                                           and all(each == collectives[0] for each in collectives),
             "shards": run.shards(),
             # the median over every rank's measured steps
             **{f"median_{field}_s": pooled[field]["median"] for field in FIELDS},

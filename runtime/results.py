@@ -111,7 +111,7 @@ def memory_problems(memory, world_size):
     def held_problems(held, where):
         if not isinstance(held, dict):
             return [f"{where} is not an object"]
-        fields = MEMORY_FIELDS + tuple(field for field in ("model_states_peak",) if field in held)
+        fields = MEMORY_FIELDS + (("model_states_peak",) if "model_states_peak" in held else ())
         return byte_counts_problems({field: held.get(field) for field in fields}, fields, where)
 
     return per_rank_problems(memory, "memory", world_size, held_problems)

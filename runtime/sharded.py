@@ -258,7 +258,7 @@ class FullyShardedTraining(FullyShardedModel, WrappedModel):
         """The units' whole parameters (empty unless gathered, their .grad with them), gathers in
         flight, and gradient shards in flight."""
         whole = [param for shard in self.shards for param in shard.params]
-        gathering = [flat for each in self.gathering if each is not None for flat in each[1:]]
+        gathering = [each[1] for each in self.gathering if each is not None]  # (future, flat)
         return whole + gathering, [output for _, _, output in self.pending]
 
     @contextmanager

@@ -4,6 +4,7 @@ another world size, record what each rank holds, and refuse what they cannot do.
 
 Every run is a fresh `python mlp_ddp.py` on one small dataset; a run that several tests read is
 made once (`Runs`)."""
+import collections
 import json
 import shutil
 
@@ -194,9 +195,9 @@ def test_the_results_record_what_each_rank_holds_zero_3_half_of_ddp_at_2_ranks(r
     # at its most ZeRO-3 holds a layer gathered whole with its whole gradients, where at the step
     # it holds the gradients' shards: the largest layer's bytes more, at least; DDP's most is at
     # the step
-    layers = {}
+    layers = collections.Counter()
     for key, value in ddp_parameters.items():
-        layers[key.rsplit(".", 1)[0]] = layers.get(key.rsplit(".", 1)[0], 0) + 4 * value.numel()
+        layers[key.rsplit(".", 1)[0]] += 4 * value.numel()
     assert whole["model_states_peak"] == whole["model_states"]
     for held in documents["parameters"]["memory"]["per_rank"]:
         assert held["model_states_peak"] >= held["model_states"] + max(layers.values())
