@@ -46,8 +46,8 @@ MARKERS = re.compile(r"^<!-- BEGIN PROMPT\n.*?^END PROMPT -->\n"
 ABOUT = ("every number in the design document: its value, the text shown, and where it came from "
          "(measured: file + JSON field; derived: sources[derived_from], a formula and its inputs, "
          "each a number's name or file#field; fit: the file the alpha-beta model was fitted "
-         "to; model/code: how it was computed; assumption: a constant of cost_model.py; "
-         "publication: the paper)")
+         "to; model/code: how it was computed; assumption: a constant of cost_model.py or "
+         "zero_formulas.py)")
 # numbers.json's numbers are compared at this relative tolerance, its text and the Markdown exactly.
 # Least-squares fits come out a few units in the last place apart on two machines with the same
 # numpy (the BLAS takes another path): up to 2.5e-13 relative, where a difference of two close
@@ -61,10 +61,10 @@ OPTIONAL_INPUTS = {"step-bench.json": "python -m benchmarks.step_bench",
 # Tables that serve as data (per size, per rank, per repeat): CSV files beside the document, which
 # links them where the table stood.
 DATA_TABLES = {
-    "table.allreduce": "allreduce-points.csv", "table.fits.ring": "allreduce-fits-ring.csv",
+    "table.fits.ring": "allreduce-fits-ring.csv",
     "table.predict": "predicted-busy.csv", "table.step_bench": "step-bench.csv",
     "table.bucket_sweep": "bucket-sweep.csv", "table.emulated.fits.ring": "emulated-fits-ring.csv",
-    "table.emulated.ceiling": "emulated-ceiling.csv", "table.sweep.mlp": "sweep-mlp.csv",
+    "table.sweep.mlp": "sweep-mlp.csv",
     "table.sweep.cnn": "sweep-cnn.csv", "table.comm.mlp": "messages-mlp.csv",
     "table.comm.cnn": "messages-cnn.csv", "table.buckets.mlp": "buckets-mlp.csv",
     "table.buckets.cnn": "buckets-cnn.csv", "table.trace": "trace.csv",

@@ -25,13 +25,10 @@ import numpy as np
 # --- Assumptions of the projections (each is quoted, and listed in numbers.json as one) ---
 CLUSTER_LINKS_GBIT = (10, 25, 100)  # Ethernet-class links between nodes, Gbit/s
 CLUSTER_ALPHA_S = 25e-6  # per message step over TCP between nodes (kernel stack + switch)
-RDMA_ALPHA_S = 5e-6  # per message step over RDMA (RoCE, InfiniBand): no kernel on the path
-FIGURE_WORLD_SIZES = tuple(2**power for power in range(1, 11))  # 2 to 1024 ranks
 BUCKET_CANDIDATES_MB = (0.25, 0.5, 1, 2, 4, 8, 25)  # as --bucket-mb (MiB); 25 is DDP's default
-REFERENCE_WORLD_SIZE = 64  # the scenario of the "what each technique buys" table
+REFERENCE_WORLD_SIZE = 64  # where §5.4 names each model's best bucket size
 REFERENCE_LINK_GBIT = 25
 LARGE_WORLD_SIZE = 256  # where the latency term's share of one all-reduce is quoted
-LARGER_BATCH_FACTOR = 4  # "larger batches": the per-rank batch times this
 # manual_allreduce.BucketedSync caps its first bucket at 1 MiB (its FIRST_BUCKET_MB, kept equal by
 # tests/test_cost_model.py: this module stays free of torch)
 FIRST_BUCKET_MB = 1
@@ -264,15 +261,13 @@ def exposed_after_backward(backward_s, ready_s, comm_times):
 
 
 def project_layout(compute_s, backward_s, layout, gradients, world_size, alpha, beta,
-                   overlap=True, wire_fraction=1.0, algorithm="ring"):
+                   overlap=True, algorithm="ring"):
     """Projected step of one layout of all-reduces: {step_s, comm_s, exposed_s, efficiency}.
 
     `overlap=True`: each starts once its bucket is ready within backward; False: all after
-    backward. `wire_fraction` scales the bytes sent (0.5 for fp16). Efficiency is weak scaling:
-    compute / (compute + exposed communication).
+    backward. Efficiency is weak scaling: compute / (compute + exposed communication).
     """
-    times = [allreduce_time(nbytes * wire_fraction, world_size, alpha, beta, algorithm)
-             for nbytes in layout]
+    times = [allreduce_time(nbytes, world_size, alpha, beta, algorithm) for nbytes in layout]
     if overlap:
         ready = [share * backward_s for share in bucket_ready_shares(layout, gradients)]
         exposed = exposed_after_backward(backward_s, ready, times)
@@ -284,25 +279,23 @@ def project_layout(compute_s, backward_s, layout, gradients, world_size, alpha, 
 
 
 def project_step(compute_s, backward_s, param_bytes, ready_shares, world_size, alpha, beta,
-                 bucket_mb=None, wire_fraction=1.0, first_bucket_mb=FIRST_BUCKET_MB,
-                 algorithm="ring"):
+                 bucket_mb=None, first_bucket_mb=FIRST_BUCKET_MB, algorithm="ring"):
     """project_layout of BucketedSync's buckets at `bucket_mb`, or (None) one flat all-reduce."""
     if bucket_mb is None:
         return project_layout(compute_s, backward_s, [sum(param_bytes)], [], world_size, alpha,
-                              beta, False, wire_fraction, algorithm)
+                              beta, False, algorithm)
     return project_layout(compute_s, backward_s,
                           bucket_sizes(param_bytes, bucket_mb, first_bucket_mb),
                           backward_order(param_bytes, ready_shares), world_size, alpha, beta,
-                          True, wire_fraction, algorithm)
+                          True, algorithm)
 
 
 def best_bucket(compute_s, backward_s, param_bytes, ready_shares, world_size, alpha, beta,
-                candidates=BUCKET_CANDIDATES_MB, wire_fraction=1.0, first_bucket_mb=FIRST_BUCKET_MB,
-                algorithm="ring"):
+                candidates=BUCKET_CANDIDATES_MB, first_bucket_mb=FIRST_BUCKET_MB, algorithm="ring"):
     """(bucket_mb, projection) of the shortest step among one flat all-reduce (None) and each
     cap of `candidates`; ties go to flat, then the smaller cap."""
     projections = [(bucket_mb, project_step(compute_s, backward_s, param_bytes, ready_shares,
-                                            world_size, alpha, beta, bucket_mb, wire_fraction,
+                                            world_size, alpha, beta, bucket_mb,
                                             first_bucket_mb, algorithm))
                    for bucket_mb in [None, *sorted(candidates)]]
     return min(projections, key=lambda candidate: candidate[1]["step_s"])

@@ -1,4 +1,4 @@
-"""What the emulated cluster network measured (§5.8): the all-reduce on shaped links with the α-β
+"""What the emulated cluster network measured (§5.6): the all-reduce on shaped links with the α-β
 model fitted to it, the highest rate this machine can emulate, and training through SLURM on two
 nodes with shaped links beside the model's prediction of the same runs' communication. Inputs
 (analysis/make_emulated_results.sh): results/emulated/ and results/slurm/link-<rate>*/; without
@@ -22,7 +22,7 @@ LARGE_BYTES = 2**20  # the model's errors are quoted for messages of 1 MiB and m
 ALLREDUCE_FILES = ((f"allreduce-{RATE}.json", "", "{n} nodes × 1 rank"),
                    (f"allreduce-{RATE}-2pn.json", ".2pn", "2 nodes × 2 ranks"))
 IMPLEMENTATIONS = ("gloo", "ring")
-SERIES = ("ddp", "manual flat", "manual bucketed")  # §5.8's tables
+SERIES = ("ddp", "manual flat", "manual bucketed")  # §5.6's tables
 SHAPES = {2: "2 × 1", 4: "2 × 2"}  # world size -> nodes × ranks per node of the SLURM sweep
 FITS_OF_SHAPES = {2: "emulated.fit.gloo.w2", 4: "emulated.fit.gloo.w4.2pn"}
 SMALL_BUCKET_MB = 4.0  # the CNN's fc1 gradient (4.7 MB) in a bucket of its own
@@ -31,14 +31,16 @@ NOT_RUN = "*Not measured: run `sudo ./analysis/make_emulated_results.sh`.*"
 
 
 def emulated_section(numbers, results_dir, layouts):
-    """The context of §5.8: every table and number, 'not measured' where a file is missing."""
+    """The context of §5.6: every table and number, 'not measured' where a file is missing."""
     folder = os.path.join(results_dir, "emulated")
     numbers.stated("emulated.rate", 1.0, "Gbit/s", "code",
                    "analysis/make_emulated_results.sh: LINK_RATE=1gbit")
     context = fits_tables(numbers, folder)
     context["text.emulated.beta_vs_link"] = with_interval(numbers,
                                                           "emulated.fit.gloo.w2.beta_vs_link")
-    context["table.emulated.ceiling"] = ceiling_table(numbers, folder)
+    ceiling = os.path.join(folder, "link-ceiling.json")
+    numbers.measured("emulated.ceiling.rate", ceiling if os.path.exists(ceiling) else None,
+                     "highest_link_bound_rate", "name")
     grouped = scaling_inputs.grouped_runs(os.path.join(results_dir, "slurm", f"link-{RATE}"))
     numbers.stated("emulated.default_bucket_mb", DEFAULT_BUCKET_MB, "MiB", "code",
                    "manual_allreduce.DEFAULT_BUCKET_MB, as DDP's bucket_cap_mb")
@@ -119,32 +121,6 @@ def fits_tables(numbers, folder):
                "largest error ≥ 1 MiB", "… with the link's β"]
     return {f"table.emulated.fits{'' if implementation == 'gloo' else '.' + implementation}":
             table(columns, found) if found else NOT_RUN for implementation, found in rows.items()}
-
-
-def ceiling_table(numbers, folder):
-    """Achieved bus bandwidth ÷ configured rate per rate, and the highest link-bound rate."""
-    path = os.path.join(folder, "link-ceiling.json")
-    found = path if os.path.exists(path) else None
-    numbers.measured("emulated.ceiling.rate", found, "highest_link_bound_rate", "name")
-    if not found:
-        return "*Not measured: run `sudo python -m benchmarks.link_ceiling`.*"
-    by_rate = {}
-    for row in load(path)["rows"]:
-        by_rate.setdefault(row["rate"], {})[row["implementation"]] = row
-    rows = [[rate, *(cell for implementation in IMPLEMENTATIONS
-                     for cell in ceiling_cells(measured.get(implementation)))]
-            for rate, measured in by_rate.items()]
-    return table(["configured rate", "gloo busbw", "gloo ÷ rate", "ring busbw", "ring ÷ rate"],
-                 rows)
-
-
-def ceiling_cells(row):
-    """An implementation's achieved bus bandwidth and its share of the configured rate."""
-    if row is None:
-        return ["—", "—"]
-    achieved = row["achieved_fraction"]
-    return [f"{row['busbw_gbps'] * 8:.2f} Gbit/s",
-            "—" if achieved is None else f"{100 * achieved:.0f}%"]
 
 
 def predicted_exposed(layout, sizes, overlap, world, compute, backward, alpha, beta, *shares):

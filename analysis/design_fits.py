@@ -1,10 +1,9 @@
 """The α-β model fitted to the all-reduce benchmark (§5.1), with bootstrap intervals of α and β,
-its residuals at every point (§6.1), and its prediction of each strategy's busy communication
-against the training runs (§5.2, §6.2)."""
+and its prediction of each strategy's busy communication against the training runs (§5.2)."""
 import functools
 
 from analysis import cost_model, scaling_inputs
-from analysis.design_numbers import NOT_MEASURED, BuildError, load, show_bytes, table, unchanged
+from analysis.design_numbers import NOT_MEASURED, BuildError, load, table, unchanged
 from analysis.design_performance import COMMUNICATING, key, slug
 from runtime.options import DEFAULT_BUCKET_MB
 
@@ -15,8 +14,6 @@ FIT_FIELDS = (("alpha_s", "alpha", "us"), ("beta_s_per_byte", "beta", "ns/byte")
               ("max_relative_error", "max_relative_error", "percent"))
 FITS_COLUMNS = ["implementation", "ranks", "α (95% interval)", "β (95% interval)",
                 "median error", "largest error"]
-RESIDUAL_COLUMNS = ["size", "gloo median", "model, this n (error)", "model, all n (error)",
-                    "gloo busbw", "ring median", "model, this n (error)", "model, all n (error)"]
 
 
 def register_fit(numbers, name, points, bench, implementation, world=None):
@@ -51,8 +48,8 @@ def with_interval(numbers, name):
 
 
 def allreduce_section(numbers, bench):
-    """Fits of gloo and of the ring, over all world sizes and per world size, and the residuals
-    per point; returns the world sizes fitted and the tables."""
+    """Fits of gloo and of the ring, over all world sizes and per world size; returns the world
+    sizes fitted and the tables."""
     rows = [(index, measurement)
             for index, measurement in enumerate(load(bench).get("measurements", []))
             if measurement.get("verified", True)]
@@ -90,10 +87,8 @@ def allreduce_section(numbers, bench):
                         [f"{bench}#measurements[{index}].p95_s",
                          f"{bench}#measurements[{index}].median_s"], "ratio",
                         "the 95th percentile of the timed calls / their median")
-    residuals = [residual_table(numbers, bench, rows, world) for world in worlds]
     return fitted, {"table.fits": table(FITS_COLUMNS, fit_rows["gloo"]),
-                    "table.fits.ring": table(FITS_COLUMNS, fit_rows["ring"]),
-                    "table.allreduce": "\n\n".join(residuals)}
+                    "table.fits.ring": table(FITS_COLUMNS, fit_rows["ring"])}
 
 
 def register_fits(numbers, bench, rows, implementation, worlds):
@@ -115,40 +110,6 @@ def register_fits(numbers, bench, rows, implementation, worlds):
              numbers.text(f"{name}.max_relative_error")]
             for name, ranks in [(f"fit.{implementation}.w{world}", world) for world in worlds]
             + [(f"fit.{implementation}", "all")]]
-
-
-def residual_table(numbers, bench, rows, world):
-    """Measured medians of one world size against the per-world and the all-sizes fit, with
-    relative errors (and gloo's bus bandwidth)."""
-    where = {(row["world_size"], row["bytes"], row["implementation"]): index
-             for index, row in reversed(rows)}  # the first of a repeated point
-    lines = []
-    for size in sorted({row["bytes"] for _, row in rows if row["world_size"] == world}):
-        cells = [show_bytes(size)]
-        for implementation in IMPLEMENTATIONS:
-            index = where.get((world, size, implementation))
-            source = bench if index is not None else None
-            name = f"allreduce.w{world}.{implementation}.{size}"
-            numbers.measured(f"{name}.median_s", source, f"measurements[{index}].median_s", "s")
-            cells.append(numbers.text(f"{name}.median_s"))
-            for fit, label in ((f"fit.{implementation}.w{world}", "own"),
-                               (f"fit.{implementation}", "all")):
-                numbers.derived(f"{name}.{label}_s",
-                                functools.partial(cost_model.allreduce_time, size, world),
-                                [f"{fit}.alpha_s", f"{fit}.beta_s_per_byte"], "s",
-                                f"2(n-1)·alpha + 2(n-1)/n·N·beta with {fit}")
-                numbers.derived(f"{name}.{label}_error",
-                                lambda predicted, measured: (predicted - measured) / measured,
-                                [f"{name}.{label}_s", f"{name}.median_s"], "percent",
-                                "(model - measured) / measured")
-                cells.append(f"{numbers.text(f'{name}.{label}_s')} "
-                             f"({numbers.text(f'{name}.{label}_error')})")
-            if implementation == "gloo":
-                numbers.measured(f"{name}.busbw_gbps", source,
-                                 f"measurements[{index}].busbw_gbps", "GB/s")
-                cells.append(numbers.text(f"{name}.busbw_gbps"))
-        lines.append(cells)
-    return f"**{world} ranks**\n\n" + table(RESIDUAL_COLUMNS, lines)
 
 
 def prediction_section(numbers, layouts, worlds, fitted, results_dir):

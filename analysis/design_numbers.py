@@ -1,6 +1,6 @@
 """The registry of every number the design document quotes: its value, the text a reader sees,
-and where it came from (a results file's field, a formula over other numbers, the code, an
-assumption or a publication)."""
+and where it came from (a results file's field, a formula over other numbers, the code or an
+assumption)."""
 import csv
 import io
 import json
@@ -152,7 +152,7 @@ class Numbers:
         return self.add(name, value, unit, kind="measured", file=path, field=field)
 
     def stated(self, name, value, unit, kind, source):
-        """A number from the models, the code, an assumption or a publication."""
+        """A number from the models, the code or an assumption."""
         return self.add(name, value, unit, kind=kind, source=source)
 
     def derived(self, name, function, inputs, unit, formula):

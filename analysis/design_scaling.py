@@ -1,13 +1,11 @@
-"""What the α-β model projects for a cluster (§5.3-§5.6): efficiency at a few points of the
-projection figure, flat against the best bucket size, where communication starts to dominate, what
-each technique buys; published systems by compute per gradient byte (published.py). Every
-projection starts from this machine's single-process compute and backward, each gradient's
-readiness within backward, and a link, fitted or assumed; plot_projection.py draws the same.
+"""What the α-β model projects for a cluster (§5.3-§5.5): efficiency in a few scenarios, flat
+against the best bucket size, and where communication starts to dominate. Every projection starts
+from this machine's single-process compute and backward, each gradient's readiness within backward,
+and a link, fitted or assumed.
 """
 import functools
-from typing import NamedTuple
 
-from analysis import cost_model, published, results_folder, scaling_inputs
+from analysis import cost_model, results_folder, scaling_inputs
 from analysis.design_numbers import table
 from analysis.traces import gradient_readiness
 
@@ -17,28 +15,10 @@ LINKS = {"fitted": "this machine's fit", "1g": "1 Gbit/s, emulated",
 FITTED_LINKS = {"fitted": "fit.projection", "1g": "emulated.fit.gloo.w2"}
 ALGORITHM_SLUGS = {"ring": "ring", "halving-doubling": "hd"}  # algorithm -> its part of names
 PROJECTED_FIELDS = {"step_s": "ms", "exposed_s": "ms", "efficiency": "percent", "bucket": "name"}
-# (model, ranks, link) of §5.4's table: points of the figure
+# (model, ranks, link) of §5.4's table
 SCENARIOS = (("mlp", 64, "25g"), ("mlp", 256, "100g"), ("mlp", 256, "fitted"),
              ("cnn", 64, "25g"), ("cnn", 256, "100g"), ("cnn", 256, "fitted"))
 
-
-class Technique(NamedTuple):
-    """One row of §5.6: what the step does, and the projection's settings for it."""
-    text: str
-    buckets: bool  # the best of flat and every bucket size, or one flat all-reduce
-    wire: float  # the fraction of the gradient's bytes on the wire
-    factor: int  # the per-rank batch, times this
-    algorithm: str
-
-
-TECHNIQUES = {
-    "flat": Technique("one all-reduce after backward (flat)", False, 1.0, 1, "ring"),
-    "bucketed": Technique("… or buckets overlapping backward, if better", True, 1.0, 1, "ring"),
-    "compressed": Technique("… and gradients sent as fp16/bf16", True, 0.5, 1, "ring"),
-    "larger_batch": Technique("… and a larger per-rank batch", True, 0.5,
-                              cost_model.LARGER_BATCH_FACTOR, "ring"),
-    "halving_doubling": Technique("… and halving-doubling instead of the ring", True, 0.5,
-                                  cost_model.LARGER_BATCH_FACTOR, "halving-doubling")}
 
 
 def crossover(total_bytes, algorithm, compute, alpha, beta):
@@ -47,28 +27,23 @@ def crossover(total_bytes, algorithm, compute, alpha, beta):
                                            algorithm=algorithm) or 0
 
 
-def project(sizes, compute, backward, alpha, beta, *shares, world, buckets=True, wire=1.0,
-            factor=1, algorithm="ring"):
+def project(sizes, compute, backward, alpha, beta, *shares, world, buckets=True,
+            algorithm="ring"):
     """{step_s, exposed_s, efficiency, bucket}: the best of flat and every bucket size if
     `buckets`, else one flat all-reduce."""
-    arguments = (compute * factor, backward * factor, sizes, list(shares), world, alpha, beta)
+    arguments = (compute, backward, sizes, list(shares), world, alpha, beta)
     if not buckets:
-        return dict(cost_model.project_step(*arguments, None, wire, algorithm=algorithm),
+        return dict(cost_model.project_step(*arguments, None, algorithm=algorithm),
                     bucket="flat")
-    bucket_mb, projection = cost_model.best_bucket(*arguments, wire_fraction=wire,
-                                                   algorithm=algorithm)
+    bucket_mb, projection = cost_model.best_bucket(*arguments, algorithm=algorithm)
     return dict(projection, bucket="flat" if bucket_mb is None else f"{bucket_mb:g} MiB")
 
 
 def register_assumptions(numbers):
-    """The projections' stated assumptions (cost_model.py) and the published figures."""
+    """The projections' stated assumptions (cost_model.py)."""
     for name, value, unit, source in (
             ("alpha_s", cost_model.CLUSTER_ALPHA_S, "us", "cost_model.ALPHA_S"),
-            ("rdma_alpha_s", cost_model.RDMA_ALPHA_S, "us", "cost_model.RDMA_ALPHA_S"),
             ("reference_world", cost_model.REFERENCE_WORLD_SIZE, "count", "cost_model.py"),
-            ("batch_factor", cost_model.LARGER_BATCH_FACTOR, "count", "cost_model.py"),
-            ("figure_largest_world", max(cost_model.FIGURE_WORLD_SIZES), "count",
-             "cost_model.py"),
             ("largest_world", cost_model.LARGE_WORLD_SIZE, "count", "cost_model.py"),
             ("draws", cost_model.BOOTSTRAP_DRAWS, "count", "cost_model.py"),
             ("interval_level", cost_model.INTERVAL_LEVEL, "round-percent",
@@ -83,17 +58,9 @@ def register_assumptions(numbers):
                        "cost_model.CLUSTER_LINKS_GBIT")
         numbers.stated(f"assume.beta.{gbit}g", cost_model.link_beta(gbit), "ns/byte",
                        "assumption", "8 bits per byte / link speed")
-    for name, (value, source) in published.FIGURES.items():
-        unit = ("round-percent" if "efficiency" in name else "round-ratio" if "factor" in name
-                else "Gbit/s" if "gbit" in name else "count")
-        numbers.stated(f"published.{name}", value, unit, "publication", source)
     steps, _ = cost_model.ring_coefficients(cost_model.LARGE_WORLD_SIZE)
     numbers.stated("latency.ring_steps", int(steps), "count", "model",
                    "cost_model.ring_coefficients: 2(n-1) message steps at LARGE_WORLD_SIZE")
-    reference_steps, _ = cost_model.ring_coefficients(cost_model.REFERENCE_WORLD_SIZE)
-    numbers.derived("technique.latency_per_allreduce.ring",
-                    lambda alpha: float(reference_steps) * alpha, ["assume.alpha_s"], "ms",
-                    "ring: message steps x alpha at the reference world size")
 
 
 def register_readiness(numbers, results_dir, model):
@@ -126,14 +93,13 @@ def drift_text(numbers, results_dir, model):
 
 
 def projection_section(numbers, results_dir, layouts):
-    """§5.3-§5.7's numbers and tables."""
+    """§5.3-§5.5's numbers and tables."""
     register_assumptions(numbers)
     cost = {link: [f"{fit}.alpha_s", f"{fit}.beta_s_per_byte"]
             for link, fit in FITTED_LINKS.items()}
     for gbit in cost_model.CLUSTER_LINKS_GBIT:
         cost[f"{gbit}g"] = ["assume.alpha_s", f"assume.beta.{gbit}g"]
     tables, scenario_rows, crossover_rows = {}, [], []
-    technique_cells = {label: [] for label in TECHNIQUES}
     for model, sizes in layouts.items():
         single = f"sweep.{model}.single.w1"
         compute = f"{single}.compute.median"
@@ -158,25 +124,11 @@ def projection_section(numbers, results_dir, layouts):
             crossover_rows.append([f"{model.upper()}, {algorithm}"] + [
                 numbers.text(f"crossover.{model}.{link}.{slug}") for link in LINKS])
         latency_shares(numbers, model, sizes)
-        for label, technique in TECHNIQUES.items():  # at the reference world size and link
-            name = f"technique.{model}.{label}"
-            numbers.derived_fields(name, functools.partial(
-                projector, world=cost_model.REFERENCE_WORLD_SIZE, buckets=technique.buckets,
-                wire=technique.wire, factor=technique.factor, algorithm=technique.algorithm),
-                base + cost["25g"] + shares, PROJECTED_FIELDS,
-                f"cost_model projection of '{label}' at the reference world size and link")
-            technique_cells[label] += [numbers.text(f"{name}.bucket"),
-                                       numbers.text(f"{name}.efficiency")]
     tables["table.scenarios"] = table(["model", "ranks, link", "one flat all-reduce",
                                        "best bucket (ring)", "best bucket (halving-doubling)"],
                                       scenario_rows)
     tables["table.crossover"] = table(["model, all-reduce"] + list(LINKS.values()),
                                       crossover_rows)
-    tables["table.techniques"] = table(
-        ["what the step does", "MLP: buckets", "MLP: efficiency", "CNN: buckets",
-         "CNN: efficiency"],
-        [[TECHNIQUES[label].text] + cells for label, cells in technique_cells.items()])
-    tables["table.published"] = published.published_table(numbers, layouts)
     return tables
 
 

@@ -52,7 +52,7 @@ FIELDS = {"step": ("median_step_s", "ms"), "busy": ("median_comm_busy_s", "ms"),
 # the projection's links: a short name -> (what a reader sees, with the number it names, and the
 # number of its β)
 LINKS = {"loopback": ("this machine's loopback (§5.1)", None, "fit.projection.beta_s_per_byte"),
-         "1g": ("the emulated {} link (§5.7)", "emulated.rate",
+         "1g": ("the emulated {} link (§5.6)", "emulated.rate",
                 "emulated.fit.gloo.w2.beta_s_per_byte"),
          "100g": ("a {} link (assumed)", "assume.link.100g", "assume.beta.100g")}
 COMMAND = "python -m benchmarks.sharding_bench"

@@ -3,7 +3,7 @@
     python -m analysis.plots [--results-dir results] [--out-dir results/plots]
 
 Writes time-breakdown-, curves- and scaling-<model>.png, allreduce.png, step-bench.png,
-bucket-sweep.png, timeline.png and projection.png (plot_*.py); a figure without data is skipped
+bucket-sweep.png and timeline.png (plot_*.py); a figure without data is skipped
 with a note. The timings are timing.py's (step = data + compute + comm exposed). Figures show
 the median over a configuration's repeats, bars from the fastest to the slowest; runs at a
 non-default --bucket-mb appear only in bucket-sweep.png.
@@ -18,7 +18,6 @@ from analysis.plot_breakdown import plot_step_bench, plot_time_breakdown
 from analysis.plot_common import bucket_variant
 from analysis.plot_communication import plot_allreduce, plot_bucket_sweep
 from analysis.plot_learning import plot_curves, plot_scaling
-from analysis.plot_projection import plot_projection, projection_inputs
 from analysis.plot_timeline import plot_timeline, read_traces
 
 PER_MODEL = (("time-breakdown", plot_time_breakdown), ("curves", plot_curves),
@@ -72,7 +71,6 @@ def main(argv=None):
         save(plot(rows) if rows else None, out_dir, name, written)
     save(plot_bucket_sweep(of_sweep(runs, "bucket")), out_dir, "bucket-sweep.png", written)
     save(plot_timeline(read_traces(args.results_dir)), out_dir, "timeline.png", written)
-    save(plot_projection(projection_inputs(args.results_dir)), out_dir, "projection.png", written)
     for path in written:
         print(f"plot: {path}")
     return written

@@ -1,11 +1,10 @@
-"""What the projections of §5 and projection.png start from: each model's gradients and when
-backward produces them (results/backward-<model>.json), the buckets torch's DDP really sent
-(results/ddp-buckets.json), the bytes each run all-reduced per step, and the gloo fits."""
+"""What the projections of §5 start from: each model's gradients, the trace of when backward
+produces them (results/backward-<model>.json), the buckets torch's DDP really sent
+(results/ddp-buckets.json) and the bytes each run all-reduced per step."""
 import json
 import os
 
 from analysis import cost_model, results_folder
-from analysis.traces import gradient_readiness, load_trace
 from runtime.models import build_model
 
 BACKWARD_TRACE = "backward-{model}.json"  # made by analysis/make_reference_results.sh
@@ -23,17 +22,6 @@ def backward_trace(results_dir, model):
     """The path of the model's traced backward, or None if it was not made."""
     path = os.path.join(results_dir, BACKWARD_TRACE.format(model=model))
     return path if os.path.exists(path) else None
-
-
-def readiness(results_dir, model):
-    """{parameter: median share of backward elapsed when its gradient was accumulated}, or None
-    without a trace holding every parameter."""
-    path = backward_trace(results_dir, model)
-    if path is None:
-        return None
-    shares = gradient_readiness(load_trace(path))
-    names = [name for name, _ in parameters(model)]
-    return {name: shares[name] for name in names} if set(names) <= set(shares) else None
 
 
 def grouped_runs(folder):
@@ -91,19 +79,3 @@ def run_layout(run, param_bytes, ddp_sent):
         return None
     return cost_model.messages_per_step(strategy, param_bytes, bucket_mb,
                                         ddp_layout=ddp_sent.get(bucket_mb))
-
-
-def gloo_fit(path, world, draws=0):
-    """(alpha, beta, `draws` bootstrap resamples) of the fit to the verified gloo rows at `world`
-    ranks of an all-reduce benchmark; None without two such rows."""
-    if not os.path.exists(path):
-        return None
-    with open(path) as file:
-        rows = [row for row in json.load(file)["measurements"]
-                if row["implementation"] == "gloo" and row["world_size"] == world
-                and row.get("verified", True)]
-    if len(rows) < 2:
-        return None
-    points = [[row[field] for row in rows] for field in ("world_size", "bytes", "median_s")]
-    fit = cost_model.fit_alpha_beta(*points)
-    return fit.alpha, fit.beta, cost_model.bootstrap_fits(*points, draws=draws) if draws else None

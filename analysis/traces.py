@@ -1,16 +1,9 @@
 """Reading the Chrome traces of `mlp_ddp.py --trace`: the typical step (the timeline figure's
 and §3.3's) and when each gradient became ready within backward (the projections' readiness)."""
-import json
 import statistics
 
 COMPUTE_TRACK = 0  # the trace's tid of the phases and gradients; all-reduces are on tid 1
 COMMUNICATION_TRACK = 1
-
-
-def load_trace(path):
-    """A trace file's events."""
-    with open(path) as file:
-        return json.load(file)["traceEvents"]
 
 
 def complete_events(events):

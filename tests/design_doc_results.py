@@ -1,6 +1,6 @@
 """A small, complete results folder for the design-document tests, written by the tests: every
 configuration of the sweep repeated, the bucket sweep, both benchmarks and a trace; the emulated
-network's all-reduce and SLURM runs (§5.7) and the one-machine sweep (§4.5).
+network's all-reduce and SLURM runs (§5.6) and the one-machine sweep (§4.5).
 
 The files are written, and the document built, in a child process with the code under test
 (tests/harness.py run_alone): the benchmark's times come from the cost model and the build reads
@@ -43,8 +43,8 @@ BATCH = 64
 # The tables and texts the tests read, each rendered alone from a template of the tests' own.
 SHOWN = ("table.comm.mlp", "table.comm.cnn", "table.buckets.mlp", "table.trace", "table.fits",
          "table.sweep.mlp", "table.sweep.cnn", "table.pairs", "table.scenarios",
-         "table.techniques", "table.published", "table.crossover", "table.allreduce",
-         "table.one_machine", "table.emulated.training.mlp", "table.emulated.training.cnn")
+         "table.crossover", "table.one_machine", "table.emulated.training.mlp",
+         "table.emulated.training.cnn")
 
 
 class SyntheticBuild(NamedTuple):
@@ -305,7 +305,7 @@ def backward_share(index, count):
 
 
 def emulated_results(folder):
-    """§5.7's inputs: the all-reduce on shaped links (gloo exactly the α-β model at the link's β),
+    """§5.6's inputs: the all-reduce on shaped links (gloo exactly the α-β model at the link's β),
     and the SLURM runs of 2 nodes x 1 and x 2, repeated."""
     emulated = os.path.join(folder, "emulated")
     alphas = {2: EMULATED_ALPHA, 4: 2 * EMULATED_ALPHA}

@@ -16,7 +16,6 @@ import dataclasses
 import numpy as np
 import pytest
 
-from analysis import published
 from analysis.cost_model import FIRST_BUCKET_MB as COST_MODEL_FIRST_BUCKET_MB
 from analysis.traces import gradient_readiness
 from manual_allreduce import FIRST_BUCKET_MB
@@ -383,11 +382,3 @@ def test_projections_cap_the_first_bucket_as_bucketed_sync_does():
     # the cost model's default first bucket is BucketedSync's, so every projection uses the
     # layout training uses
     assert FIRST_BUCKET_MB == COST_MODEL_FIRST_BUCKET_MB
-
-
-def test_published_figures_carry_their_source_and_compute_per_byte_is_step_over_bytes():
-    for name, (value, source) in published.FIGURES.items():
-        assert source and value > 0, name
-    vgg16_efficiency, _ = published.FIGURES["horovod_vgg16_efficiency"]
-    assert vgg16_efficiency == 0.68
-    assert published.compute_per_byte(10**6, 100, 50) == pytest.approx(0.5 / (4 * 10**6))

@@ -206,7 +206,7 @@ def assert_traceable(numbers_json, base):
         return files[path]
 
     kinds = {entry["kind"] for entry in numbers.values()}
-    assert {"measured", "derived", "fit", "model", "assumption", "publication"} <= kinds
+    assert {"measured", "derived", "fit", "model", "assumption"} <= kinds
     fits = {}
     for name, entry in numbers.items():
         if entry["kind"] == "measured":
@@ -224,7 +224,7 @@ def assert_traceable(numbers_json, base):
         elif entry["kind"] == "file":
             assert os.path.exists(os.path.join(base, entry["file"])), name
         else:
-            assert entry["kind"] in ("model", "code", "assumption", "publication"), name
+            assert entry["kind"] in ("model", "code", "assumption"), name
             assert entry.get("source") or entry.get("formula"), name
     assert_fits_reproduce(fits, base)
 

@@ -3,8 +3,6 @@ exist: the verdicts between strategies, efficiency, ceiling and overlap, and the
 claims are read from the build's numbers and its tables (design_doc_results.SHOWN), not from the
 student's prose; the cost model, whose derivations are the student's, runs in a child
 (tests/harness.py)."""
-import json
-import os
 import re
 
 import pytest
@@ -19,7 +17,6 @@ from tests.design_doc_results import (
     numbers_of,
     spreads_from,
 )
-from tests.harness import run_alone
 
 pytestmark = pytest.mark.rubric("design.numbers")
 
@@ -188,25 +185,3 @@ def test_the_build_fits_each_world_size_alone_and_recovers_its_alpha(synthetic):
     assert numbers["fit.gloo.w4.max_relative_error"]["value"] < 1e-6
     # The projections start from the smallest world size's fit.
     assert numbers["fit.projection.alpha_s"]["value"] == pytest.approx(ALPHAS[2], rel=1e-6)
-
-
-def modelled_times(points):
-    """cost_model.allreduce_time of each (bytes, world size, alpha, beta). Run in a child."""
-    from analysis import cost_model
-
-    return [cost_model.allreduce_time(*point) for point in points]
-
-
-def test_the_appendix_shows_every_benchmark_point_with_its_relative_error(synthetic):
-    numbers = numbers_of(synthetic.documents)
-    with open(os.path.join(synthetic.folder, "allreduce-bench.json")) as file:
-        rows = json.load(file)["measurements"]
-    # the fit of all world sizes
-    points = [(row["bytes"], row["world_size"],
-               numbers[f"fit.{row['implementation']}.alpha_s"]["value"],
-               numbers[f"fit.{row['implementation']}.beta_s_per_byte"]["value"]) for row in rows]
-    for row, model in zip(rows, run_alone(modelled_times, points)):
-        name = f"allreduce.w{row['world_size']}.{row['implementation']}.{row['bytes']}"
-        error = (model - row["median_s"]) / row["median_s"]
-        assert numbers[f"{name}.all_error"]["value"] == pytest.approx(error)
-        assert numbers[f"{name}.all_error"]["text"] in synthetic.shown["table.allreduce"]

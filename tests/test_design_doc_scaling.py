@@ -1,8 +1,7 @@
 """§5's projections are built as the document says: the best bucket size is searched with one flat
 all-reduce among the candidates, each gradient is ready when the traced backward says, α and β
-carry bootstrap intervals, Horovod's models are set against an RDMA α as well as a TCP one, the
-emulated network's runs are read in the results schema before this one, and the projection figure
-draws every link with the runs measured on it.
+carry bootstrap intervals, and the emulated network's runs are read in the results schema before
+this one.
 
 The build, the models and the cost model run in child processes (tests/harness.py run_alone), as in
 tests/test_design_doc.py, whose synthetic results (tests/design_doc_results.py) this module shares.
@@ -73,61 +72,3 @@ def test_alpha_and_beta_carry_bootstrap_intervals_that_close_on_exact_data(synth
     assert low < high
     # the projections quote the interval of the fit they use
     assert numbers["fit.projection.alpha_s.high"]["value"] == pytest.approx(ALPHAS[2], rel=1e-6)
-
-
-def test_horovods_models_are_modelled_with_a_tcp_and_an_rdma_alpha(synthetic):
-    numbers = numbers_of(synthetic.documents)
-    # Inception V3: one P100's step of 64 images at 142 images/s, 4 bytes per parameter, one flat
-    # ring all-reduce over 512 GPUs on 25 Gbit/s links, worked here by hand
-    step = 64 / 142
-    nbytes = 4 * 23_851_784
-    world = 512
-    for alpha, name in ((25e-6, "alpha_s"), (5e-6, "rdma_alpha_s")):
-        comm = 2 * (world - 1) * alpha + 2 * (world - 1) / world * nbytes * 8 / 25e9
-        modelled = numbers[f"published.inception_v3.modelled.{name}"]
-        assert modelled["value"] == pytest.approx(step / (step + comm)), name
-    assert numbers["published.inception_v3.modelled.rdma_alpha_s"]["text"] == "87.2%"
-    # ResNet-101 is in the table, with its published efficiency
-    table = synthetic.shown["table.published"]
-    row = next(line for line in table.splitlines() if line.startswith("| ResNet-101 |"))
-    assert numbers["published.horovod_resnet101_efficiency"]["text"] in row
-
-
-def projection_figure(folder):
-    """The gids of what projection.png draws from `folder`. Run in a child: the projections rest
-    on the cost model and the models."""
-    from analysis.plot_projection import plot_projection, projection_inputs
-
-    figure = plot_projection(projection_inputs(folder))
-    return [[artist.get_gid() for artist in axis.get_children() if artist.get_gid()]
-            for axis in figure.axes]
-
-
-def test_the_projection_figure_draws_every_link_and_the_runs_measured_on_the_emulated_one(
-        synthetic):
-    panels = projection_figure_once(synthetic.folder)
-    assert len(panels) == 2  # the MLP and the CNN
-    for gids in panels:
-        for link in ("loopback", "1g", "10g", "25g", "100g"):
-            assert f"{link} ring" in gids and f"{link} halving-doubling" in gids, link
-        # the fitted links carry their bootstrap band, the assumed ones none
-        assert "loopback band" in gids and "1g band" in gids and "10g band" not in gids
-        # the emulated runs at 2 nodes x 1 and x 2, measured and modelled at their own compute
-        for world in (2, 4):
-            for series in ("manual flat", "manual bucketed", "ddp"):
-                assert f"measured 1g {series} {world}" in gids
-                assert f"modelled 1g {series} {world}" in gids
-        # this machine's sweep only at two ranks, where each rank has a core
-        assert "measured loopback manual flat 2" in gids
-        assert not any(gid.startswith("measured loopback") and gid.endswith(" 4")
-                       for gid in gids)
-
-
-FIGURES = {}
-
-
-def projection_figure_once(folder):
-    """projection_figure(folder), drawn once per folder."""
-    if folder not in FIGURES:
-        FIGURES[folder] = run_alone(projection_figure, folder)
-    return FIGURES[folder]
