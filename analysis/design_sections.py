@@ -15,7 +15,7 @@ from runtime.models import build_model, count_parameters
 from runtime.options import DEFAULT_BUCKET_MB, STRATEGY_NAMES
 
 FIGURES = ("curves-mlp", "curves-cnn", "time-breakdown-mlp", "time-breakdown-cnn", "scaling-mlp",
-           "scaling-cnn", "allreduce", "step-bench", "bucket-sweep", "timeline")
+           "scaling-cnn", "allreduce", "bucket-sweep", "timeline")
 REFERENCE_SCRIPT = os.path.join(REPO, "analysis", "make_reference_results.sh")
 ISSUED = {"per-param": "after backward, one blocking all-reduce per tensor",
           "flat": "after backward, one all-reduce of a packed buffer",
