@@ -7,13 +7,9 @@
 Each design_doc/templates/*.md becomes design_doc/*.md with every `{{ name }}` replaced by a number
 (formatted with its unit), a table or a figure; data tables become CSV files beside it;
 numbers.json records every number a reader sees and where it came from (design_numbers.py). An
-undefined placeholder fails the build; a missing run renders as "not measured". Needs the sweep's
-runs and results/allreduce-bench.json. Sections: §1-§3 design_sections.py, §4 design_performance.py
-and design_benchmarks.py, the α-β fits design_fits.py, §5 design_scaling.py and design_emulated.py,
-§7 design_sharding.py.
+undefined placeholder fails the build; a missing run renders as "not measured".
 """
 import argparse
-import difflib
 import functools
 import glob
 import json
@@ -58,35 +54,26 @@ OPTIONAL_INPUTS = {"step-bench.json": "python -m benchmarks.step_bench",
                    "sharding.json": "python -m benchmarks.sharding_bench",
                    "trace-*.json": "python mlp_ddp.py ... --trace (see design_doc/README.md)",
                    os.path.join("plots", "*.png"): "python -m analysis.plots"}
-# Tables that serve as data (per size, per rank, per repeat): CSV files beside the document, which
-# links them where the table stood.
-DATA_TABLES = {
-    "table.fits.ring": "allreduce-fits-ring.csv",
-    "table.predict": "predicted-busy.csv", "table.step_bench": "step-bench.csv",
-    "table.bucket_sweep": "bucket-sweep.csv", "table.emulated.fits.ring": "emulated-fits-ring.csv",
-    "table.sweep.mlp": "sweep-mlp.csv",
-    "table.sweep.cnn": "sweep-cnn.csv", "table.comm.mlp": "messages-mlp.csv",
-    "table.comm.cnn": "messages-cnn.csv", "table.buckets.mlp": "buckets-mlp.csv",
-    "table.buckets.cnn": "buckets-cnn.csv", "table.trace": "trace.csv",
-    "table.one_machine": "one-machine.csv", "table.time_to_accuracy": "time-to-accuracy.csv",
-    "table.crossover": "crossover.csv", "table.emulated.training.mlp": "emulated-mlp.csv",
-    "table.emulated.training.cnn": "emulated-cnn.csv",
-    "table.sharding.side.mlp": "sharding-mlp.csv", "table.sharding.side.cnn": "sharding-cnn.csv",
-    "table.sharding.memory.mlp": "zero-memory-mlp.csv",
-    "table.sharding.memory.cnn": "zero-memory-cnn.csv", "table.sharding.bytes": "zero-bytes.csv",
-    "table.sharding.prefetch": "zero-prefetch.csv",
-    "table.sharding.transports": "zero-transports.csv",
-    "table.step_bench_verdict": "step-bench-verdicts.csv",
-}
+# Tables that serve as data (per size, per rank, per repeat): CSV files beside the document, named
+# after the table ('table.sweep.mlp' -> sweep-mlp.csv), which the document links where it stood.
+DATA_TABLES = ("table.fits.ring", "table.predict", "table.step_bench", "table.step_bench_verdict",
+               "table.bucket_sweep", "table.emulated.fits.ring", "table.sweep.mlp",
+               "table.sweep.cnn", "table.comm.mlp", "table.comm.cnn", "table.buckets.mlp",
+               "table.buckets.cnn", "table.trace", "table.one_machine", "table.time_to_accuracy",
+               "table.crossover", "table.emulated.training.mlp", "table.emulated.training.cnn",
+               "table.sharding.side.mlp", "table.sharding.side.cnn", "table.sharding.memory.mlp",
+               "table.sharding.memory.cnn", "table.sharding.bytes", "table.sharding.prefetch",
+               "table.sharding.transports")
 
 
 def as_data(tables):
-    """{file name: CSV, table name: a link to it} of each DATA_TABLES table that is a table."""
+    """{file name: CSV, table name: a link to it} of each of DATA_TABLES that is a table."""
     files = {}
-    for name, file_name in DATA_TABLES.items():
+    for name in DATA_TABLES:
         lines = [line for line in tables.get(name, "").splitlines()
                  if line.startswith("|") and not line.startswith("|---")]
         if lines:
+            file_name = name.removeprefix("table.").replace(".", "-").replace("_", "-") + ".csv"
             rows = [[cell.strip() for cell in line.strip("|").split(" | ")] for line in lines]
             files.update(design_numbers.data_file(name, file_name, rows[0], rows[1:], file_name))
     return files
@@ -226,24 +213,17 @@ def same_json(old, new):
 
 
 def differences(documents, out_dir):
-    """{name: 'k lines' or 'missing'} of each file that differs from `documents`: Markdown and
-    CSV exactly, numbers.json at its precision."""
-    changed = {}
-    for name, text in documents.items():
+    """The files that differ from `documents` or are missing: Markdown and CSV exactly,
+    numbers.json at its precision."""
+    def same(name, text):
         path = os.path.join(out_dir, name)
         if not os.path.exists(path):
-            changed[name] = "missing"
-            continue
+            return False
         with open(path) as file:
             old = file.read()
-        same = same_json(json.loads(old), json.loads(text)) if name.endswith(".json") \
+        return same_json(json.loads(old), json.loads(text)) if name.endswith(".json") \
             else old == text
-        if not same:
-            diff = difflib.unified_diff(old.splitlines(), text.splitlines(), lineterm="", n=0)
-            count = sum(1 for line in diff
-                        if line.startswith(("+", "-")) and not line.startswith(("+++", "---")))
-            changed[name] = f"{count} lines"
-    return changed
+    return [name for name, text in documents.items() if not same(name, text)]
 
 
 def write_text(path, text):
@@ -267,8 +247,7 @@ def main(argv=None):
     if args.check:
         if changed:
             print(f"design document out of date: {len(changed)} of {len(documents)} files differ "
-                  f"from a build from {args.results_dir}: "
-                  f"{', '.join(f'{name} ({how})' for name, how in changed.items())}; "
+                  f"from a build from {args.results_dir}: {', '.join(changed)}; "
                   "rebuild with python -m analysis.build_design_doc", file=sys.stderr)
             return 1
         print(f"design document up to date with {args.results_dir} ({len(documents)} files)")

@@ -2,6 +2,7 @@
 machine made to pay (§4.5): the shared-memory all-reduce against gloo's, results/one-machine/
 and the time to a target accuracy against the classic MNIST recipe. A missing file reads "not
 measured"."""
+import math
 import os
 import statistics
 
@@ -157,57 +158,46 @@ def same_transport(numbers):
 
 
 def time_to_accuracy_table(numbers, path):
-    """Per model and run: the median time to the target over the repeats, its range and its ratio
-    to the classic recipe's; per model, ours' best ratio and its samples to target."""
-    if not os.path.exists(path):
-        for model in ("mlp", "cnn"):
-            for name in ("target", "best.vs_classic", "best.samples", "best.samples_vs_classic"):
-                numbers.add(f"tta.{model}.{name}", None, "ratio")
-        return "*Not measured: run `python -m benchmarks.time_to_accuracy`.*"
-    document = load(path)
+    """Per model and run: time to the target over the repeats, samples to it, and the time over the
+    classic recipe's; per model, ours' best ratio and its samples over the recipe's."""
+    document = load(path) if os.path.exists(path) else {}
     for model in ("mlp", "cnn"):
-        numbers.measured(f"tta.{model}.target", path, f"targets.{model}", "percent")
+        numbers.measured(f"tta.{model}.target", path if document else None, f"targets.{model}",
+                         "percent")
     rows, best = [], {}
     for index, summary in enumerate(document.get("summary", [])):
         model, run, world = summary["model"], summary["name"], summary["world_size"]
         name, field = f"tta.{model}.{run}.w{world}", f"summary[{index}]"
-        numbers.measured(f"{name}.median_s", path, f"{field}.median_time_to_target_s", "s")
-        vs_classic = numbers.measured(f"{name}.vs_classic", path, f"{field}.ratio_to_classic",
-                                      "ratio")
-        samples = sorted(found for found in (
-            repeat["samples_to_target"].get(model) for repeat in document.get("runs", [])
-            if repeat["name"] == run and repeat["world_size"] == world
-            and repeat["model"] in (model, None)) if found is not None)
+        times = summary["times_to_target_s"]
+        numbers.spread_of(f"{name}.time", [f"{path}#{field}.times_to_target_s[{repeat}]"
+                                           for repeat, time in enumerate(times) if time],
+                          "s", "the repeats' time to target")
+        ratio = numbers.measured(f"{name}.vs_classic", path, f"{field}.ratio_to_classic", "ratio")
+        samples = [repeat["samples_to_target"].get(model) for repeat in document["runs"]
+                   if (repeat["name"], repeat["world_size"]) == (run, world)
+                   and repeat["model"] in (model, None)]
+        samples = [found for found in samples if found is not None]
         numbers.add(f"{name}.samples", round(statistics.median(samples)) if samples else None,
                     "count", kind="derived", inputs=[f"{path}#runs"],
                     formula="median samples to target over the repeats that reached it")
-        if run != "classic" and vs_classic is not None \
-                and vs_classic < best.get(model, (float("inf"), None))[0]:
-            best[model] = (vs_classic, name)
-        times = summary["times_to_target_s"]
-        reached = sorted(time for time in times if time is not None)
-        for label, value in (("fastest_s", reached[0] if reached else None),
-                             ("slowest_s", reached[-1] if reached else None)):
-            numbers.add(f"{name}.{label}", value, "s", kind="derived",
-                        inputs=[f"{path}#{field}.times_to_target_s"],
-                        formula=f"the {label[:-2]} repeat that reached the target")
-        shown = numbers.text(f"{name}.median_s")
-        if len(reached) > 1:
-            shown += f" ({numbers.text(name + '.fastest_s')}–{numbers.text(name + '.slowest_s')})"
+        if run != "classic" and ratio is not None and ratio < best.get(model, (math.inf,))[0]:
+            best[model] = (ratio, name)
         # the classic recipe trains its own CNN, whichever model's target it is timed to
         where = f"{world} rank{'s' if world > 1 else ''}"
-        label = f"the classic recipe's CNN, {where}" if run == "classic" else \
-            f"ours, {run}, {where}"
-        rows.append([model.upper(), label, f"{len(reached)} of {len(times)}", shown,
-                     numbers.text(f"{name}.samples"), numbers.text(f"{name}.vs_classic")])
+        rows.append([model.upper(), f"the classic recipe's CNN, {where}" if run == "classic"
+                     else f"ours, {run}, {where}",
+                     f"{sum(1 for time in times if time)} of {len(times)}",
+                     numbers.spread_text(f"{name}.time"), numbers.text(f"{name}.samples"),
+                     numbers.text(f"{name}.vs_classic")])
     for model in ("mlp", "cnn"):
         chosen = best.get(model, (None, None))[1]
-        for field, unit in (("vs_classic", "ratio"), ("samples", "count")):
-            numbers.derived(f"tta.{model}.best.{field}", unchanged,
-                            [f"{chosen}.{field}"] if chosen else [], unit,
-                            "ours' run with the smallest ratio")
+        numbers.derived(f"tta.{model}.best.vs_classic", unchanged,
+                        [f"{chosen}.vs_classic"] if chosen else [], "ratio",
+                        "ours' run with the smallest ratio")
         numbers.derived(f"tta.{model}.best.samples_vs_classic", lambda mine, theirs: mine / theirs,
                         [f"{chosen}.samples", f"tta.{model}.classic.w1.samples"] if chosen
                         else [], "ratio", "ours' median samples to target / the recipe's")
+    if not document:
+        return "*Not measured: run `python -m benchmarks.time_to_accuracy`.*"
     return table(["model", "run", "reached", "time to target", "samples to target",
                   "time ÷ the classic recipe's"], rows)

@@ -20,11 +20,11 @@ class BuildError(Exception):
     """A problem with the inputs that the user can fix; reported as one line."""
 
 
-loaded = {}  # path -> parsed JSON, read once per build
+loaded = {}  # path -> parsed JSON
 
 
 def load(path):
-    """The parsed JSON of a results file."""
+    """The parsed JSON of a results file, read once per build."""
     if path not in loaded:
         try:
             with open(path) as file:
@@ -74,19 +74,18 @@ def significant(value, digits=3):
     return f"{value:,.{decimals}f}"
 
 
-def scaled(value, steps):
-    """`value` in the first of `steps` ((threshold, scale, suffix), largest first) it reaches."""
-    for threshold, scale, suffix in steps:
-        if value >= threshold:
-            return significant(value * scale) + suffix
-    return significant(value * steps[-1][1]) + steps[-1][2]
+def show_seconds(value):
+    """'1.2 s', '3.45 ms', '120 µs'."""
+    if value >= 1:
+        return significant(value) + " s"
+    return significant(value * 1e3) + " ms" if value >= 1e-4 else significant(value * 1e6) + " µs"
 
 
 def show_bytes(value):
-    """'512 B', '2.27 MB': powers of 1000."""
+    """'512 B', '4.10 kB', '2.27 MB': powers of 1000."""
     if value < 1e3:
         return f"{value:,.0f} B"
-    return scaled(value, ((1e6, 1e-6, " MB"), (1e3, 1e-3, " kB")))
+    return significant(value / 1e6) + " MB" if value >= 1e6 else significant(value / 1e3) + " kB"
 
 
 def show_percent(value):
@@ -97,7 +96,7 @@ def show_percent(value):
 
 
 UNITS = {  # unit -> how a value in that unit is shown
-    "s": lambda value: scaled(value, ((1, 1, " s"), (1e-4, 1e3, " ms"), (0, 1e6, " µs"))),
+    "s": show_seconds,
     "ms": lambda value: significant(value * 1e3) + " ms",
     "us": lambda value: significant(value * 1e6) + " µs",
     "trace_us": lambda value: significant(value / 1e3) + " ms",
@@ -112,7 +111,6 @@ UNITS = {  # unit -> how a value in that unit is shown
     "percent": show_percent,
     "round-percent": lambda value: f"{100 * value:g}%",
     "ratio": lambda value: significant(value) + "×",
-    "round-ratio": lambda value: f"{value:g}×",
     "count": lambda value: f"{value:,}",
     "number": significant,
     "exact": lambda value: f"{value:g}",
