@@ -1,21 +1,14 @@
 """An alpha-beta cost model of the gradient all-reduce: fitted to the all-reduce benchmark, then
 used to predict this machine's communication per step and to project a cluster's.
 
-One all-reduce of N bytes over n ranks costs
+One all-reduce of N bytes over n ranks costs T = a(n) * alpha + b(n) * N * beta: alpha is the
+fixed cost of one message step, beta the seconds per byte one rank sends; a(n) counts the message
+steps that happen one after another, b(n) * N the bytes each rank sends. The ring and gloo's own
+all-reduce (a ring too) share ring_coefficients. A step's communication overlaps backward as far as
+its buckets are ready; DDP's buckets are passed in as it sent them (torch has rules of its own).
 
-    T = a(n) * alpha + b(n) * N * beta
-
-alpha is the fixed cost of one message step (latency, handshake, the call's overhead), beta the
-seconds per byte one rank sends (the reduction's additions folded in): a(n) counts the message
-steps that must happen one after another, b(n) * N the bytes each rank sends. The ring and gloo's
-own all-reduce (a ring too, gloo/allreduce.cc) share ring_coefficients; halving-doubling sends
-the same bytes in 2 ceil(log2 n) steps. A step's communication overlaps backward as far as its
-buckets are ready (traces.gradient_readiness); DDP's buckets are passed in as it was seen to
-send them, never computed: torch rebuilds them by its own rules.
-
-Three functions are the assignment's derivations (rubric item design.numbers):
-ring_coefficients, bucket_sizes and crossover_world_size; their docstrings are their
-specification. Everything here is a pure function of numbers (no torch, no files).
+ring_coefficients, bucket_sizes and crossover_world_size are the assignment's derivations (rubric
+item design.numbers); their docstrings are their specification. Pure functions: no torch, no files.
 """
 import math
 from dataclasses import dataclass
@@ -84,10 +77,8 @@ class Fit:
     """The α-β model fitted to measured all-reduce times, with how well it fits them."""
     alpha: float                   # seconds per message step
     beta: float                    # seconds per byte sent by one rank
-    r2: float                      # 1 - residual / total sum of squares, of the times themselves
     median_relative_error: float   # median over points of |predicted - measured| / measured
     max_relative_error: float
-    points: int
 
     @property
     def bandwidth_gbps(self):
@@ -95,11 +86,11 @@ class Fit:
         return 1 / self.beta / 1e9 if self.beta > 0 else math.inf
 
 
-def fit_alpha_beta(world_sizes, sizes, times, relative=True):
+def fit_alpha_beta(world_sizes, sizes, times):
     """Least-squares alpha and beta of the ring model from measured all-reduce times.
 
-    `relative=True` weights each point by 1 / its time, so a 4 KiB message counts as much as a
-    64 MiB one; unweighted, the large messages decide and alpha comes out as noise. Both are kept
+    Each point is weighted by 1 / its time, so a 4 KiB message counts as much as a 64 MiB one;
+    unweighted, the large messages decide and alpha comes out as noise. Both are kept
     non-negative: if the free solution has one below zero, the better fit with it at zero is taken.
     """
     world_sizes = np.asarray(world_sizes, dtype=float)
@@ -107,23 +98,18 @@ def fit_alpha_beta(world_sizes, sizes, times, relative=True):
     times = np.asarray(times, dtype=float)
     if len(times) < 2:
         raise ValueError("fitting alpha and beta needs at least two measurements")
-    design, weighted, target = fit_system(world_sizes, sizes, times, relative)
-    coefficients = nonnegative_least_squares(weighted, target)
-    predicted = design @ coefficients
-    relative_errors = np.abs(predicted - times) / times
-    total = np.sum((times - times.mean()) ** 2)
-    r2 = 1 - np.sum((times - predicted) ** 2) / total if total > 0 else 1.0
-    alpha, beta = coefficients
-    return Fit(float(alpha), float(beta), float(r2), float(np.median(relative_errors)),
-               float(relative_errors.max()), len(times))
+    design, weighted, target = fit_system(world_sizes, sizes, times)
+    alpha, beta = coefficients = nonnegative_least_squares(weighted, target)
+    relative_errors = np.abs(design @ coefficients - times) / times
+    return Fit(float(alpha), float(beta), float(np.median(relative_errors)),
+               float(relative_errors.max()))
 
 
-def fit_system(world_sizes, sizes, times, relative=True):
+def fit_system(world_sizes, sizes, times):
     """fit_alpha_beta's least squares: (design, weighted design, weighted target)."""
     message_steps, sent_fraction = ring_coefficients(world_sizes)
     design = np.column_stack([message_steps, sent_fraction * sizes])
-    weights = 1 / times if relative else np.ones_like(times)
-    return design, design * weights[:, None], times * weights
+    return design, design / times[:, None], np.ones_like(times)
 
 
 def nonnegative_least_squares(weighted, target):

@@ -91,8 +91,7 @@ def one_machine_section(numbers, results_dir):
                              "the main sweep's")
     columns = ["configuration", "step", "exposed comm", "throughput",
                "÷ one process's throughput"]
-    return {"text.same_transport": same_transport(numbers),
-            "table.one_machine": table(columns, rows) if rows else
+    return {"table.one_machine": table(columns, rows) if rows else
             "*Not measured: run the sweep of analysis/make_reference_results.sh.*",
             "table.time_to_accuracy": time_to_accuracy_table(
                 numbers, os.path.join(results_dir, "time-to-accuracy.json"))}
@@ -138,23 +137,6 @@ def shm_allreduce(numbers, bench):
         numbers.measured(f"shm.allreduce.w{world}.worst_ratio",
                          bench if str(world) in measured else None,
                          f"shm_target.per_world_size.{world}.worst_ratio", "ratio")
-
-
-def same_transport(numbers):
-    """§4.5's sentence: the best hand-written strategy against DDP on its own transport."""
-    parts = []
-    for model in ("mlp", "cnn"):
-        for world in (2, 4):
-            name = f"stepbench.{model}.w{world}"
-            if numbers.value(f"{name}.best") is not None:
-                parts.append(f"{model.upper()} at {world} ranks, "
-                             f"`{numbers.text(name + '.best')}` at "
-                             f"{numbers.claim(name + '.vs_same', name + '.vs_same.verdict')}")
-    if not parts:
-        return "*The step benchmark (`python -m benchmarks.step_bench`) is not measured.*"
-    return ("**The same transport** (`results/step-bench.json`: all configurations in the same "
-            "processes, step by step; the best hand-written strategy's step over DDP's on its "
-            "transport, within each repeat): " + "; ".join(parts) + ".")
 
 
 def time_to_accuracy_table(numbers, path):

@@ -123,8 +123,7 @@ UNITS = {  # unit -> how a value in that unit is shown
 
 
 def unchanged(value):
-    """An alias of another number."""
-    return value
+    return value  # an alias of another number
 
 
 class Numbers:
@@ -136,7 +135,7 @@ class Numbers:
         self.shown = set()  # names whose text the build gave out: numbers a reader sees
 
     def add(self, name, value, unit, **provenance):
-        """Register `name`; a None value is absent (not measured)."""
+        """Register `name`; a None value is absent."""
         if value is None:
             self.absent.append(name)
         else:
@@ -235,7 +234,7 @@ class Numbers:
         return f"{self.spread_text(ratios)}, {self.text(verdict)}"
 
     def value(self, name):
-        return self.entries.get(name, {}).get("value")
+        return self.entries.get(name, {}).get("value")  # None if absent
 
     def text(self, name):
         """How `name` reads in the document; marks it as shown."""
@@ -258,7 +257,7 @@ def cells(numbers, columns, **fields):
 
 
 def headers(columns):
-    return [header for header, *_ in columns]
+    return [header for header, *_ in columns]  # of cells' columns
 
 
 def table(header, rows):

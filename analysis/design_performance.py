@@ -1,8 +1,6 @@
-"""§4 of the design document: the strategy sweep (each configuration's median and spread over its
-repeats, the verdicts between strategies, the compute baseline and the ceiling it puts on
-efficiency) and the MLP's step against the bucket size. Runs are grouped by
-results_folder.repeats, as the plots group them; every ratio is taken within one round
-(Numbers.paired_ratio), and a strategy is called faster only by results_folder.verdict.
+"""§4 of the design document: the strategy sweep (each configuration's spread over its rounds, the
+verdicts between strategies, the compute baseline and the ceiling it sets) and the MLP's step
+against the bucket size. Every ratio is taken within one round; a verdict is results_folder's.
 """
 from analysis.design_numbers import table, unchanged
 from analysis.scaling_inputs import runs_of
@@ -25,6 +23,8 @@ RUN_FIELDS = {"overlap": (("timing.across_ranks.comm_hidden.mean",
                           "comm_hidden / comm_busy (results.overlap)"),
               "throughput": (THROUGHPUT, "samples/s", unchanged, "throughput")}
 STEP = "timing.across_ranks.step.mean"
+VERDICT_WORDS = {"faster": "faster than", "indistinguishable": "indistinguishable from",
+                 "slower": "slower than"}
 
 
 def slug(series):
@@ -150,13 +150,11 @@ def summary(numbers, model, top):
     verdicts = {slug(series): numbers.value(f"verdict.{model}.w{top}.{slug(series)}.verdict")
                 for series in COMMUNICATING if series != REFERENCE}
     parts = []
-    for verdict in ("faster", "indistinguishable", "slower"):
-        names = [name for name, said in verdicts.items() if said == verdict]
+    for verdict, said in VERDICT_WORDS.items():
+        names = [name for name, found in verdicts.items() if found == verdict]
         if names:
-            listed = ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
-            parts.append(f"{listed} {'is' if len(names) == 1 else 'are'} "
-                         f"{'indistinguishable from' if verdict[0] == 'i' else verdict + ' than'}"
-                         " flat")
+            listed = " and ".join([", ".join(names[:-1]), names[-1]] if names[1:] else names)
+            parts.append(f"{listed} {'are' if names[1:] else 'is'} {said} flat")
     numbers.add(f"sweep.{model}.summary", "; ".join(parts) or None, "name", kind="derived",
                 inputs=[f"verdict.{model}.w{top}.{name}.verdict" for name in verdicts],
                 formula="the verdicts against flat at the largest world size")

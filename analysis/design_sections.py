@@ -147,42 +147,39 @@ def trace_section(numbers, results_dir):
     """Rank 0's typical step from a Chrome trace in the results, bucketed's if there is one."""
     paths = sorted(glob.glob(os.path.join(results_dir, "trace-*.json")),
                    key=lambda path: ("bucketed" not in path, path))
-    events = load(paths[0]).get("traceEvents", []) if paths else []
+    path = paths[0] if paths else None
+    events = load(path).get("traceEvents", []) if path else []
     spans = [(index, event) for index, event in enumerate(events)
              if event.get("ph") == "X" and event.get("pid") == 0]
-    numbers.add("trace.file", os.path.basename(paths[0]) if spans else None, "name", kind="file",
-                file=paths[0] if spans else None)
-    if not spans:
-        for name in ["trace.step"] + [f"trace.{field}" for field in TRACE_HEADLINES]:
-            numbers.add(name, None, "count")
-        return {"table.trace": f"*No trace in {repo_relative(results_dir)}, so the numbers around "
-                               "this note are not measured: make one (the command is in the "
-                               "index), then rebuild.*"}
-    typical = typical_step(events)
+    typical = typical_step(events) if spans else None
     mine = sorted(((index, event) for index, event in spans if event["args"]["step"] == typical),
                   key=lambda pair: pair[1]["ts"])
-    ts, dur = ([f"{paths[0]}#traceEvents[{index}].{field}" for index, _ in mine]
+    numbers.add("trace.file", os.path.basename(path) if mine else None, "name", kind="file",
+                file=path)
+    numbers.measured("trace.step", path if mine else None,
+                     f"traceEvents[{mine[0][0] if mine else 0}].args.step", "count")
+    ts, dur = ([f"{path}#traceEvents[{index}].{field}" for index, _ in mine]
                for field in ("ts", "dur"))
-    numbers.measured("trace.step", paths[0], f"traceEvents[{mine[0][0]}].args.step", "count")
-    rows = []
+    rows, inputs = [], []
     for position, (index, event) in enumerate(mine):
         name = f"trace.event{index}"
         numbers.derived(f"{name}.start", lambda start, origin: start - origin,
                         [ts[position], ts[0]], "trace_us", "ts - the step's first ts")
-        numbers.measured(f"{name}.duration", paths[0], f"traceEvents[{index}].dur", "trace_us")
+        numbers.measured(f"{name}.duration", path, f"traceEvents[{index}].dur", "trace_us")
         rows.append(["communication" if event["tid"] else "compute", event["name"],
                      numbers.text(f"{name}.start"), numbers.text(f"{name}.duration")])
-    backward = [position for position, (_, event) in enumerate(mine)
-                if event["name"] == "backward"]
-    allreduces = [position for position, (_, event) in enumerate(mine)
-                  if event["name"].startswith("all-reduce")]
-    inputs = []
-    if backward and allreduces:  # backward's ts and dur, then each all-reduce's
-        inputs = [ts[backward[0]], dur[backward[0]]] + [
-            span[position] for position in allreduces for span in (ts, dur)]
-    numbers.derived_fields("trace", backward_overlap, inputs, TRACE_HEADLINES,
+        if event["name"] == "backward" and not inputs:  # backward's ts and dur come first
+            inputs = [ts[position], dur[position]]
+    allreduces = [span[position] for position, (_, event) in enumerate(mine)
+                  if event["name"].startswith("all-reduce") for span in (ts, dur)]
+    numbers.derived_fields("trace", backward_overlap, inputs + allreduces if inputs and allreduces
+                           else [], TRACE_HEADLINES,
                            "from rank 0's events of the step: backward's end, "
                            "each all-reduce's span")
+    if not rows:
+        return {"table.trace": f"*No trace in {repo_relative(results_dir)}, so the numbers around "
+                               "this note are not measured: make one (the command is in the "
+                               "index), then rebuild.*"}
     return {"table.trace": table(["track", "event", "starts at", "lasts"], rows)}
 
 

@@ -34,8 +34,7 @@ def configuration(run):
 def load_folder(folder, note=print):
     """Training runs (valid documents of SCHEMA, each with its `path`) and each benchmark's rows
     by schema (BENCHMARKS), from the folder's *.json; `note` hears of each file skipped and why."""
-    runs = []
-    benchmarks = {schema: [] for schema in BENCHMARKS}
+    runs, benchmarks = [], {schema: [] for schema in BENCHMARKS}
     for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
         name = os.path.basename(path)
         try:
@@ -44,21 +43,22 @@ def load_folder(folder, note=print):
         except (OSError, ValueError) as error:
             note(f"note: skipped {name}: not readable JSON ({error})")
             continue
-        if isinstance(document, dict) and "traceEvents" in document:
+        document = document if isinstance(document, dict) else {}
+        if "traceEvents" in document:
             continue  # a --trace timeline: plots.py draws it from its own file
-        schema = document.get("schema") if isinstance(document, dict) else None
+        schema = document.get("schema")
         # a benchmark's schema of another version than the one read
         newer = [known for known in BENCHMARKS
                  if known.split("/")[0] == str(schema).split("/")[0] and known != schema]
-        problems = validate(document) if schema == SCHEMA else [
-            f"no plot or table for schema {schema!r}"]
         if schema in BENCHMARKS:
             benchmarks[schema] += document.get(BENCHMARKS[schema][1], [])
         elif newer:
             note(f"note: skipped {name}: schema {schema!r} is older than {newer[0]}: "
                  f"run {BENCHMARKS[newer[0]][0]} again")
-        elif problems:
-            note(f"note: skipped {name}: {problems[0]}")
+        elif schema != SCHEMA or validate(document):
+            problem = validate(document)[0] if schema == SCHEMA else \
+                f"no plot or table for schema {schema!r}"
+            note(f"note: skipped {name}: {problem}")
         else:
             runs.append(dict(document, path=path))
     return runs, benchmarks

@@ -176,7 +176,7 @@ def test_the_fit_recovers_alpha_and_beta_exactly_from_exact_data():
     fit, = cost_model_gives(call("fit_alpha_beta", *synthetic_points(25e-6, 0.8e-9, noise=0.0)))
     assert fit["alpha"] == pytest.approx(25e-6, rel=1e-9)
     assert fit["beta"] == pytest.approx(0.8e-9, rel=1e-9)
-    assert fit["r2"] == pytest.approx(1.0) and fit["median_relative_error"] < 1e-9
+    assert fit["max_relative_error"] < 1e-9
     assert fit["bandwidth_gbps"] == pytest.approx(1 / 0.8e-9 / 1e9)
 
 
@@ -187,7 +187,7 @@ def test_the_fit_recovers_alpha_and_beta_within_a_few_percent_under_small_noise(
     for seed, fit in enumerate(fits):
         assert fit["alpha"] == pytest.approx(25e-6, rel=0.05), seed
         assert fit["beta"] == pytest.approx(0.8e-9, rel=0.05), seed
-        assert fit["r2"] > 0.99 and 0 < fit["median_relative_error"] < 0.05, seed
+        assert 0 < fit["median_relative_error"] < 0.05, seed
 
 
 def test_the_fit_never_returns_a_negative_latency_or_bandwidth():
