@@ -11,19 +11,14 @@ MS = 1e3  # seconds to milliseconds: every step-time axis is in ms
 SERIES_COLOURS = {"single": "black", "ddp-no-sync": "tab:gray", "ddp": "tab:blue",
                   "manual per-param": "tab:orange", "manual flat": "tab:green",
                   "manual bucketed": "tab:red", "manual ring": "tab:purple",
-                  "manual shm": "tab:cyan"}
-SERIES_ORDER = tuple(SERIES_COLOURS)
+                  "manual shm": "tab:cyan"}  # in the teaching order
 VARIANT_COLOURS = ("tab:brown", "tab:olive", "tab:pink")
 
 
-def plural(count, noun, ending="s"):
-    """'1 run', '3 runs': the count with its noun, in the plural where it needs one."""
+def plural(count, noun):
+    """'1 run', '3 runs', '4 processes': the count with its noun, in the plural where needed."""
+    ending = "es" if noun.endswith("s") else "s"
     return f"{count} {noun}" if count == 1 else f"{count} {noun}{ending}"
-
-
-def processes(world):
-    """'1 process', '4 processes'."""
-    return plural(world, "process", "es")
 
 
 def colour(series):
@@ -35,14 +30,13 @@ def colour(series):
 
 def series_rank(series):
     """Sort key of a series: the teaching order, then any variant by name."""
-    position = SERIES_ORDER.index(series) if series in SERIES_ORDER else len(SERIES_ORDER)
-    return position, series
+    known = list(SERIES_COLOURS)
+    return (known.index(series) if series in known else len(known)), series
 
 
 def order(item):
     """Sort key of a (configuration, runs) pair: model, world size, then the teaching order."""
-    configuration, _runs = item
-    model, series, world, bucket_mb = configuration
+    (model, series, world, bucket_mb), _runs = item
     return model, world, series_rank(series), bucket_mb
 
 

@@ -1,12 +1,10 @@
 """Communication: allreduce.png (latency and bus bandwidth against message size, with the fitted
 α-β model) and bucket-sweep.png (step time against --bucket-mb, with the buckets each run sent)."""
-from collections import defaultdict
-
 import matplotlib.pyplot as plt
 import numpy as np
 
 from analysis import cost_model
-from analysis.plot_common import MS, colour, errors, medians, plural, processes, uses_buckets
+from analysis.plot_common import MS, colour, errors, medians, plural, uses_buckets
 from analysis.results_folder import across_repeats
 
 MOST_SIZE_TICKS = 8  # message sizes labelled on the all-reduce axes; more would overlap
@@ -22,42 +20,35 @@ def size_label(nbytes):
     return f"{nbytes:g} B"
 
 
-def draw_fit(latency, bandwidth, measured, implementation, world, style):
-    """The α-β model fitted to one implementation at one world size, a thin line on both axes;
-    returns the legend's note on the fitted α and 1/β."""
-    sizes = np.array([row["bytes"] for row in measured], dtype=float)
-    seconds = np.array([row["median_s"] for row in measured])
+def draw_fit(axes, sizes, seconds, implementation, world, style):
+    """The α-β fit of one implementation at one world size, thin on both axes; its legend note."""
     fit = cost_model.fit_alpha_beta([world] * len(sizes), sizes, seconds)
     grid = np.geomspace(sizes[0], sizes[-1], 50)
     model = np.array([cost_model.allreduce_time(size, world, fit.alpha, fit.beta) for size in grid])
-    line = dict(style, linewidth=0.8, linestyle=LINE_STYLES.get(implementation, "--"))
     bus_gbps = grid / model * 2 * (world - 1) / world / 1e9  # as the benchmark defines busbw
-    latency.plot(grid, MS * model, gid=f"fit {implementation} {world}", **line)
-    bandwidth.plot(grid, bus_gbps, gid=f"fit {implementation} {world}", **line)
+    line = dict(style, linewidth=0.8, linestyle=LINE_STYLES.get(implementation, "--"))
+    for axis, values in zip(axes, (MS * model, bus_gbps)):
+        axis.plot(grid, values, gid=f"fit {implementation} {world}", **line)
     return f" (α {fit.alpha * 1e6:.0f} µs, 1/β {fit.bandwidth_gbps:.2g} GB/s)"
 
 
 def plot_allreduce(rows):
-    """Median latency and bus bandwidth against message size, with the α-β fits (thin lines:
-    solid gloo, dashed ring, dotted shm)."""
-    groups = defaultdict(list)
-    for row in rows:
-        groups[(row["implementation"], row["world_size"])].append(row)
+    """Median latency and bus bandwidth against message size, with the α-β fits."""
+    groups = {}  # (implementation, world size) -> its rows, smallest message first
+    for row in sorted(rows, key=lambda row: row["bytes"]):
+        groups.setdefault((row["implementation"], row["world_size"]), []).append(row)
     worlds = sorted({world for _, world in groups})
     figure, (latency, bandwidth) = plt.subplots(1, 2, figsize=(15, 5.5))
-    palette = plt.get_cmap("tab10").colors
     for (implementation, world), measured in sorted(groups.items()):
-        measured.sort(key=lambda row: row["bytes"])
         sizes = np.array([row["bytes"] for row in measured], dtype=float)
         seconds = np.array([row["median_s"] for row in measured])
-        style = dict(color=palette[worlds.index(world) % len(palette)])
-        label = f"{implementation}, {processes(world)}"
+        style = dict(color=f"C{worlds.index(world) % 10}")  # one of tab10's colours per world size
+        label = f"{implementation}, {plural(world, 'process')}"
         if len(measured) >= 2 and world > 1:
-            label += draw_fit(latency, bandwidth, measured, implementation, world, style)
-        marker = MARKERS.get(implementation, "s")
-        busbw = [row["busbw_gbps"] for row in measured]
-        latency.plot(sizes, MS * seconds, marker, fillstyle="none", label=label, **style)
-        bandwidth.plot(sizes, busbw, marker, fillstyle="none", **style)
+            label += draw_fit((latency, bandwidth), sizes, seconds, implementation, world, style)
+        points = dict(marker=MARKERS.get(implementation, "s"), linestyle="", fillstyle="none")
+        latency.plot(sizes, MS * seconds, label=label, **points, **style)
+        bandwidth.plot(sizes, [row["busbw_gbps"] for row in measured], **points, **style)
     latency.set(ylabel="median latency (ms)", title="all-reduce latency")
     bandwidth.set(ylabel="bus bandwidth (GB/s) = size / time x 2(n-1)/n",
                   title="all-reduce bus bandwidth")
@@ -75,33 +66,27 @@ def plot_allreduce(rows):
     return figure
 
 
-def sent_count(runs):
-    """How many all-reduces a step sent, as the latest of the runs recorded it."""
-    return len(runs[-1]["timing"]["all_reduce_layouts"][-1]["bytes"])
-
-
 def plot_bucket_sweep(groups):
     """Step time against bucket size of each bucketing series run at several sizes."""
-    lines = defaultdict(dict)  # (model, series, world) -> {bucket MiB: spread of step}
-    counts = {}  # (model, series, world, bucket MiB) -> all-reduces per step, as recorded
-    for key, runs in groups.items():
-        model, series, world, bucket_mb = key
+    lines = {}  # (model, series, world) -> {bucket MiB: (spread of step, buckets sent)}
+    for (model, series, world, bucket_mb), runs in groups.items():
         if uses_buckets(series):
-            lines[(model, series, world)][bucket_mb] = across_repeats(runs)["step"]
-            counts[key] = sent_count(runs)
+            sent = runs[-1]["timing"]["all_reduce_layouts"][-1]["bytes"]  # the latest run's layout
+            step = across_repeats(runs)["step"]
+            lines.setdefault((model, series, world), {})[bucket_mb] = step, len(sent)
     lines = {key: points for key, points in lines.items() if len(points) > 1}
     if not lines:
         return None
     figure, axis = plt.subplots(figsize=(10, 5.5))
     for index, ((model, series, world), points) in enumerate(sorted(lines.items())):
         sizes = sorted(points)
-        steps = [points[size] for size in sizes]
+        steps, buckets = zip(*(points[size] for size in sizes))
+        label = f"{model.upper()}, {series}, {plural(world, 'process')}"
         axis.errorbar(sizes, medians(steps, MS), yerr=errors(steps, MS), marker="o", capsize=3,
-                      color=colour(series), label=f"{model.upper()}, {series}, {processes(world)}")
+                      color=colour(series), label=label)
         offset = 6 if index % 2 == 0 else -12  # alternate lines' notes above and below
-        for size, step in zip(sizes, steps):
-            text = plural(counts[(model, series, world, size)], "bucket")
-            axis.annotate(text, (size, MS * step["median"]), xytext=(5, offset),
+        for size, step, count in zip(sizes, steps, buckets):
+            axis.annotate(plural(count, "bucket"), (size, MS * step["median"]), xytext=(5, offset),
                           textcoords="offset points", fontsize=7, color=colour(series))
     ticks = sorted({size for points in lines.values() for size in points})
     axis.set(xscale="log", xlabel="bucket size (MiB, --bucket-mb)",

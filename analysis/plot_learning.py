@@ -1,11 +1,9 @@
 """Learning and scaling: curves-<model>.png (accuracy and loss per epoch, every repeat drawn) and
 scaling-<model>.png (throughput, speedup and efficiency against world size, median of repeats)."""
-from collections import defaultdict
-
 import matplotlib.pyplot as plt
 import numpy as np
 
-from analysis.plot_common import colour, errors, medians, order, processes, series_rank
+from analysis.plot_common import colour, errors, medians, order, plural, series_rank
 from analysis.results_folder import spread
 
 LINE_STYLES = ("-", "--", ":", "-.")  # one per world size in the learning curves
@@ -19,14 +17,12 @@ def plot_curves(groups, model):
         line_style = LINE_STYLES[worlds.index(world) % len(LINE_STYLES)]
         style = dict(color=colour(series), linestyle=line_style, linewidth=1, marker=".")
         for index, run in enumerate(runs):
-            label = f"{series}, {processes(world)}" if index == 0 else "_repeat"
+            style["label"] = f"{series}, {plural(world, 'process')}" if index == 0 else "_repeat"
             epochs = run["epochs"]
-            for column, key in enumerate(("samples_seen", "elapsed_s")):
+            for (accuracy, loss), key in zip(axes.T, ("samples_seen", "elapsed_s")):
                 abscissa = [epoch[key] for epoch in epochs]
-                accuracy = [100 * epoch["val_accuracy"] for epoch in epochs]
-                loss = [epoch["train_loss"] for epoch in epochs]
-                axes[0][column].plot(abscissa, accuracy, label=label, **style)
-                axes[1][column].plot(abscissa, loss, label=label, **style)
+                accuracy.plot(abscissa, [100 * epoch["val_accuracy"] for epoch in epochs], **style)
+                loss.plot(abscissa, [epoch["train_loss"] for epoch in epochs], **style)
     axes[0][0].set(ylabel="validation accuracy (%)", title="against samples seen (the work done)")
     axes[0][1].set(title="against training wall-clock (time to accuracy)")
     axes[1][0].set(ylabel="training loss (epoch mean)",
@@ -41,27 +37,21 @@ def plot_curves(groups, model):
     return figure
 
 
-def series_order(item):
-    """Sort key of a (series, points) pair: the series in teaching order."""
-    series, _points = item
-    return series_rank(series)
-
-
 def plot_scaling(groups, model):
-    """Throughput, speedup and efficiency against world size, with the ideal and ddp-no-sync
-    (no communication) as the ceiling compute alone reaches on the shared cores."""
-    lines = defaultdict(dict)  # series -> {world size: spread of throughput}
+    """Throughput, speedup and efficiency against world size, the ideal and the compute ceiling."""
+    lines = {}  # series -> {world size: spread of throughput}
     for (_, series, world, _), runs in groups.items():
-        lines[series][world] = spread([run["throughput_samples_per_s"] for run in runs])
+        throughput = spread([run["throughput_samples_per_s"] for run in runs])
+        lines.setdefault(series, {})[world] = throughput
     single = lines.pop("single", {}).get(1)
     if not single or not lines:
         return None  # a speedup needs a single-process run and at least one other
     worlds = sorted({1} | {world for points in lines.values() for world in points})
     figure, axes = plt.subplots(1, 3, figsize=(17, 5))
-    for series, points in sorted(lines.items(), key=series_order):
+    for series in sorted(lines, key=series_rank):
+        points = lines[series]
         sizes = np.array(sorted({1} | set(points)))
-        # every line starts from the one-process run
-        values = [points.get(world, single) for world in sizes]
+        values = [points.get(world, single) for world in sizes]  # every line starts from 1 process
         style = dict(color=colour(series), label=series, marker="o", capsize=3)
         if series == "ddp-no-sync":
             style.update(linestyle="--", label="ddp-no-sync: compute ceiling (no communication)")
@@ -76,8 +66,7 @@ def plot_scaling(groups, model):
         axis.set(xlabel="processes (world size)", ylabel=ylabel, xticks=worlds)
         axis.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    first_runs = next(iter(groups.values()))
-    cores = first_runs[0]["environment"]["cores"]
+    cores = next(iter(groups.values()))[0]["environment"]["cores"]
     figure.suptitle(f"{model.upper()}: scaling, median of repeats (bars: slowest to fastest), "
                     f"{cores} cores shared by every process")
     figure.tight_layout()

@@ -12,11 +12,12 @@ from analysis.traces import COMMUNICATION_TRACK, COMPUTE_TRACK, complete_events,
 
 PHASE_COLOURS = {"data": "tab:gray", "forward": "tab:blue", "backward": "tab:green",
                  "sync": "tab:orange", "optimizer": "tab:purple"}
+
+
 def read_traces(folder):
-    """{file name: complete events} of the folder's trace-*.json, bucketed first."""
+    """{file name: complete events} of the folder's trace-*.json, bucketed's first: it overlaps."""
     traces = {}
     paths = glob.glob(os.path.join(folder, "trace-*.json"))
-    # bucketed's first: its all-reduces overlap backward
     for path in sorted(paths, key=lambda path: ("bucketed" not in path, path)):
         name = os.path.basename(path)
         try:
@@ -27,11 +28,6 @@ def read_traces(folder):
     return {name: events for name, events in traces.items() if events}
 
 
-def lane_colour(lane, lanes):
-    """A shade of red per all-reduce lane, darker for later buckets."""
-    return plt.get_cmap("Reds")(0.35 + 0.6 * lanes.index(lane) / max(1, len(lanes) - 1))
-
-
 def draw_timeline(axis, events, title):
     """A trace's typical step: per rank a compute row and a communication row, each bucket's
     all-reduce in a lane of its own (several can be in flight at once)."""
@@ -40,20 +36,18 @@ def draw_timeline(axis, events, title):
     origin = min(event["ts"] for event in drawn)
     ranks = sorted({event["pid"] for event in drawn})
     lanes = sorted({event["name"] for event in drawn if event["tid"] == COMMUNICATION_TRACK})
-    present = {event["name"] for event in drawn}
-    names = [name for name in PHASE_COLOURS if name in present]
-    compute_names = {event["name"] for event in drawn if event["tid"] == COMPUTE_TRACK}
-    names += sorted(compute_names - set(names)) + lanes
+    compute = {event["name"] for event in drawn if event["tid"] == COMPUTE_TRACK}
+    # the phases in their order, any other compute span by name, then the all-reduce lanes
+    names = [name for name in PHASE_COLOURS if name in compute]
+    names += sorted(compute - set(names)) + lanes
     for name in names:
         mine = [event for event in drawn if event["name"] == name]
-        rows = [2 * ranks.index(event["pid"]) + event["tid"] for event in mine]
-        row = np.array(rows, dtype=float)
-        height = 0.8
-        fill = PHASE_COLOURS.get(name, "tab:brown")
-        if name in lanes:
+        row = np.array([2 * ranks.index(event["pid"]) + event["tid"] for event in mine], float)
+        height, fill = 0.8, PHASE_COLOURS.get(name, "tab:brown")
+        if name in lanes:  # a lane of the row per bucket, a darker red for each later one
             height = 0.8 / len(lanes)
             row += -0.4 + (lanes.index(name) + 0.5) * height
-            fill = lane_colour(name, lanes)
+            fill = plt.get_cmap("Reds")(0.35 + 0.6 * lanes.index(name) / max(1, len(lanes) - 1))
         starts = [(event["ts"] - origin) / MS for event in mine]  # microseconds to ms
         durations = [event["dur"] / MS for event in mine]
         axis.barh(row, durations, left=starts, height=0.9 * height, color=fill, label=name)

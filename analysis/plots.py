@@ -2,11 +2,9 @@
 
     python -m analysis.plots [--results-dir results] [--out-dir results/plots]
 
-Writes time-breakdown-, curves- and scaling-<model>.png, allreduce.png, step-bench.png,
-bucket-sweep.png and timeline.png (plot_*.py); a figure without data is skipped
-with a note. The timings are timing.py's (step = data + compute + comm exposed). Figures show
-the median over a configuration's repeats, bars from the fastest to the slowest; runs at a
-non-default --bucket-mb appear only in bucket-sweep.png.
+Writes time-breakdown-, curves- and scaling-<model>.png, allreduce.png, bucket-sweep.png and
+timeline.png (plot_*.py); a figure without data is skipped with a note. Runs at a non-default
+--bucket-mb appear only in bucket-sweep.png.
 """
 import argparse
 import os
@@ -14,16 +12,13 @@ import os
 import matplotlib.pyplot as plt
 
 from analysis import results_folder
-from analysis.plot_breakdown import plot_step_bench, plot_time_breakdown
+from analysis.plot_breakdown import plot_time_breakdown
 from analysis.plot_common import bucket_variant
 from analysis.plot_communication import plot_allreduce, plot_bucket_sweep
 from analysis.plot_learning import plot_curves, plot_scaling
 from analysis.plot_timeline import plot_timeline, read_traces
 
-PER_MODEL = (("time-breakdown", plot_time_breakdown), ("curves", plot_curves),
-             ("scaling", plot_scaling))
-BENCHMARKS = (("allreduce.png", plot_allreduce, results_folder.ALLREDUCE_SCHEMA),
-              ("step-bench.png", plot_step_bench, results_folder.STEP_BENCH_SCHEMA))
+PER_MODEL = {"time-breakdown": plot_time_breakdown, "curves": plot_curves, "scaling": plot_scaling}
 
 
 def save(figure, out_dir, name, written):
@@ -35,12 +30,6 @@ def save(figure, out_dir, name, written):
     figure.savefig(path, dpi=110)
     plt.close(figure)
     written.append(path)
-
-
-def strategy_groups(groups, model):
-    """The model's configurations at the default bucket size: the figures compare strategies."""
-    return {configuration: runs for configuration, runs in groups.items()
-            if configuration[0] == model and not bucket_variant(configuration)}
 
 
 def of_sweep(runs, sweep):
@@ -62,13 +51,14 @@ def main(argv=None):
     groups = of_sweep(runs, "sweep")
     written = []
     for model in sorted({model for model, _, _, _ in groups}):
-        model_groups = strategy_groups(groups, model)
-        for name, plot in PER_MODEL:
+        # the model's configurations at the default bucket size: the figures compare strategies
+        model_groups = {configuration: group for configuration, group in groups.items()
+                        if configuration[0] == model and not bucket_variant(configuration)}
+        for name, plot in PER_MODEL.items():
             figure = plot(model_groups, model) if model_groups else None
             save(figure, out_dir, f"{name}-{model}.png", written)
-    for name, plot, schema in BENCHMARKS:
-        rows = benchmarks.get(schema)
-        save(plot(rows) if rows else None, out_dir, name, written)
+    allreduce = benchmarks[results_folder.ALLREDUCE_SCHEMA]
+    save(plot_allreduce(allreduce) if allreduce else None, out_dir, "allreduce.png", written)
     save(plot_bucket_sweep(of_sweep(runs, "bucket")), out_dir, "bucket-sweep.png", written)
     save(plot_timeline(read_traces(args.results_dir)), out_dir, "timeline.png", written)
     for path in written:

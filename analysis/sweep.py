@@ -33,88 +33,69 @@ DEFAULT_EVAL_SAMPLES = ("--val-samples", "2000", "--test-samples", "2000")
 
 def comma_list(kind):
     """An argparse type: 'a,b,c' as a list of `kind`, empty items left out."""
-    def parse(text):
-        return [kind(item) for item in text.split(",") if item.strip()]
-    return parse
+    return lambda text: [kind(item) for item in text.split(",") if item.strip()]
 
 
 def parse_args(argv=None):
     """The sweep's options; a usage error for an unknown strategy or fewer than one repeat."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", type=comma_list(str), default=["mlp", "cnn"])
-    parser.add_argument("--world-sizes", type=comma_list(int), default=[1, 2, 4])
-    parser.add_argument("--strategies", type=comma_list(str), default=list(STRATEGY_NAMES),
-                        help="manual strategies")
-    parser.add_argument("--bucket-mbs", type=comma_list(float), default=[0.25, 1, 4, 25],
-                        help="bucket sweep sizes ('' for none)")
-    parser.add_argument("--max-steps", type=int, default=DEFAULT_MLP_STEPS,
-                        help="MLP steps per epoch")
-    parser.add_argument("--cnn-max-steps", type=int, default=DEFAULT_CNN_STEPS,
-                        help="CNN steps per epoch")
-    parser.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS)
-    parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
-                        help="runs of every configuration, interleaved")
-    parser.add_argument("--train-samples", type=int, default=0, help="training subset (0: all)")
-    parser.add_argument("--results-dir", default="results")
-    parser.add_argument("--extra", default="",
-                        help="more mlp_ddp.py arguments for every run, "
-                             "e.g. \"--val-samples 256\"")
-    parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    add = parser.add_argument
+    add("--models", type=comma_list(str), default=["mlp", "cnn"])
+    add("--world-sizes", type=comma_list(int), default=[1, 2, 4])
+    add("--strategies", type=comma_list(str), default=STRATEGY_NAMES, help="manual strategies")
+    add("--bucket-mbs", type=comma_list(float), default=[0.25, 1, 4, 25],
+        help="bucket sweep sizes ('' for none)")
+    add("--max-steps", type=int, default=DEFAULT_MLP_STEPS, help="MLP steps per epoch")
+    add("--cnn-max-steps", type=int, default=DEFAULT_CNN_STEPS, help="CNN steps per epoch")
+    add("--epochs", type=int, default=DEFAULT_EPOCHS)
+    add("--repeats", type=int, default=DEFAULT_REPEATS,
+        help="runs of every configuration, interleaved")
+    add("--train-samples", type=int, default=0, help="training subset (0: all)")
+    add("--results-dir", default="results")
+    add("--extra", default="",
+        help='more mlp_ddp.py arguments for every run, e.g. "--val-samples 256"')
+    add("--dry-run", action="store_true", help="print the commands, run nothing")
     args = parser.parse_args(argv)
-    unknown = set(args.strategies) - set(STRATEGY_NAMES)
+    unknown = sorted(set(args.strategies) - set(STRATEGY_NAMES))
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
     if unknown:
-        parser.error(f"unknown strategies {sorted(unknown)}; "
-                     f"choose from {', '.join(STRATEGY_NAMES)}")
+        parser.error(f"unknown strategies {unknown}; choose from {', '.join(STRATEGY_NAMES)}")
     return args
-
-
-def planned_runs(args):
-    """(run name, mlp_ddp.py arguments) for every run of the sweep, in the order they run."""
-    runs = configurations(args)
-    planned = []
-    for repeat in range(args.repeats):
-        round_runs = runs if repeat % 2 == 0 else runs[::-1]
-        planned += [(f"{name}-r{repeat + 1}", arguments) for name, arguments in round_runs]
-    return planned
 
 
 def configurations(args):
     """(name, mlp_ddp.py arguments) of each configuration, once."""
+    modes = [("ddp", ["--mode", "ddp"]), ("ddp-no-sync", ["--mode", "ddp-no-sync"])]
+    modes += [(f"manual-{strategy}", ["--mode", "manual", "--sync", strategy])
+              for strategy in args.strategies]
     runs = []
     for model in args.models:
         if 1 in args.world_sizes:
             runs.append((f"sweep-{model}-single-w1", ["--model", model, "--mode", "single"]))
         for world in sorted(size for size in args.world_sizes if size > 1):
-            launch = ["--model", model, "--world-size", str(world)]
-            runs.append((f"sweep-{model}-ddp-w{world}", launch + ["--mode", "ddp"]))
-            runs.append((f"sweep-{model}-ddp-no-sync-w{world}", launch + ["--mode", "ddp-no-sync"]))
-            runs += [(f"sweep-{model}-manual-{strategy}-w{world}",
-                      launch + ["--mode", "manual", "--sync", strategy])
-                     for strategy in args.strategies]
+            runs += [(f"sweep-{model}-{mode}-w{world}",
+                      ["--model", model, "--world-size", str(world)] + mode_arguments)
+                     for mode, mode_arguments in modes]
     largest = max(args.world_sizes)
     if "mlp" in args.models and largest > 1:
-        for megabytes in args.bucket_mbs:
-            launch = ["--model", "mlp", "--world-size", str(largest),
-                      "--bucket-mb", f"{megabytes:g}"]
-            runs.append((f"bucket-mlp-bucketed-{megabytes:g}mb-w{largest}",
-                         launch + ["--mode", "manual", "--sync", "bucketed"]))
-            runs.append((f"bucket-mlp-ddp-{megabytes:g}mb-w{largest}",
-                         launch + ["--mode", "ddp"]))
+        for size in (f"{megabytes:g}" for megabytes in args.bucket_mbs):
+            launch = ["--model", "mlp", "--world-size", str(largest), "--bucket-mb", size]
+            runs += [(f"bucket-mlp-bucketed-{size}mb-w{largest}",
+                      launch + ["--mode", "manual", "--sync", "bucketed"]),
+                     (f"bucket-mlp-ddp-{size}mb-w{largest}", launch + ["--mode", "ddp"])]
     return runs
 
 
 def command_for(name, run_arguments, args):
-    """The mlp_ddp.py command line of one run."""
+    """(name, mlp_ddp.py command line) of one run."""
     model = run_arguments[run_arguments.index("--model") + 1]
     steps = args.cnn_max_steps if model == "cnn" else args.max_steps
     command = [sys.executable, os.path.join(REPO, "mlp_ddp.py")] + run_arguments
     command += ["--epochs", str(args.epochs), "--max-steps", str(steps),
-                "--train-samples", str(args.train_samples)]
-    command += list(DEFAULT_EVAL_SAMPLES)
+                "--train-samples", str(args.train_samples), *DEFAULT_EVAL_SAMPLES]
     command += shlex.split(args.extra)  # after the sweep's own options, so --extra wins
-    return command + ["--results-dir", args.results_dir, "--run-name", name]
+    return name, command + ["--results-dir", args.results_dir, "--run-name", name]
 
 
 def minutes(seconds):
@@ -131,8 +112,7 @@ def run_all(commands, results_dir):
         stale = os.path.join(results_dir, name + ".json")
         if os.path.exists(stale):
             os.remove(stale)  # a failed re-run must not leave the old result to be plotted as new
-        code = subprocess.call(command)
-        if code != 0:
+        if (code := subprocess.call(command)) != 0:
             print(f"FAILED: {name} (exit code {code}): {shlex.join(command)}", flush=True)
             failed.append(name)
     print(f"sweep done: {len(commands) - len(failed)} of {len(commands)} runs succeeded "
@@ -143,8 +123,11 @@ def run_all(commands, results_dir):
 def main(argv=None):
     """Run (or with --dry-run print) every run, then draw the plots; 1 if any failed."""
     args = parse_args(argv)
-    commands = [(name, command_for(name, run_arguments, args))
-                for name, run_arguments in planned_runs(args)]
+    once = configurations(args)
+    commands = []
+    for repeat in range(1, args.repeats + 1):
+        for name, arguments in once if repeat % 2 else once[::-1]:  # every other round reversed
+            commands.append(command_for(f"{name}-r{repeat}", arguments, args))
     if args.dry_run:
         for _name, command in commands:
             print(shlex.join(command))

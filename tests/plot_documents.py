@@ -13,7 +13,7 @@ import json
 from analysis import cost_model, results_folder
 from analysis.plot_common import bucket_variant
 from analysis.plot_timeline import complete_events, plot_timeline
-from runtime.results import SCHEMA, overlap
+from runtime.results import SCHEMA
 from runtime.timing import FIELDS
 from tests.harness import run_alone
 
@@ -149,38 +149,6 @@ def allreduce_bench():
             for world in (2, 4) for implementation in ("gloo", "ring")
             for size in (4096, 65536, 1048576, 16777216)]
     return {"schema": "allreduce-bench/1", "measurements": rows}
-
-
-def step_bench():
-    """make_step_bench(), made in a child."""
-    return made("make_step_bench")
-
-
-def make_step_bench():
-    """benchmarks/step_bench.py's step-bench/3 output for three configurations at 2 processes, the
-    repeats' compute differing as REPEATS says (so each step has a spread); its summary and verdict
-    are step_bench.py's own, from these rows. Run in a child: step_bench.py is task code."""
-    from benchmarks import step_bench
-
-    rows = []
-    for repeat, (_scale, extra) in enumerate(REPEATS, start=1):
-        records = {configuration: step_record(compute=0.007 + extra, hidden=hidden,
-                                              exposed=exposed)
-                   for configuration, hidden, exposed in (("flat", 0, 0.004),
-                                                          ("ddp", 0.003, 0.001),
-                                                          ("ddp-no-sync", 0, 0))}
-        for configuration, record in records.items():
-            row = {"repeat": repeat, "world_size": 2, "model": "mlp", "parameters": 567434,
-                   "configuration": configuration, "steps": 30, "p95_step_s": record["step"],
-                   "overlap": overlap(record["comm_hidden"], record["comm_busy"]),
-                   "step_ratio_to_ddp": record["step"] / records["ddp"]["step"]}
-            row.update({f"mean_{field}_s": value for field, value in record.items()})
-            rows.append(row)
-    summary = step_bench.summarize(rows)
-    verdict = {"rule": step_bench.VERDICT_RULE, "minimum_repeats": step_bench.MIN_REPEATS,
-               "per_world_size_and_model": step_bench.verdicts(summary)}
-    return {"schema": step_bench.SCHEMA, "config": {"repeats": len(REPEATS)},
-            "measurements": rows, "summary": summary, "verdict": verdict}
 
 
 # how much longer than the pattern each traced step runs: step 2 is the median-length one

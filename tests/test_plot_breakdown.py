@@ -1,9 +1,9 @@
-"""plot_breakdown.py: the bars of time-breakdown-<model>.png and step-bench.png add up to the step,
-with the overlap, the hidden part and the spread over repeats where they apply."""
+"""plot_breakdown.py: the bars of time-breakdown-<model>.png add up to the step, with the overlap,
+the hidden part and the spread over repeats where they apply."""
 import pytest
 
-from analysis.plot_breakdown import LAYERS, plot_step_bench, plot_time_breakdown
-from tests.plot_documents import containers, grouped, step_bench, strategy_runs, training_run
+from analysis.plot_breakdown import LAYERS, plot_time_breakdown
+from tests.plot_documents import containers, grouped, strategy_runs, training_run
 
 pytestmark = pytest.mark.rubric("design.numbers")
 
@@ -50,38 +50,3 @@ def test_breakdown_error_bars_span_the_fastest_to_the_slowest_repeat():
     assert [start[0] for start, _ in segments] == pytest.approx([7] * 2 + [10] * 4)
     assert [end[0] for _, end in segments] == pytest.approx([10] * 2 + [13] * 4)
 
-
-def test_step_bench_draws_each_configurations_median_over_its_repeats():
-    axis = plot_step_bench(step_bench()["summary"]).axes[0]
-    # one row per configuration, not per repeat, in the order of the series whatever the
-    # benchmark's order, each saying how many repeats it has
-    assert [label.get_text() for label in axis.get_yticklabels()] == [
-        "ddp-no-sync, 2 processes, 3 repeats", "ddp, 2 processes, 3 repeats",
-        "flat, 2 processes, 3 repeats"]
-    bars = containers(axis)
-    # exposed layers in ms, none for ddp-no-sync; the repeats' compute (7, 9, 6 ms) has median 7
-    assert [bar.get_width() for bar in bars[EXPOSED_LABEL]] == pytest.approx([1.0, 4.0])
-    assert [bar.get_width() for bar in bars[COMPUTE_LABEL]] == pytest.approx([7.0] * 3)
-    # the stack ends at the median step: 8, 9 and 12 ms
-    ends = [bar.get_x() + bar.get_width() for bar in bars[DATA_LABEL]]
-    assert ends == pytest.approx([8.0, 9.0, 12.0])
-    assert [text.get_text() for text in axis.texts] == ["overlap 75%", "overlap 0%"]
-
-
-def test_step_bench_error_bars_span_the_repeats_fastest_to_slowest_mean_step():
-    axis = plot_step_bench(step_bench()["summary"]).axes[0]
-    _, _, (bar_lines,) = containers(axis)["step: fastest to slowest repeat"].lines
-    segments = bar_lines.get_segments()
-    # the repeats' mean steps: 8, 10, 7 ms (ddp-no-sync), 9, 11, 8 (ddp), 12, 14, 11 (flat)
-    assert [start[0] for start, _ in segments] == pytest.approx([7, 8, 11])
-    assert [end[0] for _, end in segments] == pytest.approx([10, 11, 14])
-
-
-def test_a_step_bench_configuration_measured_once_has_no_error_bar():
-    once = [dict(entry, repeats=1) for entry in step_bench()["summary"]]
-    for entry in once:
-        step = entry["mean_step_s"]
-        step.update(per_repeat=step["per_repeat"][:1], min=step["median"], max=step["median"])
-    axis = plot_step_bench(once).axes[0]
-    # one measurement per configuration: no spread to draw
-    assert "step: fastest to slowest repeat" not in containers(axis)

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from analysis import plots
-from analysis.plot_breakdown import plot_step_bench, plot_time_breakdown
+from analysis.plot_breakdown import plot_time_breakdown
 from analysis.plot_common import bucket_variant
 from analysis.results_folder import load_folder, per_step, repeats, spread
 from runtime.options import DEFAULT_BUCKET_MB
@@ -23,7 +23,6 @@ from tests.plot_documents import (
     bucket_runs,
     grouped,
     made,
-    step_bench,
     strategy_runs,
     timeline,
     trace,
@@ -54,14 +53,13 @@ def test_main_writes_every_plot_from_a_results_folder(tmp_path):
     write_folder(tmp_path, strategy_runs() + bucket_runs() + [cnn])
     # the α-β model's times, made in a child (the cost model is the code under test)
     (tmp_path / "allreduce-bench.json").write_text(json.dumps(made("allreduce_bench")))
-    (tmp_path / "step-bench.json").write_text(json.dumps(step_bench()))
     (tmp_path / "trace-bucketed-w2.json").write_text(json.dumps(trace()))
     written, printed = run_alone(plots_main, ["--results-dir", str(tmp_path)])
     # every figure, per model where it is per model
     names = sorted(path.split("/")[-1] for path in written)
     assert names == ["allreduce.png", "bucket-sweep.png", "curves-cnn.png", "curves-mlp.png",
-                     "scaling-mlp.png", "step-bench.png", "time-breakdown-cnn.png",
-                     "time-breakdown-mlp.png", "timeline.png"]
+                     "scaling-mlp.png", "time-breakdown-cnn.png", "time-breakdown-mlp.png",
+                     "timeline.png"]
     # no single-process baseline for the CNN, so no speedup
     assert "scaling-cnn.png: nothing to plot" in printed
     for path in written:
@@ -83,8 +81,8 @@ def test_other_schemas_broken_files_and_missing_data_are_notes_not_errors(tmp_pa
     # a note for each file skipped and each figure without data
     for expected in ("skipped other.json", "skipped broken.json", "skipped invalid.json",
                      "skipped old.json", "skipped trace-broken.json",
-                     "allreduce.png: nothing to plot", "step-bench.png: nothing to plot",
-                     "bucket-sweep.png: nothing to plot", "timeline.png: nothing to plot"):
+                     "allreduce.png: nothing to plot", "bucket-sweep.png: nothing to plot",
+                     "timeline.png: nothing to plot"):
         assert expected in output
 
 
@@ -98,6 +96,7 @@ def test_a_step_bench_file_of_an_older_schema_is_skipped_with_the_command_to_rer
     assert notes == ["note: skipped step-bench.json: schema 'step-bench/2' is older than "
                      "step-bench/3: run python -m benchmarks.step_bench again"]
 
+
 def cost_model_axes():
     """(the bucket sweep's axis labels, the all-reduce latency's y label). Run in a child: both
     figures rest on the cost model."""
@@ -110,12 +109,10 @@ def cost_model_axes():
 
 
 def test_every_step_time_axis_is_in_milliseconds():
-    figures = [plot_time_breakdown(grouped(strategy_runs()), "mlp"),
-               plot_step_bench(step_bench()["summary"]),
-               timeline()]
+    figures = [plot_time_breakdown(grouped(strategy_runs()), "mlp"), timeline()]
     labels = [figure.axes[0].get_xlabel() + figure.axes[0].get_ylabel() for figure in figures]
     sweep_labels, latency_label = run_alone(cost_model_axes)
-    # the breakdowns, the bucket sweep and the timeline in ms, the all-reduce latency too
+    # the breakdown, the bucket sweep and the timeline in ms, the all-reduce latency too
     assert all("ms " in label for label in labels + [sweep_labels])
     assert "(ms)" in latency_label
 
