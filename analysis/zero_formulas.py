@@ -16,22 +16,19 @@ Bytes a rank sends per step, P = 4Ψ, every collective a ring (an all-reduce of 
 import math
 
 CONFIGURATIONS = ("ddp", "zero1", "zero2", "zero3", "zero3-no-prefetch")  # the benchmark's first
+LEVELS = ("ddp", "zero1", "zero2", "zero3")
 # the formulas' level of each of the benchmark's configurations: prefetching changes when bytes
 # move, not how many; a transport how fast they move; torch's shard as ours do
-LEVEL_OF = {"ddp": "ddp", "zero1": "zero1", "zero2": "zero2", "zero3": "zero3",
-            "zero3-no-prefetch": "zero3", "torch-zero1": "zero1", "torch-fully-shard": "zero3",
-            **{f"{level}-{transport}": level for level in ("zero1", "zero2", "zero3")
-               for transport in ("ring", "library")}}
-LEVELS = ("ddp", "zero1", "zero2", "zero3")
+LEVEL_OF = {**{level: level for level in LEVELS}, "zero3-no-prefetch": "zero3",
+            "torch-zero1": "zero1", "torch-fully-shard": "zero3",
+            **{f"{level}-{over}": level for level in LEVELS[1:] for over in ("ring", "library")}}
 CATEGORIES = ("parameters", "gradients", "optimizer_state")  # as runtime/memory.py's
 BYTES_PER_PARAMETER = {"parameters": 4, "gradients": 4, "optimizer_state": 8}  # float32 Adam
 SHARDED = {"ddp": (), "zero1": ("optimizer_state",),
            "zero2": ("gradients", "optimizer_state"), "zero3": CATEGORIES}
 # the collectives of one step, in multiples of the parameter bytes: (kind, how many)
-COLLECTIVES = {"ddp": (("all-reduce", 1),),
-               "zero1": (("reduce-scatter", 1), ("all-gather", 1)),
-               "zero2": (("reduce-scatter", 1), ("all-gather", 1)),
-               "zero3": (("reduce-scatter", 1), ("all-gather", 2))}
+COLLECTIVES = {"ddp": (("all-reduce", 1),), "zero3": (("reduce-scatter", 1), ("all-gather", 2)),
+               **dict.fromkeys(("zero1", "zero2"), (("reduce-scatter", 1), ("all-gather", 1)))}
 RING_FACTOR = {"all-reduce": 2, "reduce-scatter": 1, "all-gather": 1}  # x B(n-1)/n
 
 # --- The projection's assumptions (each quoted by the design document as one) ---
@@ -42,12 +39,9 @@ PROJECTED_WORLD_SIZE = 64  # the paper's Figure 1 example's data-parallel degree
 
 
 def collective_kind(name):
-    """'reduce-scatter' or 'all-gather' from a recorded name ('all-gather bucket 0'), else
-    'all-reduce'."""
-    for kind in ("reduce-scatter", "all-gather"):
-        if name.startswith(kind):
-            return kind
-    return "all-reduce"
+    """The kind of a recorded collective ('all-gather bucket 0'): all-reduce unless it says."""
+    return next((kind for kind in ("reduce-scatter", "all-gather") if name.startswith(kind)),
+                "all-reduce")
 
 
 def bytes_sent(kind, nbytes, world):
@@ -63,25 +57,22 @@ def model_states(level, parameters, world):
     return held
 
 
-def traffic(level, parameter_bytes, world):
-    """Bytes one rank sends per step at `level`: 2P(n-1)/n, or 3P(n-1)/n for ZeRO-3."""
-    return sum(count * bytes_sent(kind, parameter_bytes, world)
-               for kind, count in COLLECTIVES[level])
-
-
 def traffic_factor(level):
     """k of traffic = k P(n-1)/n: 2 for DDP, ZeRO-1 and ZeRO-2, 3 for ZeRO-3."""
     return sum(count * RING_FACTOR[kind] for kind, count in COLLECTIVES[level])
 
 
+def traffic(level, parameter_bytes, world):
+    """Bytes one rank sends per step at `level`: 2P(n-1)/n, or 3P(n-1)/n for ZeRO-3."""
+    return traffic_factor(level) * (parameter_bytes * (world - 1) / world)
+
+
 def smallest_world(level, parameters, memory_per_rank, largest=2**20):
-    """The fewest ranks at which a rank's model states at `level` fit in `memory_per_rank`
-    bytes; None if none up to `largest` does (unsharded parts set a floor)."""
-    unsharded = sum(BYTES_PER_PARAMETER[category] * parameters for category in CATEGORIES
-                    if category not in SHARDED[level])
+    """Fewest ranks (None past `largest`) at which `level`'s model states fit `memory_per_rank`."""
     sharded = sum(BYTES_PER_PARAMETER[category] * parameters for category in SHARDED[level])
-    room = memory_per_rank - unsharded
+    # the room beside the unsharded states, which no number of ranks shrinks
+    room = memory_per_rank - model_states(level, parameters, math.inf)["model_states"]
     if room < 0 or (room == 0 and sharded):
         return None
-    world = max(1, math.ceil(sharded / room)) if sharded else 1
+    world = math.ceil(sharded / room) if sharded else 1  # sharded / n fits in the room left
     return world if world <= largest else None
