@@ -54,7 +54,7 @@ RELATIVE_TOLERANCE = 1e-9
 DATA_TABLES = ("table.fits.ring", "table.predict", "table.step_bench", "table.step_bench_verdict",
                "table.bucket_sweep", "table.emulated.fits.ring", "table.sweep.mlp",
                "table.sweep.cnn", "table.comm.mlp", "table.comm.cnn", "table.buckets.mlp",
-               "table.buckets.cnn", "table.trace", "table.one_machine", "table.time_to_accuracy",
+               "table.buckets.cnn", "table.one_machine", "table.time_to_accuracy",
                "table.crossover", "table.emulated.training.mlp", "table.emulated.training.cnn",
                "table.sharding.side.mlp", "table.sharding.side.cnn", "table.sharding.memory.mlp",
                "table.sharding.memory.cnn", "table.sharding.bytes", "table.sharding.prefetch",
@@ -117,12 +117,12 @@ def build(results_dir, out_dir):
     context = design_performance.sweep_section(numbers, grouped, worlds)
     fits, tables = design_fits.allreduce_section(numbers, bench)
     mlp_bucket_mbs = {bucket_mb for model, _, _, bucket_mb in bucket_runs if model == "mlp"}
+    design_sections.trace_section(numbers, results_dir)
     # in the order the numbers are registered, which numbers.json keeps
     parts = (tables,
              design_sections.communication_section(numbers, layouts, worlds, mlp_bucket_mbs,
                                                    results_dir),
              design_fits.prediction_section(numbers, layouts, worlds, fits, results_dir),
-             design_sections.trace_section(numbers, results_dir),
              design_benchmarks.step_bench_section(numbers, results_dir),
              design_performance.bucket_sweep_section(numbers, bucket_runs),
              # the emulated link's fit first: the projections draw a 1 Gbit/s link with it

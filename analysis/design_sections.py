@@ -144,43 +144,27 @@ def backward_overlap(backward_start, backward_duration, *allreduce_spans):
 
 
 def trace_section(numbers, results_dir):
-    """Rank 0's typical step from a Chrome trace in the results, bucketed's if there is one."""
+    """Rank 0's typical step from a Chrome trace in the results, bucketed's if there is one:
+    how its all-reduces sit against backward's end (timeline.png draws it)."""
     paths = sorted(glob.glob(os.path.join(results_dir, "trace-*.json")),
                    key=lambda path: ("bucketed" not in path, path))
     path = paths[0] if paths else None
     events = load(path).get("traceEvents", []) if path else []
-    spans = [(index, event) for index, event in enumerate(events)
-             if event.get("ph") == "X" and event.get("pid") == 0]
-    typical = typical_step(events) if spans else None
-    mine = sorted(((index, event) for index, event in spans if event["args"]["step"] == typical),
-                  key=lambda pair: pair[1]["ts"])
+    step = typical_step(events) if any(event.get("ph") == "X" for event in events) else None
+    mine = sorted(((index, event) for index, event in enumerate(events)
+                   if event.get("ph") == "X" and event.get("pid") == 0
+                   and event["args"]["step"] == step), key=lambda pair: pair[1]["ts"])
     numbers.add("trace.file", os.path.basename(path) if mine else None, "name", kind="file",
                 file=path)
     numbers.measured("trace.step", path if mine else None,
                      f"traceEvents[{mine[0][0] if mine else 0}].args.step", "count")
-    ts, dur = ([f"{path}#traceEvents[{index}].{field}" for index, _ in mine]
-               for field in ("ts", "dur"))
-    rows, inputs = [], []
-    for position, (index, event) in enumerate(mine):
-        name = f"trace.event{index}"
-        numbers.derived(f"{name}.start", lambda start, origin: start - origin,
-                        [ts[position], ts[0]], "trace_us", "ts - the step's first ts")
-        numbers.measured(f"{name}.duration", path, f"traceEvents[{index}].dur", "trace_us")
-        rows.append(["communication" if event["tid"] else "compute", event["name"],
-                     numbers.text(f"{name}.start"), numbers.text(f"{name}.duration")])
-        if event["name"] == "backward" and not inputs:  # backward's ts and dur come first
-            inputs = [ts[position], dur[position]]
-    allreduces = [span[position] for position, (_, event) in enumerate(mine)
-                  if event["name"].startswith("all-reduce") for span in (ts, dur)]
-    numbers.derived_fields("trace", backward_overlap, inputs + allreduces if inputs and allreduces
-                           else [], TRACE_HEADLINES,
-                           "from rank 0's events of the step: backward's end, "
-                           "each all-reduce's span")
-    if not rows:
-        return {"table.trace": f"*No trace in {repo_relative(results_dir)}, so the numbers around "
-                               "this note are not measured: make one (the command is in the "
-                               "index), then rebuild.*"}
-    return {"table.trace": table(["track", "event", "starts at", "lasts"], rows)}
+    spans = {name: [f"{path}#traceEvents[{index}].{field}" for index, event in mine
+                    if event["name"].startswith(name) for field in ("ts", "dur")]
+             for name in ("backward", "all-reduce")}
+    inputs = spans["backward"][:2] + spans["all-reduce"] if spans["all-reduce"] else []
+    numbers.derived_fields("trace", backward_overlap, inputs if spans["backward"] else [],
+                           TRACE_HEADLINES, "from rank 0's events of the step: backward's end, "
+                                            "each all-reduce's span")
 
 
 def reference_commands(numbers):

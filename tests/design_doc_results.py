@@ -41,7 +41,7 @@ BASE = {"mlp": 0.008, "cnn": 0.09}
 STEPS_PER_EPOCH = 20
 BATCH = 64
 # The tables and texts the tests read, each rendered alone from a template of the tests' own.
-SHOWN = ("table.comm.mlp", "table.comm.cnn", "table.buckets.mlp", "table.trace", "table.fits",
+SHOWN = ("table.comm.mlp", "table.comm.cnn", "table.buckets.mlp", "table.fits",
          "table.sweep.mlp", "table.sweep.cnn", "table.pairs", "table.scenarios",
          "table.crossover", "table.one_machine", "table.emulated.training.mlp",
          "table.emulated.training.cnn")

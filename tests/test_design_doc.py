@@ -127,7 +127,6 @@ def test_the_build_fills_its_tables_with_the_numbers_it_registers(synthetic):
     assert "| ring | 1 | 2 |" in comm  # one all-reduce, 2(n-1) = 2 message steps at n = 2
     assert text("comm.mlp.flat.w4.bytes_per_rank") in comm
     assert text("buckets.mlp.bucketed.0.25") in shown["table.buckets.mlp"]
-    assert "all-reduce bucket 0" in shown["table.trace"]
     for name in ("fit.gloo.w2.alpha_s", "fit.gloo.alpha_s", "fit.gloo.w4.max_relative_error"):
         assert text(name) in shown["table.fits"], name
     assert text("sweep.mlp.flat.w4.step.median") in shown["table.sweep.mlp"]
