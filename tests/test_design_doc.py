@@ -45,7 +45,7 @@ HAVE_RESULTS = os.path.exists(os.path.join(RESULTS, "allreduce-bench.json")) and
 NUMBER_WITH_UNIT = re.compile(r"\d[\d,.]*\s*(?:%|ms|µs|s\b|kB|MB|GB|Gbit|samples|ranks|GPUs|×)")
 FIT_ATTRIBUTES = {"alpha_s": "alpha", "beta_s_per_byte": "beta", "bandwidth": "bandwidth_gbps",
                   "median_relative_error": "median_relative_error",
-                  "max_relative_error": "max_relative_error", "r2": "r2", "points": "points"}
+                  "max_relative_error": "max_relative_error"}
 
 
 @pytest.fixture(scope="module")
