@@ -54,7 +54,7 @@ RELATIVE_TOLERANCE = 1e-9
 DATA_TABLES = ("table.fits.ring", "table.predict", "table.step_bench", "table.step_bench_verdict",
                "table.bucket_sweep", "table.emulated.fits.ring", "table.sweep.mlp",
                "table.sweep.cnn", "table.comm.mlp", "table.comm.cnn", "table.buckets.mlp",
-               "table.buckets.cnn", "table.one_machine", "table.time_to_accuracy",
+               "table.buckets.cnn", "table.one_machine",
                "table.crossover", "table.emulated.training.mlp", "table.emulated.training.cnn",
                "table.sharding.side.mlp", "table.sharding.side.cnn", "table.sharding.memory.mlp",
                "table.sharding.memory.cnn", "table.sharding.bytes", "table.sharding.prefetch",

@@ -1,13 +1,10 @@
-"""The measurements beside the strategy sweep: benchmarks/step_bench.py's tables (§6.3), and one
-machine made to pay (§4.5): the shared-memory all-reduce against gloo's, results/one-machine/
-and the time to a target accuracy against the classic MNIST recipe. A missing file reads "not
+"""The measurements beside the strategy sweep (§4.5, §6): benchmarks/step_bench.py's tables, the
+shared-memory all-reduce against gloo's and results/one-machine/. A missing file reads "not
 measured"."""
-import math
 import os
-import statistics
 
 from analysis import scaling_inputs
-from analysis.design_numbers import indices_by, load, lookup, read_results, table, unchanged
+from analysis.design_numbers import indices_by, load, lookup, read_results, table
 from analysis.design_performance import register_run_spreads
 from analysis.results_folder import STEP_BENCH_SCHEMA
 
@@ -92,9 +89,7 @@ def one_machine_section(numbers, results_dir):
     columns = ["configuration", "step", "exposed comm", "throughput",
                "÷ one process's throughput"]
     return {"table.one_machine": table(columns, rows) if rows else
-            "*Not measured: run the sweep of analysis/make_reference_results.sh.*",
-            "table.time_to_accuracy": time_to_accuracy_table(
-                numbers, os.path.join(results_dir, "time-to-accuracy.json"))}
+            "*Not measured: run the sweep of analysis/make_reference_results.sh.*"}
 
 
 def one_machine_sweep(numbers, folder):
@@ -137,49 +132,3 @@ def shm_allreduce(numbers, bench):
         numbers.measured(f"shm.allreduce.w{world}.worst_ratio",
                          bench if str(world) in measured else None,
                          f"shm_target.per_world_size.{world}.worst_ratio", "ratio")
-
-
-def time_to_accuracy_table(numbers, path):
-    """Per model and run: time to the target over the repeats, samples to it, and the time over the
-    classic recipe's; per model, ours' best ratio and its samples over the recipe's."""
-    document = load(path) if os.path.exists(path) else {}
-    for model in ("mlp", "cnn"):
-        numbers.measured(f"tta.{model}.target", path if document else None, f"targets.{model}",
-                         "percent")
-    rows, best = [], {}
-    for index, summary in enumerate(document.get("summary", [])):
-        model, run, world = summary["model"], summary["name"], summary["world_size"]
-        name, field = f"tta.{model}.{run}.w{world}", f"summary[{index}]"
-        times = summary["times_to_target_s"]
-        numbers.spread_of(f"{name}.time", [f"{path}#{field}.times_to_target_s[{repeat}]"
-                                           for repeat, time in enumerate(times) if time],
-                          "s", "the repeats' time to target")
-        ratio = numbers.measured(f"{name}.vs_classic", path, f"{field}.ratio_to_classic", "ratio")
-        samples = [repeat["samples_to_target"].get(model) for repeat in document["runs"]
-                   if (repeat["name"], repeat["world_size"]) == (run, world)
-                   and repeat["model"] in (model, None)]
-        samples = [found for found in samples if found is not None]
-        numbers.add(f"{name}.samples", round(statistics.median(samples)) if samples else None,
-                    "count", kind="derived", inputs=[f"{path}#runs"],
-                    formula="median samples to target over the repeats that reached it")
-        if run != "classic" and ratio is not None and ratio < best.get(model, (math.inf,))[0]:
-            best[model] = (ratio, name)
-        # the classic recipe trains its own CNN, whichever model's target it is timed to
-        where = f"{world} rank{'s' if world > 1 else ''}"
-        rows.append([model.upper(), f"the classic recipe's CNN, {where}" if run == "classic"
-                     else f"ours, {run}, {where}",
-                     f"{sum(1 for time in times if time)} of {len(times)}",
-                     numbers.spread_text(f"{name}.time"), numbers.text(f"{name}.samples"),
-                     numbers.text(f"{name}.vs_classic")])
-    for model in ("mlp", "cnn"):
-        chosen = best.get(model, (None, None))[1]
-        numbers.derived(f"tta.{model}.best.vs_classic", unchanged,
-                        [f"{chosen}.vs_classic"] if chosen else [], "ratio",
-                        "ours' run with the smallest ratio")
-        numbers.derived(f"tta.{model}.best.samples_vs_classic", lambda mine, theirs: mine / theirs,
-                        [f"{chosen}.samples", f"tta.{model}.classic.w1.samples"] if chosen
-                        else [], "ratio", "ours' median samples to target / the recipe's")
-    if not document:
-        return "*Not measured: run `python -m benchmarks.time_to_accuracy`.*"
-    return table(["model", "run", "reached", "time to target", "samples to target",
-                  "time ÷ the classic recipe's"], rows)

@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 
 "$PYTHON" -m analysis.sweep  # results/sweep-*-r*.json, bucket-*-r*.json (3 repeats)
-# One machine (§4.5): one process, DDP, flat and shared memory side by side, and time to accuracy
+# One machine (§4.5): one process, DDP, flat and shared memory side by side; time to accuracy
+# (benchmarks/README.md)
 "$PYTHON" -m analysis.sweep --models mlp --strategies flat,shm --bucket-mbs "" \
     --results-dir results/one-machine
 "$PYTHON" -m benchmarks.time_to_accuracy  # results/time-to-accuracy.json, about 40 minutes
