@@ -28,6 +28,8 @@ def emulated_section(numbers, results_dir, layouts):
     numbers.stated("emulated.rate", 1.0, "Gbit/s", "code",
                    "analysis/make_emulated_results.sh: LINK_RATE=1gbit")
     context = fits_tables(numbers, folder)
+    if "emulated.fit.gloo.w2.alpha_s" not in numbers.entries:  # §5.3 quotes it: not measured
+        register_fit(numbers, "emulated.fit.gloo.w2", [], None, "gloo", 2)
     context["text.emulated.beta_vs_link"] = with_interval(numbers,
                                                           "emulated.fit.gloo.w2.beta_vs_link")
     ceiling = os.path.join(folder, "link-ceiling.json")

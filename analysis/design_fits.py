@@ -12,7 +12,9 @@ def register_fit(numbers, name, rows, bench, implementation, world=None):
     """`name.*`: the α-β fit of `implementation`'s rows at `world` (None: all); the rows fitted."""
     rows = [row for row in rows if row["implementation"] == implementation
             and world in (None, row["world_size"])]
-    if len(rows) < 2:
+    if len(rows) < 2:  # not measured
+        numbers.add(f"{name}.alpha_s", None, "us")
+        numbers.add(f"{name}.beta_s_per_byte", None, "ns/byte")
         return []
     where = f"the verified {implementation} rows " + (f"at {world} ranks" if world
                                                       else "of every world size")

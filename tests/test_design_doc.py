@@ -14,6 +14,7 @@ import json
 import math
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -293,6 +294,19 @@ def test_a_missing_results_file_is_one_clear_line_not_a_traceback(tmp_path, remo
     completed = build_cli("--results-dir", folder, "--out-dir", str(tmp_path / "doc"))
     assert completed.returncode == 2 and message in completed.stderr
     assert completed.stderr.count("\n") == 1 and "Traceback" not in completed.stderr
+
+
+def test_without_the_emulated_network_its_numbers_are_not_measured(tmp_path):
+    # the emulated network needs root: a results folder without it still builds
+    folder = make_results(str(tmp_path / "results"))
+    shutil.rmtree(os.path.join(folder, "emulated"))
+    shutil.rmtree(os.path.join(folder, "slurm"))
+    completed = build_cli("--results-dir", folder, "--out-dir", str(tmp_path / "doc"))
+    assert completed.returncode == 0, completed.stderr
+    with open(tmp_path / "doc" / "numbers.json") as file:
+        absent = json.load(file)["not_measured"]
+    assert "emulated.fit.gloo.w2.alpha_s" in absent
+    assert "emulated.cnn.exposed_ratio.median" in absent
 
 
 def build_error(templates, results_dir, out_dir):
