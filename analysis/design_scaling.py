@@ -22,7 +22,7 @@ SCENARIOS = (("mlp", 64, "25g"), ("mlp", 256, "100g"), ("mlp", 256, "fitted"),
              ("cnn", 64, "25g"), ("cnn", 256, "100g"), ("cnn", 256, "fitted"))
 # (name, value, unit, source) of the projections' stated assumptions, the links' last
 ASSUMPTIONS = (
-    ("alpha_s", cost_model.CLUSTER_ALPHA_S, "us", "cost_model.ALPHA_S"),
+    ("alpha_s", cost_model.CLUSTER_ALPHA_S, "us", "cost_model.CLUSTER_ALPHA_S"),
     ("reference_world", cost_model.REFERENCE_WORLD_SIZE, "count", "cost_model.py"),
     ("largest_world", cost_model.LARGE_WORLD_SIZE, "count", "cost_model.py"),
     ("draws", cost_model.BOOTSTRAP_DRAWS, "count", "cost_model.py"),
