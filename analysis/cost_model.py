@@ -1,16 +1,13 @@
-"""An alpha-beta cost model of the gradient all-reduce: fitted to the all-reduce benchmark, then
-used to predict this machine's communication per step and to project a cluster's.
+"""An alpha-beta cost model of the gradient all-reduce, fitted to the all-reduce benchmark: this
+machine's communication per step, predicted, and a cluster's, projected. No torch, no files.
 
-One all-reduce of N bytes over n ranks costs T = a(n) * alpha + b(n) * N * beta: alpha is the
-fixed cost of one message step, beta the seconds per byte one rank sends; a(n) counts the message
-steps that happen one after another, b(n) * N the bytes each rank sends. The ring and gloo's own
-all-reduce (a ring too) share ring_coefficients. A step's communication overlaps backward as far as
-its buckets are ready; DDP's buckets are passed in as it sent them (torch has rules of its own).
+One all-reduce of N bytes over n ranks costs T = a(n) * alpha + b(n) * N * beta: a(n) message steps
+one after another, alpha each; b(n) * N bytes sent by each rank, beta each (gloo's is a ring too).
+A step's all-reduces overlap backward as far as their buckets are ready; DDP's are taken as sent.
 
 ring_coefficients, bucket_sizes and crossover_world_size are the assignment's derivations (rubric
-item design.numbers); their docstrings are their specification. Pure functions: no torch, no files.
-"""
-import math
+item design.numbers), specified by their docstrings."""
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,14 +16,10 @@ import numpy as np
 CLUSTER_LINKS_GBIT = (10, 25, 100)  # Ethernet-class links between nodes, Gbit/s
 CLUSTER_ALPHA_S = 25e-6  # per message step over TCP between nodes (kernel stack + switch)
 BUCKET_CANDIDATES_MB = (0.25, 0.5, 1, 2, 4, 8, 25)  # as --bucket-mb (MiB); 25 is DDP's default
-REFERENCE_WORLD_SIZE = 64  # where §5.4 names each model's best bucket size
-REFERENCE_LINK_GBIT = 25
+REFERENCE_WORLD_SIZE, REFERENCE_LINK_GBIT = 64, 25  # the cluster where §5.4 names best buckets
 LARGE_WORLD_SIZE = 256  # where the latency term's share of one all-reduce is quoted
-# manual_allreduce.BucketedSync caps its first bucket at 1 MiB (its FIRST_BUCKET_MB, kept equal by
-# tests/test_cost_model.py: this module stays free of torch)
-FIRST_BUCKET_MB = 1
-BOOTSTRAP_DRAWS = 1000  # resamples behind every interval of alpha and beta
-INTERVAL_LEVEL = 0.95
+FIRST_BUCKET_MB = 1  # manual_allreduce's, restated to keep torch out; test_cost_model checks it
+BOOTSTRAP_DRAWS, INTERVAL_LEVEL = 1000, 0.95  # resamples behind every interval of alpha and beta
 
 
 def ring_coefficients(world_size):
@@ -53,8 +46,7 @@ def ring_coefficients(world_size):
 def halving_doubling_coefficients(world_size):
     """(a, b) for halving-doubling: 2 ceil(log2 n) steps, the ring's b (the same bytes per rank)."""
     ranks = np.asarray(world_size, dtype=float)
-    _, sent_fraction = ring_coefficients(ranks)
-    return 2 * np.ceil(np.log2(np.maximum(ranks, 1))), sent_fraction
+    return 2 * np.ceil(np.log2(np.maximum(ranks, 1))), ring_coefficients(ranks)[1]
 
 
 ALGORITHMS = {"ring": ring_coefficients, "halving-doubling": halving_doubling_coefficients}
@@ -83,66 +75,55 @@ class Fit:
     @property
     def bandwidth_gbps(self):
         """1 / beta in GB/s (1e9 bytes per second): the fitted bus bandwidth."""
-        return 1 / self.beta / 1e9 if self.beta > 0 else math.inf
+        return 1 / self.beta / 1e9 if self.beta > 0 else np.inf
 
 
 def fit_alpha_beta(world_sizes, sizes, times):
-    """Least-squares alpha and beta of the ring model from measured all-reduce times.
-
-    Each point is weighted by 1 / its time, so a 4 KiB message counts as much as a 64 MiB one;
-    unweighted, the large messages decide and alpha comes out as noise. Both are kept
-    non-negative: if the free solution has one below zero, the better fit with it at zero is taken.
-    """
-    world_sizes = np.asarray(world_sizes, dtype=float)
-    sizes = np.asarray(sizes, dtype=float)
-    times = np.asarray(times, dtype=float)
+    """Least-squares alpha and beta (each kept >= 0) of the ring model from measured times."""
     if len(times) < 2:
         raise ValueError("fitting alpha and beta needs at least two measurements")
-    design, weighted, target = fit_system(world_sizes, sizes, times)
-    alpha, beta = coefficients = nonnegative_least_squares(weighted, target)
+    design, times = fit_system(world_sizes, sizes, times)
+    alpha, beta = coefficients = nonnegative_least_squares(design, times)
     relative_errors = np.abs(design @ coefficients - times) / times
     return Fit(float(alpha), float(beta), float(np.median(relative_errors)),
                float(relative_errors.max()))
 
 
 def fit_system(world_sizes, sizes, times):
-    """fit_alpha_beta's least squares: (design, weighted design, weighted target)."""
+    """The ring model's least squares of the points, as float arrays: (design, times)."""
+    world_sizes, sizes, times = (np.asarray(values, dtype=float)
+                                 for values in (world_sizes, sizes, times))
     message_steps, sent_fraction = ring_coefficients(world_sizes)
-    design = np.column_stack([message_steps, sent_fraction * sizes])
-    return design, design / times[:, None], np.ones_like(times)
+    return np.column_stack([message_steps, sent_fraction * sizes]), times
 
 
-def nonnegative_least_squares(weighted, target):
-    """(alpha, beta) minimising |weighted @ x - target|, each kept >= 0."""
+def nonnegative_least_squares(design, times):
+    """(alpha, beta) of design @ x = times, each point weighted by 1 / its time so that 4 KiB counts
+    as much as 64 MiB (else alpha is noise); if one is < 0, the better fit with one at 0."""
     def solve(columns):
         coefficients = np.zeros(2)
         coefficients[columns] = np.linalg.lstsq(weighted[:, columns], target, rcond=None)[0]
         return coefficients
 
+    weighted, target = design / times[:, None], np.ones_like(times)
     coefficients = solve([0, 1])
-    if (coefficients < 0).any():
-        candidates = [candidate for candidate in (solve([0]), solve([1]))
-                      if (candidate >= 0).all()]
-        coefficients = min(candidates,
-                           key=lambda candidate: np.sum((weighted @ candidate - target) ** 2))
-    return coefficients
+    if not (coefficients < 0).any():
+        return coefficients
+    candidates = [fit for fit in (solve([0]), solve([1])) if (fit >= 0).all()]
+    return min(candidates, key=lambda fit: np.sum((weighted @ fit - target) ** 2))
 
 
 def bootstrap_fits(world_sizes, sizes, times, draws=BOOTSTRAP_DRAWS, seed=0):
-    """[(alpha, beta)] fitted to `draws` resamples (with replacement) of the points: how far the
-    fit moves. A resample of fewer than two distinct points is drawn again; the seed is fixed."""
-    world_sizes, sizes, times = (np.asarray(values, dtype=float)
-                                 for values in (world_sizes, sizes, times))
-    _, weighted, target = fit_system(world_sizes, sizes, times)  # rows drawn, not rebuilt
+    """[(alpha, beta)] fitted to `draws` resamples of the points (fixed seed): how far fits move."""
+    design, times = fit_system(world_sizes, sizes, times)  # rows drawn, not rebuilt
     keys = list(zip(world_sizes, sizes))
     rng = np.random.default_rng(seed)
     fits = []
     while len(fits) < draws:
         drawn = rng.integers(0, len(times), len(times))
-        if len({keys[index] for index in drawn}) < 2:
-            continue
-        alpha, beta = nonnegative_least_squares(weighted[drawn], target[drawn])
-        fits.append((float(alpha), float(beta)))
+        if len({keys[index] for index in drawn}) >= 2:  # else too few distinct points: draw again
+            alpha, beta = nonnegative_least_squares(design[drawn], times[drawn])
+            fits.append((float(alpha), float(beta)))
     return fits
 
 
@@ -154,7 +135,6 @@ def interval(values, level=INTERVAL_LEVEL):
 
 
 # --- Messages per step: what each strategy all-reduces ------------------------------------------
-
 def bucket_sizes(param_bytes, bucket_mb, first_bucket_mb=FIRST_BUCKET_MB):
     """Bytes of each bucket of manual_allreduce.BucketedSync, in launch order (a list of ints).
 
@@ -187,8 +167,7 @@ def bucket_sizes(param_bytes, bucket_mb, first_bucket_mb=FIRST_BUCKET_MB):
 
 def messages_per_step(strategy, param_bytes, bucket_mb=25.0, first_bucket_mb=FIRST_BUCKET_MB,
                       ddp_layout=None):
-    """Bytes of each all-reduce one step of `strategy` issues; 'ddp' needs `ddp_layout`, the
-    layout DDP was seen to send (torch rebuilds its buckets by rules of its own)."""
+    """Bytes of each all-reduce one step of `strategy` issues ('ddp': `ddp_layout`, as DDP sent)."""
     if strategy == "per-param":
         return list(param_bytes)
     if strategy in ("flat", "ring", "shm"):
@@ -208,25 +187,18 @@ def step_comm_time(messages, world_size, alpha, beta):
 
 
 # --- Overlap with backward, and projections ---------------------------------------------------
-
 def backward_order(param_bytes, ready_shares):
-    """[(bytes, ready share)] of each gradient in the order backward produces them, the last
-    parameter first on ties; both lists in registration order."""
-    registered = list(zip(param_bytes, ready_shares))
-    latest_first = registered[::-1]
-    return sorted(latest_first, key=lambda gradient: gradient[1])
+    """[(bytes, ready share)] of each gradient, given in registration order, in backward's order."""
+    latest_first = list(zip(param_bytes, ready_shares))[::-1]
+    return sorted(latest_first, key=lambda gradient: gradient[1])  # ties: the last parameter first
 
 
 def bucket_ready_shares(layout, gradients):
     """Each bucket's ready share of backward, for buckets in launch order (`layout`, their bytes)
     filled from `gradients` in backward's order: a bucket is ready when its last gradient is."""
-    shares = []
-    pending = iter(gradients)
-    produced = 0
-    needed = 0
-    latest = 0.0
-    for nbytes in layout:
-        needed += nbytes
+    shares, pending = [], iter(gradients)
+    produced, latest = 0, 0.0
+    for needed in itertools.accumulate(layout):
         while produced < needed:
             size, share = next(pending, (None, None))
             if size is None:
@@ -238,8 +210,7 @@ def bucket_ready_shares(layout, gradients):
 
 
 def exposed_after_backward(backward_s, ready_s, comm_times):
-    """Seconds past backward's end until the last all-reduce is done: one at a time, each
-    starting when its bucket is ready (`ready_s`) and the previous is done."""
+    """Seconds past backward's end until the last all-reduce ends, each run in turn once ready."""
     finish = 0.0
     for ready, seconds in zip(ready_s, comm_times):
         finish = max(finish, ready) + seconds
@@ -248,43 +219,32 @@ def exposed_after_backward(backward_s, ready_s, comm_times):
 
 def project_layout(compute_s, backward_s, layout, gradients, world_size, alpha, beta,
                    overlap=True, algorithm="ring"):
-    """Projected step of one layout of all-reduces: {step_s, comm_s, exposed_s, efficiency}.
-
-    `overlap=True`: each starts once its bucket is ready within backward; False: all after
-    backward. Efficiency is weak scaling: compute / (compute + exposed communication).
-    """
+    """A layout's projected {step_s, comm_s, exposed_s, efficiency}: overlapping backward or not."""
     times = [allreduce_time(nbytes, world_size, alpha, beta, algorithm) for nbytes in layout]
+    exposed = sum(times)
     if overlap:
         ready = [share * backward_s for share in bucket_ready_shares(layout, gradients)]
         exposed = exposed_after_backward(backward_s, ready, times)
-    else:
-        exposed = sum(times)
-    step = compute_s + exposed
-    return {"step_s": step, "comm_s": sum(times), "exposed_s": exposed,
-            "efficiency": compute_s / step}
+    return {"step_s": compute_s + exposed, "comm_s": sum(times), "exposed_s": exposed,
+            "efficiency": compute_s / (compute_s + exposed)}  # weak scaling
 
 
 def project_step(compute_s, backward_s, param_bytes, ready_shares, world_size, alpha, beta,
                  bucket_mb=None, first_bucket_mb=FIRST_BUCKET_MB, algorithm="ring"):
     """project_layout of BucketedSync's buckets at `bucket_mb`, or (None) one flat all-reduce."""
-    if bucket_mb is None:
-        return project_layout(compute_s, backward_s, [sum(param_bytes)], [], world_size, alpha,
-                              beta, False, algorithm)
-    return project_layout(compute_s, backward_s,
-                          bucket_sizes(param_bytes, bucket_mb, first_bucket_mb),
-                          backward_order(param_bytes, ready_shares), world_size, alpha, beta,
-                          True, algorithm)
+    flat = bucket_mb is None
+    layout = [sum(param_bytes)] if flat else bucket_sizes(param_bytes, bucket_mb, first_bucket_mb)
+    return project_layout(compute_s, backward_s, layout, backward_order(param_bytes, ready_shares),
+                          world_size, alpha, beta, not flat, algorithm)
 
 
 def best_bucket(compute_s, backward_s, param_bytes, ready_shares, world_size, alpha, beta,
                 candidates=BUCKET_CANDIDATES_MB, first_bucket_mb=FIRST_BUCKET_MB, algorithm="ring"):
-    """(bucket_mb, projection) of the shortest step among one flat all-reduce (None) and each
-    cap of `candidates`; ties go to flat, then the smaller cap."""
-    projections = [(bucket_mb, project_step(compute_s, backward_s, param_bytes, ready_shares,
-                                            world_size, alpha, beta, bucket_mb,
-                                            first_bucket_mb, algorithm))
-                   for bucket_mb in [None, *sorted(candidates)]]
-    return min(projections, key=lambda candidate: candidate[1]["step_s"])
+    """(bucket_mb, projection) of the shortest step: one flat all-reduce (None) or a cap."""
+    caps = [None, *sorted(candidates)]  # min keeps the first of ties: flat, then the smaller cap
+    projections = [project_step(compute_s, backward_s, param_bytes, ready_shares, world_size, alpha,
+                                beta, bucket_mb, first_bucket_mb, algorithm) for bucket_mb in caps]
+    return min(zip(caps, projections), key=lambda candidate: candidate[1]["step_s"])
 
 
 def crossover_world_size(compute_s, total_bytes, alpha, beta, largest=2**20, algorithm="ring"):

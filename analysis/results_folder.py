@@ -1,6 +1,5 @@
 """A folder of results files as the plots and the design document read it: the training runs
-grouped by sweep and configuration over their rounds, their spread over the rounds, and the one
-rule by which the document calls a configuration faster or slower than another."""
+grouped by sweep and configuration over rounds, their spread, and the one faster/slower rule."""
 import glob
 import json
 import os
@@ -16,19 +15,20 @@ ALLREDUCE_SCHEMA, STEP_BENCH_SCHEMA = "allreduce-bench/1", "step-bench/3"
 BENCHMARKS = {ALLREDUCE_SCHEMA: ("python -m benchmarks.allreduce_bench", "measurements"),
               STEP_BENCH_SCHEMA: ("python -m benchmarks.step_bench", "summary")}  # of repeats
 
+# analysis/sweep.py names a run <sweep>-<model>-...-r<round> (bucket-mlp-ddp-25mb-w4-r1). Two
+# sweeps' runs are never pooled, not even the bucket sweep's 25 MiB DDP with the strategy sweep's.
+RUN_NAME = re.compile(r"^(?P<sweep>[a-z]+)-(?:mlp|cnn)-.*?(?:-r(?P<round>\d+))?$")
+
+# The document's one verdict rule (§4.1): of ratios taken within each round, faster (below 1) or
+# slower only where all agree or, from BOOTSTRAP_FROM rounds, the median's 95 % interval excludes 1.
+BOOTSTRAP_FROM, BOOTSTRAP_SAMPLES = 5, 2000
+
 
 def series_name(run):
     """How a run's synchronisation is named: 'single', 'ddp-no-sync', 'manual flat', '... fp16'."""
     config = run["config"]
     name = "manual " + config["sync"] if config["mode"] == "manual" else config["mode"]
     return name + (f" {config['compress']}" if config.get("compress") else "")
-
-
-def configuration(run):
-    """What a run measured, without its repeat: (model, series, world size, bucket MiB)."""
-    config = run["config"]
-    world_size = run["environment"]["world_size"]
-    return config["model"], series_name(run), world_size, float(config["bucket_mb"])
 
 
 def load_folder(folder, note=print):
@@ -47,27 +47,19 @@ def load_folder(folder, note=print):
         if "traceEvents" in document:
             continue  # a --trace timeline: plots.py draws it from its own file
         schema = document.get("schema")
-        # a benchmark's schema of another version than the one read
-        newer = [known for known in BENCHMARKS
-                 if known.split("/")[0] == str(schema).split("/")[0] and known != schema]
+        newer = [known for known in BENCHMARKS if known.split("/")[0] == str(schema).split("/")[0]]
         if schema in BENCHMARKS:
             benchmarks[schema] += document.get(BENCHMARKS[schema][1], [])
-        elif newer:
+        elif newer:  # the same benchmark's schema, of another version than the one read
             note(f"note: skipped {name}: schema {schema!r} is older than {newer[0]}: "
                  f"run {BENCHMARKS[newer[0]][0]} again")
-        elif schema != SCHEMA or validate(document):
-            problem = validate(document)[0] if schema == SCHEMA else \
-                f"no plot or table for schema {schema!r}"
-            note(f"note: skipped {name}: {problem}")
+        elif schema != SCHEMA:
+            note(f"note: skipped {name}: no plot or table for schema {schema!r}")
+        elif validate(document):
+            note(f"note: skipped {name}: {validate(document)[0]}")
         else:
             runs.append(dict(document, path=path))
     return runs, benchmarks
-
-
-# analysis/sweep.py names a run <sweep>-<model>-...-r<round>: sweep-mlp-ddp-w4-r2,
-# bucket-mlp-ddp-25mb-w4-r1. Two sweeps may hold the same configuration (the bucket sweep's 25 MiB
-# DDP is the strategy sweep's DDP); their runs are never pooled.
-RUN_NAME = re.compile(r"^(?P<sweep>[a-z]+)-(?:mlp|cnn)-.*?(?:-r(?P<round>\d+))?$")
 
 
 def name_part(run, part):
@@ -90,11 +82,15 @@ def round_of(run):
 
 
 def repeats(runs, sweep=None):
-    """{configuration: [runs by round, then oldest first]}, of `sweep` (sweep_of) if given."""
+    """{what runs measured, (model, series_name, world size, bucket MiB): [its repeats, by round
+    then oldest first]}, of `sweep` (sweep_of) if given."""
     grouped = {}
     chosen = [run for run in runs if sweep is None or sweep_of(run) == sweep]
     for run in sorted(chosen, key=lambda run: (round_of(run) or 0, run.get("created", ""))):
-        grouped.setdefault(configuration(run), []).append(run)
+        config = run["config"]
+        measured = (config["model"], series_name(run), run["environment"]["world_size"],
+                    float(config["bucket_mb"]))
+        grouped.setdefault(measured, []).append(run)
     return grouped
 
 
@@ -106,19 +102,11 @@ def paired(runs, others):
     return [(run, rounds[round_of(run)]) for run in runs if round_of(run) in rounds]
 
 
-# The document's one verdict rule (stated in §4.1): a ratio of two configurations is taken within
-# each round, and one is faster (ratio below 1) or slower only where every paired ratio agrees, or,
-# with BOOTSTRAP_FROM rounds or more, where a bootstrap 95 % interval of their median excludes 1.
-BOOTSTRAP_FROM = 5
-BOOTSTRAP_SAMPLES = 2000
-
-
 def interval(ratios):
-    """(low, high) the verdict reads: the paired ratios' range, or from BOOTSTRAP_FROM the
-    central 95 % of their bootstrapped median (a fixed seed: the build is reproducible)."""
+    """(low, high) for the verdict: the ratios' range, or their bootstrap median's central 95 %."""
     if len(ratios) < BOOTSTRAP_FROM:
         return min(ratios), max(ratios)
-    draw = random.Random(0)
+    draw = random.Random(0)  # a fixed seed: the build is reproducible
     medians = sorted(statistics.median(draw.choices(ratios, k=len(ratios)))
                      for _ in range(BOOTSTRAP_SAMPLES))
     return medians[int(0.025 * BOOTSTRAP_SAMPLES)], medians[int(0.975 * BOOTSTRAP_SAMPLES) - 1]
@@ -128,9 +116,7 @@ def verdict(low, high):
     """'faster', 'slower' or 'indistinguishable' from the interval of the ratios first / second."""
     if high < 1:
         return "faster"
-    if low > 1:
-        return "slower"
-    return "indistinguishable"
+    return "slower" if low > 1 else "indistinguishable"
 
 
 def spread(values):
@@ -142,14 +128,10 @@ def spread(values):
 
 
 def per_step(run):
-    """A run's mean seconds per step of each timed field, pooled over ranks, with overlap,
-    throughput and the straggler."""
-    stats = run["timing"]["across_ranks"]
-    means = {field: stats[field]["mean"] for field in FIELDS}
-    means["overlap"] = overlap(means["comm_hidden"], means["comm_busy"])
-    means["throughput"] = run["throughput_samples_per_s"]
-    means["straggler"] = run["timing"]["straggler"]
-    return means
+    """Mean seconds per step of each timed field, over ranks; overlap, throughput, straggler."""
+    means = {field: run["timing"]["across_ranks"][field]["mean"] for field in FIELDS}
+    return dict(means, overlap=overlap(means["comm_hidden"], means["comm_busy"]),
+                throughput=run["throughput_samples_per_s"], straggler=run["timing"]["straggler"])
 
 
 def across_repeats(runs):
