@@ -16,10 +16,12 @@ import numpy as np
 CLUSTER_LINKS_GBIT = (10, 25, 100)  # Ethernet-class links between nodes, Gbit/s
 CLUSTER_ALPHA_S = 25e-6  # per message step over TCP between nodes (kernel stack + switch)
 BUCKET_CANDIDATES_MB = (0.25, 0.5, 1, 2, 4, 8, 25)  # as --bucket-mb (MiB); 25 is DDP's default
-REFERENCE_WORLD_SIZE, REFERENCE_LINK_GBIT = 64, 25  # the cluster where §5.4 names best buckets
+REFERENCE_WORLD_SIZE = 64  # with REFERENCE_LINK_GBIT, the cluster where §5.4 names best buckets
+REFERENCE_LINK_GBIT = 25
 LARGE_WORLD_SIZE = 256  # where the latency term's share of one all-reduce is quoted
 FIRST_BUCKET_MB = 1  # manual_allreduce's, restated to keep torch out; test_cost_model checks it
-BOOTSTRAP_DRAWS, INTERVAL_LEVEL = 1000, 0.95  # resamples behind every interval of alpha and beta
+BOOTSTRAP_DRAWS = 1000  # resamples behind every interval of alpha and beta
+INTERVAL_LEVEL = 0.95
 
 
 def ring_coefficients(world_size):
