@@ -1,7 +1,5 @@
-"""§4 of the design document: the strategy sweep (each configuration's spread over its rounds, the
-verdicts between strategies, the compute baseline and the ceiling it sets) and the MLP's step
-against the bucket size. Every ratio is taken within one round; a verdict is results_folder's.
-"""
+"""§4: the strategy sweep (spreads over rounds, results_folder's verdicts between strategies, the
+compute baseline and its ceiling) and the MLP's step per bucket size; ratios within one round."""
 from analysis.design_numbers import table, unchanged
 from analysis.scaling_inputs import runs_of
 from runtime.options import DEFAULT_BUCKET_MB
@@ -9,7 +7,6 @@ from runtime.results import overlap
 
 QUIET = ("single", "ddp-no-sync")  # no communication: their comm fields are zero
 COMMUNICATING = ("ddp", "manual per-param", "manual flat", "manual bucketed", "manual ring")
-SERIES = QUIET + COMMUNICATING
 # of a run's timing.across_ranks, in ms; a run's data time and straggler figure are not quoted
 STEP_FIELDS = ("step", "compute", "backward", "comm_busy", "comm_hidden", "comm_exposed")
 PAIRS = (("manual flat", "manual per-param"), ("manual bucketed", "manual flat"),
@@ -28,17 +25,14 @@ VERDICT_WORDS = {"faster": "faster than", "indistinguishable": "indistinguishabl
 
 
 def slug(series):
-    """'manual flat' -> 'flat'."""
-    return series.replace("manual ", "")
+    return series.replace("manual ", "")  # 'manual flat' -> 'flat'
 
 
 def key(model, series, world):
-    """'sweep.mlp.flat.w4'."""
-    return f"sweep.{model}.{slug(series)}.w{world}"
+    return f"sweep.{model}.{slug(series)}.w{world}"  # 'sweep.mlp.flat.w4'
 
 
 def at_default(grouped, model, series, world):
-    """A configuration's runs at the default bucket size."""
     return runs_of(grouped, model, series, world, DEFAULT_BUCKET_MB)
 
 
@@ -51,35 +45,28 @@ def register_run_spreads(numbers, prefix, runs, fields=(*STEP_FIELDS, "overlap",
         numbers.over_repeats(f"{prefix}.{field}", runs, source, unit, combine, formula)
 
 
-def compare(numbers, name, runs, others, field=STEP):
+def compare(numbers, name, runs, others):
     """`name` (runs over others, paired within each round) and `name.verdict`; the claim shown."""
-    numbers.paired_ratio(name, runs, others, field, formula="the first's mean step / the second's")
+    numbers.paired_ratio(name, runs, others, STEP, formula="the first's mean step / the second's")
     numbers.verdict(f"{name}.verdict", name)
     return numbers.claim(name, f"{name}.verdict")
 
 
-def register_machine(numbers, grouped, top):
-    """The machine and the configuration every run shares, from the MLP's single process if
-    there is one."""
-    anyone = (at_default(grouped, "mlp", "single", 1) or next(iter(grouped.values())))[0]
-    numbers.measured("machine.cores", anyone["path"], "environment.cores", "count")
-    numbers.measured("machine.torch", anyone["path"], "environment.torch", "name")
+def sweep_section(numbers, grouped, worlds):
+    """What all runs share; per model each configuration's spreads, efficiency, verdict vs flat."""
+    tables, pairs, lessons, top = {}, [], [], worlds[-1]
+    anyone = (at_default(grouped, "mlp", "single", 1) or next(iter(grouped.values())))[0]["path"]
+    numbers.measured("machine.cores", anyone, "environment.cores", "count")
+    numbers.measured("machine.torch", anyone, "environment.torch", "name")
     for field in ("batch_size", "accum_steps", "val_samples"):
-        numbers.measured(f"config.{field}", anyone["path"], f"config.{field}", "count")
+        numbers.measured(f"config.{field}", anyone, f"config.{field}", "count")
     numbers.stated("config.largest_world", top, "count", "code",
                    "the largest world size among the runs")
-    numbers.derived("config.global_batch_largest",
-                    lambda batch, steps, world: batch * steps * world,
-                    ["config.batch_size", "config.accum_steps", "config.largest_world"],
-                    "count", "per-rank batch x accumulation steps x ranks")
-
-
-def sweep_section(numbers, grouped, worlds):
-    """Per model: every configuration's spreads, its efficiency, its verdict against flat."""
-    tables, pairs, top = {}, [], worlds[-1]
-    register_machine(numbers, grouped, top)
+    numbers.derived("config.global_batch_largest", lambda batch, steps, n: batch * steps * n,
+                    ["config.batch_size", "config.accum_steps", "config.largest_world"], "count",
+                    "per-rank batch x accumulation steps x ranks")
     configurations = [("single", 1)] + [(series, world) for world in worlds
-                                        for series in SERIES if series != "single"]
+                                        for series in ("ddp-no-sync", *COMMUNICATING)]
     for model in ("mlp", "cnn"):
         single_runs = at_default(grouped, model, "single", 1)
         numbers.measured(f"config.{model}.max_steps",
@@ -97,29 +84,21 @@ def sweep_section(numbers, grouped, worlds):
                             at_default(grouped, model, first, top),
                             at_default(grouped, model, second, top))
             pairs.append([model.upper(), top, slug(first), slug(second), claim])
-        tables[f"table.sweep.{model}"] = table(["configuration", "step", "exposed comm",
-                                                "overlap", "efficiency", "step against flat"],
-                                               rows)
+        tables[f"table.sweep.{model}"] = table(["configuration", "step", "exposed comm", "overlap",
+                                                "efficiency", "step against flat"], rows)
         tables[f"table.baseline.{model}"] = baseline_table(numbers, model, worlds, grouped)
-        summary(numbers, model, top)
-        for alias, source in ((f"ceiling.{model}.largest", f"ceiling.{model}.w{top}.median"),
-                              (f"ceiling.{model}.largest.reached",
-                               f"ceiling.{model}.w{top}.reached.median")):
-            numbers.derived(alias, unchanged, [source], "percent", "at the largest world size")
-    tables["table.pairs"] = table(["model", "ranks", "first", "second",
-                                   "first's step / second's, per round"], pairs)
-    tables["text.overlap_lesson"] = "; it ".join(overlap_lesson(numbers, model, top)
-                                                 for model in ("mlp", "cnn"))
+        lessons.append(at_largest(numbers, model, top))
     counted = [name for name in numbers.entries
                if name.startswith("sweep.") and name.endswith(".step.n")]
     numbers.derived("sweep.fewest_repeats", lambda *counts: min(counts), counted, "count",
                     "the fewest repeats of any measured configuration")
-    return tables
+    return {**tables, "table.pairs": table(["model", "ranks", "first", "second",
+                                            "first's step / second's, per round"], pairs),
+            "text.overlap_lesson": "; it ".join(lessons)}
 
 
 def row(numbers, grouped, model, series, world):
-    """A row of the sweep table: step, exposed communication, overlap, efficiency, and the step
-    over flat's."""
+    """The sweep table's row: step, exposed comm, overlap, efficiency, the step over flat's."""
     name = key(model, series, world)
     cells = [numbers.spread_text(f"{name}.step")]
     cells += ["—", "—"] if series in QUIET else [
@@ -130,23 +109,11 @@ def row(numbers, grouped, model, series, world):
                           at_default(grouped, model, series, world),
                           at_default(grouped, model, REFERENCE, world))
     efficiency = "—" if world == 1 else numbers.spread_text(f"{name}.efficiency")
-    label = f"{slug(series)}, {world} rank{'s' if world > 1 else ''}"
-    return [label] + cells + [efficiency, against]
+    return [f"{slug(series)}, {world} rank{'s' if world > 1 else ''}", *cells, efficiency, against]
 
 
-def overlap_lesson(numbers, model, world):
-    """What bucketed's overlap bought against flat: hidden share, busy time, verdict."""
-    bucketed, flat = key(model, "manual bucketed", world), key(model, "manual flat", world)
-    verdict = numbers.value(f"verdict.{model}.w{world}.bucketed-vs-flat.verdict")
-    step = {"faster": "shorter than", "slower": "longer than"}.get(verdict,
-                                                                   "indistinguishable from")
-    return (f"hides {numbers.text(bucketed + '.overlap.median')} of the {model.upper()}'s "
-            f"communication, but is busy {numbers.text(bucketed + '.comm_busy.median')} against "
-            f"flat's {numbers.text(flat + '.comm_busy.median')}: its step is {step} flat's")
-
-
-def summary(numbers, model, top):
-    """One sentence about the largest world size: each strategy's verdict against flat."""
+def at_largest(numbers, model, top):
+    """The largest world size: verdicts against flat, ceiling, what bucketed's overlap bought."""
     verdicts = {slug(series): numbers.value(f"verdict.{model}.w{top}.{slug(series)}.verdict")
                 for series in COMMUNICATING if series != REFERENCE}
     parts = []
@@ -158,25 +125,33 @@ def summary(numbers, model, top):
     numbers.add(f"sweep.{model}.summary", "; ".join(parts) or None, "name", kind="derived",
                 inputs=[f"verdict.{model}.w{top}.{name}.verdict" for name in verdicts],
                 formula="the verdicts against flat at the largest world size")
+    for suffix in ("", ".reached"):
+        numbers.derived(f"ceiling.{model}.largest{suffix}", unchanged,
+                        [f"ceiling.{model}.w{top}{suffix}.median"], "percent",
+                        "at the largest world size")
+    bucketed, flat = key(model, "manual bucketed", top), key(model, "manual flat", top)
+    step = {"faster": "shorter than", "slower": "longer than"}.get(verdicts["bucketed"],
+                                                                   "indistinguishable from")
+    return (f"hides {numbers.text(bucketed + '.overlap.median')} of the {model.upper()}'s "
+            f"communication, but is busy {numbers.text(bucketed + '.comm_busy.median')} against "
+            f"flat's {numbers.text(flat + '.comm_busy.median')}: its step is {step} flat's")
 
 
 def baseline_table(numbers, model, worlds, grouped):
-    """Per world size: what sharing the cores costs (ddp-no-sync against one process) and the
-    ceiling it sets."""
+    """Per world size: what sharing the cores costs (ddp-no-sync / one process), the ceiling set."""
     single, single_runs = key(model, "single", 1), at_default(grouped, model, "single", 1)
     rows = []
     for world in worlds:
         base, ceiling = key(model, "ddp-no-sync", world), f"ceiling.{model}.w{world}"
-        base_runs = at_default(grouped, model, "ddp-no-sync", world)
+        no_sync = at_default(grouped, model, "ddp-no-sync", world)
         numbers.derived(f"{base}.contention", lambda mine, theirs: mine / theirs,
                         [f"{base}.compute.median", f"{single}.compute.median"], "ratio",
                         "ddp-no-sync's median compute / one process's")
-        numbers.paired_ratio(ceiling, base_runs, single_runs, THROUGHPUT, "percent",
-                             scale=1 / world,
+        numbers.paired_ratio(ceiling, no_sync, single_runs, THROUGHPUT, "percent", scale=1 / world,
                              formula="ddp-no-sync throughput / (ranks x one process's): "
                                      "efficiency without communication")
         numbers.paired_ratio(f"{ceiling}.reached", at_default(grouped, model, REFERENCE, world),
-                             base_runs, THROUGHPUT, "percent",
+                             no_sync, THROUGHPUT, "percent",
                              formula="flat's throughput / ddp-no-sync's: what communication "
                                      "leaves of the ceiling")
         rows.append([world, numbers.spread_text(f"{base}.compute"),
@@ -187,8 +162,7 @@ def baseline_table(numbers, model, worlds, grouped):
 
 
 def bucket_sweep_section(numbers, grouped):
-    """The MLP's step against the bucket size at the bucket runs' world size, and which size is
-    best beyond the spreads."""
+    """The MLP's step per bucket size, at the bucket runs' world size; which size is best."""
     runs = {configuration: found for configuration, found in grouped.items()
             if configuration[0] == "mlp" and configuration[1] in BUCKETING}
     world = max((world for _, _, world, _ in runs), default=None)
@@ -216,8 +190,7 @@ def best_size(numbers, runs, world, series, sizes):
     """The size of the smallest median step, and the sizes it beats by the verdict rule."""
     name = f"bucket.{slug(series)}"
     medians = {size: numbers.value(f"{name}.{size:g}.step.median") for size in sizes}
-    best = min((size for size in sizes if medians[size] is not None), key=medians.get,
-               default=None)
+    best = min((size for size in sizes if medians[size] is not None), key=medians.get, default=None)
     numbers.add(f"{name}.best_mb", best, "MiB", kind="derived",
                 formula="the size of the smallest median",
                 inputs=[f"{name}.{size:g}.step.median" for size in sizes])
@@ -231,8 +204,7 @@ def best_size(numbers, runs, world, series, sizes):
                              formula="the step at one size / another")
         numbers.verdict(f"{versus}.verdict", versus)
         if numbers.text(f"{versus}.verdict") == "faster":
-            beaten.append(size)
+            beaten.append(f"{size:g}")
     if not beaten:
         return f"{slug(series)}: no size is told apart from another"
-    return (f"{slug(series)}: {best:g} MiB is faster than "
-            + ", ".join(f"{size:g}" for size in beaten) + " MiB")
+    return f"{slug(series)}: {best:g} MiB is faster than {', '.join(beaten)} MiB"

@@ -7,16 +7,14 @@ import re
 import torch
 
 from analysis import cost_model, scaling_inputs
-from analysis.cost_model import FIRST_BUCKET_MB
 from analysis.design_numbers import REPO, BuildError, data_file, load, lookup, repo_relative, table
-from analysis.traces import typical_step
+from analysis.traces import complete_events, typical_step
 from runtime.data import DATASETS
 from runtime.models import build_model, count_parameters
 from runtime.options import DEFAULT_BUCKET_MB, STRATEGY_NAMES
 
 FIGURES = ("curves-mlp", "curves-cnn", "time-breakdown-mlp", "time-breakdown-cnn", "scaling-mlp",
            "scaling-cnn", "allreduce", "bucket-sweep", "timeline")
-REFERENCE_SCRIPT = os.path.join(REPO, "analysis", "make_reference_results.sh")
 ISSUED = {"per-param": "after backward, one blocking all-reduce per tensor",
           "flat": "after backward, one all-reduce of a packed buffer",
           "bucketed": "during backward, each bucket as soon as it is full",
@@ -24,11 +22,6 @@ ISSUED = {"per-param": "after backward, one blocking all-reduce per tensor",
           "ddp": "during backward, from autograd hooks, per bucket"}
 TRACE_HEADLINES = {"first_launch_before_backward_end": "trace_us",
                    "last_done_after_backward_end": "trace_us", "allreduces": "count"}
-MAIN_JOB_FIELDS = (("main.test_accuracy", "test.accuracy", "percent"),
-                   ("main.epochs", "config.epochs", "count"),
-                   ("main.world", "environment.world_size", "count"),
-                   ("main.sync", "config.sync", "name"),
-                   ("main.total_time", "total_time_s", "s"))
 LOAD = "environment.load_average_1min_at_start"
 
 
@@ -42,17 +35,15 @@ def model_facts(numbers):
                  if parameter.requires_grad]
         layouts[model] = sizes
         for name, value, unit, what in (
-                ("parameters", count_parameters(built), "count", ""),
-                ("tensors", len(sizes), "count", ": trainable tensors"),
-                ("bytes", sum(sizes), "bytes", ": fp32 gradient bytes"),
-                ("smallest_bytes", min(sizes), "bytes", ": the smallest tensor"),
-                ("largest_share", max(sizes) / sum(sizes), "percent",
-                 ": the largest tensor's share of the bytes")):
-            numbers.stated(f"model.{model}.{name}", value, unit, "model", where + what)
-        numbers.stated(f"comm.{model}.compressed_bytes", sum(sizes) // 2, "bytes", "model",
-                       where + ": bytes in fp16")
-    _folder, mean, std = DATASETS["mnist"]
-    for name, value in (("mean", mean), ("std", std)):
+                ("model.{}.parameters", count_parameters(built), "count", ""),
+                ("model.{}.tensors", len(sizes), "count", ": trainable tensors"),
+                ("model.{}.bytes", sum(sizes), "bytes", ": fp32 gradient bytes"),
+                ("model.{}.smallest_bytes", min(sizes), "bytes", ": the smallest tensor"),
+                ("model.{}.largest_share", max(sizes) / sum(sizes), "percent",
+                 ": the largest tensor's share of the bytes"),
+                ("comm.{}.compressed_bytes", sum(sizes) // 2, "bytes", ": bytes in fp16")):
+            numbers.stated(name.format(model), value, unit, "model", where + what)
+    for name, value in zip(("mean", "std"), DATASETS["mnist"][1:]):  # after the data's folder
         numbers.stated(f"data.mnist.{name}", value, "exact", "code", "data.DATASETS['mnist']")
     for dtype in ("float16", "bfloat16"):
         numbers.stated(f"precision.{dtype}", torch.finfo(getattr(torch, dtype)).eps / 2,
@@ -60,14 +51,13 @@ def model_facts(numbers):
     numbers.stated("precision.float16_max", torch.finfo(torch.float16).max, "number", "code",
                    "torch.finfo(torch.float16).max")
     # BucketedSync's cap on its first bucket: the layouts and projections follow the code
-    numbers.stated("code.bucketed_first_bucket_mb", FIRST_BUCKET_MB, "MiB", "code",
+    numbers.stated("code.bucketed_first_bucket_mb", cost_model.FIRST_BUCKET_MB, "MiB", "code",
                    "manual_allreduce.FIRST_BUCKET_MB")
     return layouts
 
 
 def strategy_row(numbers, model, strategy, sizes, worlds, ddp):
-    """A strategy's row of §3.2: its all-reduces, and per world size its message steps and bytes
-    sent per rank; DDP's all-reduces are those it sent (`ddp`: its layouts)."""
+    """§3.2's row: all-reduces, message steps and bytes per rank at each n; DDP's as sent: `ddp`."""
     key = f"comm.{model}.{strategy}"
     if strategy == "ddp":
         messages = ddp[DEFAULT_BUCKET_MB]
@@ -93,8 +83,7 @@ def strategy_row(numbers, model, strategy, sizes, worlds, ddp):
 
 
 def communication_section(numbers, layouts, worlds, bucket_mbs, results_dir):
-    """Per model: all-reduces, message steps and bytes sent per rank and step; the bucket layouts
-    at the default and every swept size, DDP's as it sent them."""
+    """Per model: §3.2's all-reduces and bytes sent; bucket layouts, DDP's as it sent them."""
     sent = scaling_inputs.ddp_layouts(results_dir)
     if not sent:
         raise BuildError(f"no {scaling_inputs.DDP_BUCKETS} in {repo_relative(results_dir)}: "
@@ -109,8 +98,7 @@ def communication_section(numbers, layouts, worlds, bucket_mbs, results_dir):
             numbers.derived(f"{name}.count", len, [name], "count", "the buckets DDP sent")
     tables = {}
     for model, sizes in layouts.items():
-        # shm sends nothing over a network (memory copies and two barriers per call): its cost
-        # is in the all-reduce benchmark, not in this table of message steps and bytes sent
+        # shm sends no messages (memory copies, two barriers a call): allreduce_bench times it
         rows = [strategy_row(numbers, model, strategy, sizes, worlds, sent[model])
                 for strategy in (*STRATEGY_NAMES, "ddp") if strategy in ISSUED]
         layout_rows = []
@@ -136,46 +124,39 @@ def backward_overlap(backward_start, backward_duration, *allreduce_spans):
     """How a step's all-reduces (their ts and dur, in turn) sit against backward's end."""
     starts, durations = allreduce_spans[0::2], allreduce_spans[1::2]
     backward_end = backward_start + backward_duration
+    last_done = max(start + duration for start, duration in zip(starts, durations))
     return {"first_launch_before_backward_end": backward_end - min(starts),
-            "last_done_after_backward_end":
-                max(start + duration for start, duration in zip(starts, durations))
-                - backward_end,
-            "allreduces": len(starts)}
+            "last_done_after_backward_end": last_done - backward_end, "allreduces": len(starts)}
 
 
 def trace_section(numbers, results_dir):
-    """Rank 0's typical step from a Chrome trace in the results, bucketed's if there is one:
-    how its all-reduces sit against backward's end (timeline.png draws it)."""
-    paths = sorted(glob.glob(os.path.join(results_dir, "trace-*.json")),
-                   key=lambda path: ("bucketed" not in path, path))
-    path = paths[0] if paths else None
+    """Rank 0's typical step in a trace, bucketed's if any: all-reduces against backward's end."""
+    path = min(glob.glob(os.path.join(results_dir, "trace-*.json")),
+               key=lambda path: ("bucketed" not in path, path), default=None)
     events = load(path).get("traceEvents", []) if path else []
-    step = typical_step(events) if any(event.get("ph") == "X" for event in events) else None
-    mine = sorted(((index, event) for index, event in enumerate(events)
-                   if event.get("ph") == "X" and event.get("pid") == 0
-                   and event["args"]["step"] == step), key=lambda pair: pair[1]["ts"])
+    step = typical_step(events) if complete_events(events) else None
+    mine = sorted((event["ts"], index, event) for index, event in enumerate(events)  # by time
+                  if event.get("ph") == "X" and event["pid"] == 0 and event["args"]["step"] == step)
     numbers.add("trace.file", os.path.basename(path) if mine else None, "name", kind="file",
                 file=path)
     numbers.measured("trace.step", path if mine else None,
-                     f"traceEvents[{mine[0][0] if mine else 0}].args.step", "count")
-    spans = {name: [f"{path}#traceEvents[{index}].{field}" for index, event in mine
+                     f"traceEvents[{mine[0][1] if mine else 0}].args.step", "count")
+    spans = {name: [f"{path}#traceEvents[{index}].{field}" for _, index, event in mine
                     if event["name"].startswith(name) for field in ("ts", "dur")]
              for name in ("backward", "all-reduce")}
-    inputs = spans["backward"][:2] + spans["all-reduce"] if spans["all-reduce"] else []
-    numbers.derived_fields("trace", backward_overlap, inputs if spans["backward"] else [],
-                           TRACE_HEADLINES, "from rank 0's events of the step: backward's end, "
-                                            "each all-reduce's span")
+    inputs = spans["backward"][:2] + spans["all-reduce"] if all(spans.values()) else []
+    numbers.derived_fields("trace", backward_overlap, inputs, TRACE_HEADLINES, "from rank 0's "
+                           "events of the step: backward's end, each all-reduce's span")
 
 
 def reference_commands(numbers):
     """The commands of make_reference_results.sh as the index shows them, and the trace's."""
-    with open(REFERENCE_SCRIPT) as file:
+    with open(os.path.join(REPO, "analysis", "make_reference_results.sh")) as file:
         script = file.read()
     joined = re.sub(r"\s*\\\n\s*", " ", script)  # a trailing backslash continues a command
     commands = [re.sub(r"\s+#.*$", "", line.replace('"$PYTHON" ', "python ", 1).strip())
                 for line in joined.splitlines() if line.startswith('"$PYTHON" ')]
-    duration = re.search(r"^#\s+\./analysis/make_reference_results\.sh\s+#\s*(.+)$", script,
-                         flags=re.M)
+    duration = re.search(r"(?m)^#\s+\./analysis/make_reference_results\.sh\s+#\s*(.+)$", script)
     numbers.stated("reference.duration", duration.group(1) if duration else None, "name", "code",
                    "make_reference_results.sh: the comment after its first usage line")
     trace = next((command for command in commands if "--trace " in command), None)
@@ -185,15 +166,17 @@ def reference_commands(numbers):
 
 
 def existing(path):
-    """`path` if the file is there, else None (its numbers are then not measured)."""
-    return path if os.path.exists(path) else None
+    return path if os.path.exists(path) else None  # a missing file's numbers: not measured
 
 
 def main_job_section(numbers, results_dir):
     """The README's main job, its accuracy over seeds, and in-memory data against a DataLoader."""
     main = existing(os.path.join(results_dir, "main", "mlp-manual-bucketed-w4.json"))
-    for name, field, unit in MAIN_JOB_FIELDS:
-        numbers.measured(name, main, field, unit)
+    for name, field, unit in (("test_accuracy", "test.accuracy", "percent"),
+                              ("epochs", "config.epochs", "count"),
+                              ("world", "environment.world_size", "count"),
+                              ("sync", "config.sync", "name"), ("total_time", "total_time_s", "s")):
+        numbers.measured(f"main.{name}", main, field, unit)
     # the same job with seeds 1-4 beside seed 0: does the default schedule pass 98 % every time?
     seeds = sorted(glob.glob(os.path.join(results_dir, "main-seeds", "*.json")))
     runs = [{"path": path} for path in [main] + seeds] if main else []
@@ -201,8 +184,7 @@ def main_job_section(numbers, results_dir):
     numbers.over_repeats("main.seeds.time", runs, "total_time_s", "s")
     loader = existing(os.path.join(results_dir, "dataloader-bench.json"))
     numbers.measured("loader.ratio", loader, "ratio", "ratio")
-    return {"main.seeds.accuracy": numbers.spread_text("main.seeds.accuracy"),
-            "main.seeds.time": numbers.spread_text("main.seeds.time")}
+    return {name: numbers.spread_text(name) for name in ("main.seeds.accuracy", "main.seeds.time")}
 
 
 def figures(results_dir, out_dir):
@@ -235,14 +217,12 @@ def provenance_section(numbers, results_dir):
                                      ("load_low", min(loaded, default=None), LOAD, "number"),
                                      ("load_high", max(loaded, default=None), LOAD, "number")):
         numbers.measured(f"provenance.{name}", found and found[1], field, unit)
-    days = sorted({created[:10] for created, _ in dated})
-    numbers.add("provenance.days", len(days) or None, "count", kind="derived",
-                inputs=[f"{path}#created" for _, path in dated],
+    numbers.add("provenance.days", len({created[:10] for created, _ in dated}) or None, "count",
+                kind="derived", inputs=[f"{path}#created" for _, path in dated],
                 formula="distinct dates among the files' creation times")
     numbers.stated("provenance.files", len(paths), "count", "code",
                    f"the *.json files under {repo_relative(results_dir)}")
     numbers.stated("provenance.undated", len(paths) - len(dated), "count", "code",
                    "the files that record no creation time")
     return data_file("link.provenance", "provenance.csv",
-                     ["file", "created", "load average (1 min) at start"], rows,
-                     "provenance.csv")
+                     ["file", "created", "load average (1 min) at start"], rows, "provenance.csv")
