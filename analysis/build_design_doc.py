@@ -7,14 +7,13 @@
 Each design_doc/templates/*.md becomes design_doc/*.md with every `{{ name }}` replaced by a number
 (formatted with its unit), a table or a figure; data tables become CSV files beside it;
 numbers.json records every number a reader sees and where it came from (design_numbers.py). An
-undefined placeholder fails the build; a missing run renders as "not measured".
-"""
+undefined placeholder fails the build; a missing run renders as "not measured"."""
 import argparse
-import functools
 import glob
 import json
 import math
 import os
+import pathlib
 import re
 import sys
 
@@ -31,12 +30,10 @@ from analysis import (
 )
 from analysis.design_numbers import NOT_MEASURED, REPO, BuildError, Numbers, repo_relative
 from runtime.atomic import write_atomic
-from runtime.results import SCHEMA
 
 TEMPLATES = os.path.join(REPO, "design_doc", "templates")
 PLACEHOLDER = re.compile(r"\{\{\s*([\w.\-]+)\s*\}\}")
-# make_handout.py's markers: solution regions and the prompts students see in their place. The
-# solution's document shows neither.
+# make_handout.py's solution regions and the prompts students see in their place: shown in neither
 MARKERS = re.compile(r"^<!-- BEGIN PROMPT\n.*?^END PROMPT -->\n"
                      r"|^<!-- (?:BEGIN|END) SOLUTION[^\n]*-->\n", re.M | re.S)
 ABOUT = ("every number in the design document: its value, the text shown, and where it came from "
@@ -44,39 +41,20 @@ ABOUT = ("every number in the design document: its value, the text shown, and wh
          "each a number's name or file#field; fit: the file the alpha-beta model was fitted "
          "to; model/code: how it was computed; assumption: a constant of cost_model.py or "
          "zero_formulas.py)")
-# numbers.json's numbers are compared at this relative tolerance, its text and the Markdown exactly.
-# Least-squares fits come out a few units in the last place apart on two machines with the same
-# numpy (the BLAS takes another path): up to 2.5e-13 relative, where a difference of two close
-# numbers cancels. A real change to a results file moves them by far more (0.1 % is 1e-3).
-RELATIVE_TOLERANCE = 1e-9
-# Tables that serve as data (per size, per rank, per repeat): CSV files beside the document, named
-# after the table ('table.sweep.mlp' -> sweep-mlp.csv), which the document links where it stood.
+RELATIVE_TOLERANCE = 1e-9  # above two machines' fits (2.5e-13 apart), far below a 0.1 % change
+# tables of data (per size, rank or repeat): CSV files beside the document, linked in their place
 DATA_TABLES = ("table.fits.ring", "table.predict", "table.step_bench", "table.step_bench_verdict",
                "table.bucket_sweep", "table.emulated.fits.ring", "table.sweep.mlp",
                "table.sweep.cnn", "table.comm.mlp", "table.comm.cnn", "table.buckets.mlp",
-               "table.buckets.cnn", "table.one_machine",
-               "table.crossover", "table.emulated.training.mlp", "table.emulated.training.cnn",
+               "table.buckets.cnn", "table.one_machine", "table.crossover",
+               "table.emulated.training.mlp", "table.emulated.training.cnn",
                "table.sharding.side.mlp", "table.sharding.side.cnn", "table.sharding.memory.mlp",
                "table.sharding.memory.cnn", "table.sharding.bytes", "table.sharding.prefetch",
                "table.sharding.transports")
 
 
-def as_data(tables):
-    """{file name: CSV, table name: a link to it} of each of DATA_TABLES that is a table."""
-    files = {}
-    for name in DATA_TABLES:
-        lines = [line for line in tables.get(name, "").splitlines()
-                 if line.startswith("|") and not line.startswith("|---")]
-        if lines:
-            file_name = name.removeprefix("table.").replace(".", "-").replace("_", "-") + ".csv"
-            rows = [[cell.strip() for cell in line.strip("|").split(" | ")] for line in lines]
-            files.update(design_numbers.data_file(name, file_name, rows[0], rows[1:], file_name))
-    return files
-
-
 def required_results(results_dir):
-    """The strategy sweep's and the bucket sweep's runs (never pooled), the world sizes above one
-    and the all-reduce benchmark's path; or what to run."""
+    """The sweep's and bucket sweep's runs (never pooled), worlds above one, the all-reduce file."""
     if not os.path.isdir(results_dir):
         raise BuildError(f"results folder {results_dir} not found: run python -m analysis.sweep "
                          "and python -m benchmarks.allreduce_bench")
@@ -85,7 +63,7 @@ def required_results(results_dir):
     worlds = sorted({world for _, _, world, _ in grouped if world > 1})
     if not worlds:
         raise BuildError(f"no training runs with more than one rank in {results_dir} "
-                         f"(schema {SCHEMA}): run python -m analysis.sweep")
+                         f"(schema {results_folder.SCHEMA}): run python -m analysis.sweep")
     bench = os.path.join(results_dir, "allreduce-bench.json")
     if not os.path.exists(bench):
         raise BuildError(f"{bench} not found: run python -m benchmarks.allreduce_bench "
@@ -93,19 +71,27 @@ def required_results(results_dir):
     return grouped, results_folder.repeats(runs, "bucket"), worlds, bench
 
 
-def render(context):
-    """{file name: text} of every template with its placeholders filled from `context`."""
+def render(context, numbers, templates):
+    """{file name: text} of the templates filled from `context` and `numbers`, and the CSV files."""
+    for name in DATA_TABLES:
+        lines = [line for line in context.get(name, "").splitlines()
+                 if line.startswith("|") and not line.startswith("|---")]
+        if lines:
+            file_name = name.removeprefix("table.").replace(".", "-").replace("_", "-") + ".csv"
+            rows = [[cell.strip() for cell in line.strip("|").split(" | ")] for line in lines]
+            context.update(design_numbers.data_file(name, file_name, rows[0], rows[1:], file_name))
+    csv_files = {name: context.pop(name) for name in list(context) if name.endswith(".csv")}
+    context["syntax.placeholder"] = "`{{ name }}`"
+    context.update({name: NOT_MEASURED for name in numbers.absent})
+    context.update({name: entry["text"] for name, entry in numbers.entries.items()})
     documents = {}
-    for path in sorted(glob.glob(os.path.join(TEMPLATES, "*.md"))):
-        with open(path) as file:
-            text = MARKERS.sub("", file.read())
-        unknown = sorted({name for name in PLACEHOLDER.findall(text) if name not in context})
+    for name, text in templates.items():
+        text = MARKERS.sub("", text)
+        unknown = sorted({key for key in PLACEHOLDER.findall(text) if key not in context})
         if unknown:
-            raise BuildError(f"{os.path.basename(path)} uses {', '.join(unknown)}, "
-                             "which the build does not define")
-        documents[os.path.basename(path)] = PLACEHOLDER.sub(
-            lambda match: context[match.group(1)], text)
-    return documents
+            raise BuildError(f"{name} uses {', '.join(unknown)}, which the build does not define")
+        documents[name] = PLACEHOLDER.sub(lambda match: context[match.group(1)], text)
+    return {**documents, **csv_files}
 
 
 def build(results_dir, out_dir):
@@ -118,62 +104,39 @@ def build(results_dir, out_dir):
     fits, tables = design_fits.allreduce_section(numbers, bench)
     mlp_bucket_mbs = {bucket_mb for model, _, _, bucket_mb in bucket_runs if model == "mlp"}
     design_sections.trace_section(numbers, results_dir)
-    # in the order the numbers are registered, which numbers.json keeps
-    parts = (tables,
-             design_sections.communication_section(numbers, layouts, worlds, mlp_bucket_mbs,
-                                                   results_dir),
-             design_fits.prediction_section(numbers, layouts, worlds, fits, results_dir),
-             design_benchmarks.step_bench_section(numbers, results_dir),
-             design_performance.bucket_sweep_section(numbers, bucket_runs),
-             # the emulated link's fit first: the projections draw a 1 Gbit/s link with it
-             design_emulated.emulated_section(numbers, results_dir, layouts),
-             design_scaling.projection_section(numbers, results_dir, layouts),
-             design_sections.main_job_section(numbers, results_dir),
-             design_benchmarks.one_machine_section(numbers, results_dir),
-             # after §5's fits: the projection sends its bytes at their links' speeds
-             design_sharding.sharding_section(numbers, results_dir),
-             design_sections.reference_commands(numbers),
-             design_sections.provenance_section(numbers, results_dir),
-             design_sections.figures(results_dir, out_dir))
-    for part in parts:
+    for part in (tables,  # in the order the numbers are registered, which numbers.json keeps
+                 design_sections.communication_section(numbers, layouts, worlds, mlp_bucket_mbs,
+                                                        results_dir),
+                 design_fits.prediction_section(numbers, layouts, worlds, fits, results_dir),
+                 design_benchmarks.step_bench_section(numbers, results_dir),
+                 design_performance.bucket_sweep_section(numbers, bucket_runs),
+                 # the emulated link's fit first: the projections draw a 1 Gbit/s link with it
+                 design_emulated.emulated_section(numbers, results_dir, layouts),
+                 design_scaling.projection_section(numbers, results_dir, layouts),
+                 design_sections.main_job_section(numbers, results_dir),
+                 design_benchmarks.one_machine_section(numbers, results_dir),
+                 # after §5's fits: the projection sends its bytes at their links' speeds
+                 design_sharding.sharding_section(numbers, results_dir),
+                 design_sections.reference_commands(numbers),
+                 design_sections.provenance_section(numbers, results_dir),
+                 design_sections.figures(results_dir, out_dir)):
         context.update(part)
-    context.update(as_data(context))
-    data_files = {name: context.pop(name) for name in list(context) if name.endswith(".csv")}
-    context["syntax.placeholder"] = "`{{ name }}`"
-    context.update({name: NOT_MEASURED for name in numbers.absent})
-    context.update({name: entry["text"] for name, entry in numbers.entries.items()})
-    documents = render(context)
-    documents.update(data_files)
-    documents["numbers.json"] = numbers_json(numbers, results_dir)
-    return documents
+    paths = sorted(glob.glob(os.path.join(TEMPLATES, "*.md")))
+    templates = {os.path.basename(path): pathlib.Path(path).read_text() for path in paths}
+    return {**render(context, numbers, templates),
+            "numbers.json": numbers_json(numbers, results_dir, templates)}
 
 
-def shown_names(numbers):
-    """The numbers a reader sees and every number they are derived from; and the names read."""
-    read = set(numbers.shown)
-    for path in glob.glob(os.path.join(TEMPLATES, "*.md")):
-        with open(path) as file:
-            read |= set(PLACEHOLDER.findall(file.read()))
-    shown, stack = set(), [name for name in read if name in numbers.entries]
-    while stack:
-        name = stack.pop()
-        if name not in shown:
-            shown.add(name)
-            stack += [source for source in numbers.entries[name].get("inputs", [])
-                      if source in numbers.entries]
-    return shown, read
-
-
-def numbers_json(numbers, results_dir):
-    """Each shown number's value, unit, text and provenance, a formula and its inputs stored once
-    in `sources`; one line per entry, so that a diff shows what changed."""
-    entries, sources, ids = {}, {}, {}
-    shown, read = shown_names(numbers)
-    # the absent numbers a reader sees, or that a shown number is derived from
-    absent = set(numbers.absent) & (read | {
-        source for name in shown for source in numbers.entries[name].get("inputs", [])})
-    for name in [name for name in numbers.entries if name in shown]:
-        entry = dict(numbers.entries[name])
+def numbers_json(numbers, results_dir, templates):
+    """The numbers seen and those they derive from, each formula once; a line an entry (diffs)."""
+    seen, new = set(), set(numbers.shown).union(*map(PLACEHOLDER.findall, templates.values()))
+    while new:  # the names just seen, then the numbers they are derived from
+        seen |= new
+        new = {source for name in new
+               for source in numbers.entries.get(name, {}).get("inputs", [])} - seen
+    entries = {name: dict(entry) for name, entry in numbers.entries.items() if name in seen}
+    sources, ids = {}, {}
+    for entry in entries.values():
         if entry.get("file"):  # provenance as a reader at the repository's root
             entry["file"] = repo_relative(entry["file"])
         if "inputs" in entry:
@@ -184,10 +147,9 @@ def numbers_json(numbers, results_dir):
             identity = ids.setdefault(json.dumps(source, sort_keys=True), f"s{len(ids) + 1}")
             sources[identity] = source
             entry["derived_from"] = identity
-        entries[name] = entry
     document = {"about": ABOUT, "results_dir": repo_relative(results_dir), "numbers": entries,
-                "sources": sources, "not_measured": sorted(absent)}
-    line = functools.partial(json.dumps, ensure_ascii=False)
+                "sources": sources, "not_measured": sorted(seen.intersection(numbers.absent))}
+    line = json.JSONEncoder(ensure_ascii=False).encode  # a value on one line, µ and × as they are
     parts = [f" {line(key)}: {line(value)}" if not isinstance(value, dict) else
              f" {line(key)}: {{\n" + ",\n".join(f"  {line(name)}: {line(item)}"
                                                  for name, item in value.items()) + "\n }"
@@ -200,24 +162,19 @@ def same_json(old, new):
     if isinstance(old, float) or isinstance(new, float):
         return (isinstance(old, (int, float)) and isinstance(new, (int, float))
                 and math.isclose(old, new, rel_tol=RELATIVE_TOLERANCE))
+    if isinstance(old, list) and isinstance(new, list):  # as a dict of its indices
+        old, new = dict(enumerate(old)), dict(enumerate(new))
     if isinstance(old, dict) and isinstance(new, dict):
         return old.keys() == new.keys() and all(same_json(old[key], new[key]) for key in old)
-    if isinstance(old, list) and isinstance(new, list):
-        return len(old) == len(new) and all(same_json(a, b) for a, b in zip(old, new))
     return old == new
 
 
 def differences(documents, out_dir):
-    """The files that differ from `documents` or are missing: Markdown and CSV exactly,
-    numbers.json at its precision."""
+    """The files missing from `out_dir` or unlike `documents`; numbers.json at its precision."""
     def same(name, text):
-        path = os.path.join(out_dir, name)
-        if not os.path.exists(path):
-            return False
-        with open(path) as file:
-            old = file.read()
-        return same_json(json.loads(old), json.loads(text)) if name.endswith(".json") \
-            else old == text
+        path = pathlib.Path(out_dir, name)
+        decode = json.loads if name.endswith(".json") else str
+        return path.exists() and same_json(decode(path.read_text()), decode(text))
     return [name for name, text in documents.items() if not same(name, text)]
 
 
@@ -230,8 +187,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results-dir", default="results")
     parser.add_argument("--out-dir", default=os.path.join(REPO, "design_doc"))
-    parser.add_argument("--check", action="store_true",
-                        help="compare with the committed document; exit 1 if it differs")
+    parser.add_argument("--check", action="store_true", help="exit 1 if the committed one differs")
     args = parser.parse_args(argv)
     try:
         documents = build(args.results_dir, args.out_dir)
@@ -250,9 +206,7 @@ def main(argv=None):
     absent = json.loads(documents["numbers.json"])["not_measured"]
     if absent:  # each is said where it is shown, with the command that would measure it
         print(f"note: {len(absent)} numbers are not measured (numbers.json's not_measured)")
-    os.makedirs(args.out_dir, exist_ok=True)
-    # A file that says the same is left as it is: a rebuild on another machine changes nothing.
-    for name in changed:
+    for name in changed:  # the others are left as they are: a rebuild elsewhere changes nothing
         write_text(os.path.join(args.out_dir, name), documents[name])
     print(f"wrote {len(changed)} of {len(documents)} files to {args.out_dir} from "
           f"{args.results_dir} (the others were the same)")

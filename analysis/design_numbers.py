@@ -1,6 +1,5 @@
-"""The registry of every number the design document quotes: its value, the text a reader sees,
-and where it came from (a results file's field, a formula over other numbers, the code or an
-assumption)."""
+"""The registry of every number the design document quotes: its value, the text a reader sees and
+where it came from (a results file's field, a formula over others, the code or an assumption)."""
 import csv
 import io
 import json
@@ -9,18 +8,15 @@ import os
 import re
 
 from analysis import results_folder
-from analysis.results_folder import spread
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOT_MEASURED = "not measured"
 SPREAD_UNITS = ("median", "min", "max")
+loaded = {}  # path -> parsed JSON, cleared by each build
 
 
 class BuildError(Exception):
     """A problem with the inputs that the user can fix; reported as one line."""
-
-
-loaded = {}  # path -> parsed JSON
 
 
 def load(path):
@@ -74,41 +70,25 @@ def significant(value, digits=3):
     return f"{value:,.{decimals}f}"
 
 
-def show_seconds(value):
-    """'1.2 s', '3.45 ms', '120 µs'."""
-    if value >= 1:
-        return significant(value) + " s"
-    return significant(value * 1e3) + " ms" if value >= 1e-4 else significant(value * 1e6) + " µs"
-
-
-def show_bytes(value):
-    """'512 B', '4.10 kB', '2.27 MB': powers of 1000."""
-    if value < 1e3:
-        return f"{value:,.0f} B"
-    return significant(value / 1e6) + " MB" if value >= 1e6 else significant(value / 1e3) + " kB"
-
-
-def show_percent(value):
-    """Two significant figures below 10%, three above; 0.00% below 0.005 %, a fit's rounding."""
-    if 0 < abs(value) < 5e-5:
-        return "0.00%"
-    return significant(100 * value, 2 if abs(value) < 0.1 else 3) + "%"
-
-
 UNITS = {  # unit -> how a value in that unit is shown
-    "s": show_seconds,
+    "s": lambda value: (significant(value) + " s" if value >= 1
+                        else significant(value * 1e3) + " ms" if value >= 1e-4
+                        else significant(value * 1e6) + " µs"),
     "ms": lambda value: significant(value * 1e3) + " ms",
     "us": lambda value: significant(value * 1e6) + " µs",
     "trace_us": lambda value: significant(value / 1e3) + " ms",
-    "bytes": show_bytes,
-    "bytes-list": lambda values: " + ".join(map(show_bytes, values)),
+    "bytes": lambda value: (f"{value:,.0f} B" if value < 1e3  # powers of 1000
+                            else significant(value / 1e6) + " MB" if value >= 1e6
+                            else significant(value / 1e3) + " kB"),
+    "bytes-list": lambda values: " + ".join(map(UNITS["bytes"], values)),
     "GB": lambda value: significant(value / 1e9) + " GB",
     "MiB": lambda value: f"{value:g} MiB",
     "MiB-list": lambda values: ", ".join(f"{value:g}" for value in values) + " MiB",
     "GB/s": lambda value: significant(value) + " GB/s",
     "Gbit/s": lambda value: f"{value:g} Gbit/s",
     "ns/byte": lambda value: significant(value * 1e9) + " ns/byte",
-    "percent": show_percent,
+    "percent": lambda value: ("0.00%" if 0 < abs(value) < 5e-5  # below a fit's rounding
+                              else significant(100 * value, 2 if abs(value) < 0.1 else 3) + "%"),
     "round-percent": lambda value: f"{100 * value:g}%",
     "ratio": lambda value: significant(value) + "×",
     "count": lambda value: f"{value:,}",
@@ -117,8 +97,7 @@ UNITS = {  # unit -> how a value in that unit is shown
     "samples/s": lambda value: significant(value) + " samples/s",
     "name": str,
     "exponent": lambda value: f"2^{round(math.log2(value))}",
-    # cost_model.crossover_world_size's 0: no world size reaches it
-    "ranks": lambda value: f"{value:,} ranks" if value else "beyond 2^20 ranks",
+    "ranks": lambda value: f"{value:,} ranks" if value else "beyond 2^20 ranks",  # 0: no crossover
 }
 
 
@@ -139,8 +118,7 @@ class Numbers:
         if value is None:
             self.absent.append(name)
         else:
-            self.entries[name] = {"value": value, "unit": unit, "text": UNITS[unit](value),
-                                  **provenance}
+            self.entries[name] = dict(value=value, unit=unit, text=UNITS[unit](value), **provenance)
         return value
 
     def measured(self, name, path, field, unit):
@@ -158,23 +136,18 @@ class Numbers:
                                    {"": unit}, formula)[""]
 
     def derived_fields(self, key, function, inputs, units, formula):
-        """`key.<field>` of each field of the dict `function(*values)` (`key` for field ""); all
-        absent if any input is, or there are none."""
-        values = [self.value(source) if "#" not in source
-                  else lookup(load(source.split("#")[0]), source.split("#")[1])
-                  for source in inputs]
-        result = {} if None in values or not inputs else function(*values)
+        """`key.<field>` of each field of the dict `function(*values)` (`key` for field "")."""
+        values = [self.value(source) for source in inputs]
+        result = {} if None in values or not inputs else function(*values)  # {}: all absent
         return {field: self.add(f"{key}.{field}".rstrip("."), result.get(field), unit,
                                 kind="derived", formula=formula, inputs=inputs)
                 for field, unit in units.items()}
 
     def spread_of(self, key, inputs, unit, formula, combine=unchanged, width=1):
-        """`key.median`, `.min`, `.max`, `.n` over the repeats, each `combine` of `width`
-        consecutive inputs (one repeat's); Nones left out."""
-        def over_repeats(*values):
-            per_repeat = [combine(*values[start:start + width])
-                          for start in range(0, len(values), width)]
-            return spread([value for value in per_repeat if value is not None]) or {}
+        """`key.median`, `.min`, `.max`, `.n` of `combine` of each repeat's `width` inputs."""
+        def over_repeats(*values):  # Nones left out
+            per_repeat = [combine(*values[i:i + width]) for i in range(0, len(values), width)]
+            return results_folder.spread([value for value in per_repeat if value is not None]) or {}
         units = {**dict.fromkeys(SPREAD_UNITS, unit), "n": "count"}
         return self.derived_fields(key, over_repeats, inputs, units,
                                    f"results_folder.spread over the repeats of {formula}")
@@ -193,16 +166,15 @@ class Numbers:
                                   f"{formula}, within each round; spread and interval over rounds")
 
     def paired_values(self, key, inputs, unit, scale, formula, already_ratios=False):
-        """`key.median`, `.min`, `.max`, `.n` and the verdict's interval `.low`, `.high` of
-        `scale` x mine / theirs over `inputs` (a pair a round), or one ratio a round."""
+        """spread_of's fields and the verdict's `.low`, `.high` of `scale` x mine / theirs."""
         def over_rounds(*values):
-            pairs = [(value, 1) for value in values] if already_ratios else zip(values[0::2],
-                                                                                 values[1::2])
-            ratios = [scale * mine / theirs for mine, theirs in pairs if theirs]
+            tops = values if already_ratios else values[0::2]
+            bottoms = [1] * len(tops) if already_ratios else values[1::2]
+            ratios = [scale * top / bottom for top, bottom in zip(tops, bottoms) if bottom]
             if not ratios:
                 return {}
             low, high = results_folder.interval(ratios)
-            return dict(spread(ratios), low=low, high=high)
+            return dict(results_folder.spread(ratios), low=low, high=high)
         units = {**dict.fromkeys(SPREAD_UNITS, unit), "n": "count", "low": unit, "high": unit}
         return self.derived_fields(key, over_rounds, inputs, units, formula)
 
@@ -234,7 +206,9 @@ class Numbers:
         return f"{self.spread_text(ratios)}, {self.text(verdict)}"
 
     def value(self, name):
-        return self.entries.get(name, {}).get("value")  # None if absent
+        """A number's value, or a results file's field for 'file#field'; None if absent."""
+        path, _, field = name.partition("#")
+        return lookup(load(path), field) if field else self.entries.get(name, {}).get("value")
 
     def text(self, name):
         """How `name` reads in the document; marks it as shown."""
@@ -245,14 +219,12 @@ class Numbers:
 def data_file(name, file_name, header, rows, caption):
     """{file_name: the rows as CSV, name: a Markdown link to it}."""
     text = io.StringIO()
-    writer = csv.writer(text, lineterminator="\n")
-    writer.writerows([header, *rows])
+    csv.writer(text, lineterminator="\n").writerows([header, *rows])
     return {file_name: text.getvalue(), name: f"[{caption}]({file_name})"}
 
 
 def cells(numbers, columns, **fields):
-    """A row of `columns` ((header, name template, Numbers.text or Numbers.spread_text)), each
-    template filled from `fields`."""
+    """A row of `columns`: (header, name template filled from `fields`, Numbers.text or such)."""
     return [show(numbers, template.format(**fields)) for _, template, show in columns]
 
 
@@ -261,7 +233,6 @@ def headers(columns):
 
 
 def table(header, rows):
-    """A Markdown table."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
 
