@@ -71,8 +71,8 @@ def required_results(results_dir):
     return grouped, results_folder.repeats(runs, "bucket"), worlds, bench
 
 
-def render(context, numbers, templates):
-    """{file name: text} of the templates filled from `context` and `numbers`, and the CSV files."""
+def as_data(context):
+    """{CSV file name: its text} of each of DATA_TABLES that is a table, which `context` links."""
     for name in DATA_TABLES:
         lines = [line for line in context.get(name, "").splitlines()
                  if line.startswith("|") and not line.startswith("|---")]
@@ -80,7 +80,12 @@ def render(context, numbers, templates):
             file_name = name.removeprefix("table.").replace(".", "-").replace("_", "-") + ".csv"
             rows = [[cell.strip() for cell in line.strip("|").split(" | ")] for line in lines]
             context.update(design_numbers.data_file(name, file_name, rows[0], rows[1:], file_name))
-    csv_files = {name: context.pop(name) for name in list(context) if name.endswith(".csv")}
+    return {name: context.pop(name) for name in list(context) if name.endswith(".csv")}
+
+
+def render(context, numbers, templates):
+    """{file name: text} of the templates filled from `context` and `numbers`, and the CSV files."""
+    csv_files = as_data(context)
     context["syntax.placeholder"] = "`{{ name }}`"
     context.update({name: NOT_MEASURED for name in numbers.absent})
     context.update({name: entry["text"] for name, entry in numbers.entries.items()})
