@@ -1,24 +1,18 @@
 #!/usr/bin/env bash
-# The measurements on emulated links (issue 15), as root, on a quiet machine, in this order:
+# The measurements on emulated links (§5.6), as root, on a quiet machine, in this order:
 #
 #   sudo OFFLINE_DATA_DIR=DIR ./analysis/make_emulated_results.sh       # about 40 minutes, 2 cores
 #   sudo LINK_RATE=10gbit ./analysis/make_emulated_results.sh           # another rate
 #
-# 1. The all-reduce, gloo and the hand-written ring, 4 KiB..64 MiB, on LINK_RATE (1gbit) links:
-#    2 and 4 ranks each on a node of its own -> results/emulated/allreduce-1gbit.json;
-#    4 ranks as 2 nodes x 2 (a node's ranks share its loopback) -> allreduce-1gbit-2pn.json.
-# 2. The highest rate at which the link, not the CPU, bounds the all-reduce: 16 MiB at 2 ranks
-#    on 1, 2, 5, 10gbit and unshaped -> results/emulated/ceiling/*.json, link-ceiling.json.
-# 3. Training through SLURM on a local two-node cluster whose links are shaped to LINK_RATE
-#    (slurm/start_local_cluster.sh --link-rate): 2 nodes x 1 and 2 nodes x 2 ranks, ddp and the
-#    per-param, flat and bucketed strategies, MLP (200 steps) and CNN (60 steps), one job at a
-#    time (--exclusive: the nodes share 2 cores), 3 interleaved repeats
-#    -> results/slurm/link-1gbit/*-r[123].json and plots/.
-# Both emulated nodes share this machine's cores, so every rank gets one thread (--threads 1):
-# the default, cores / ranks of the node, would give each node all the cores, and the two nodes'
-# OpenMP threads would then fight over them (measured: 65 ms of compute per MLP step, not 13).
-# 4. The CNN with 4 MiB buckets, beside flat: results/slurm/link-1gbit-bucket-4mb/.
-# The cluster is stopped, and its network removed, however the script ends. Then commit
+# 1. The all-reduce, gloo's and the ring, 4 KiB..64 MiB on LINK_RATE (1gbit) links, 2 and 4 ranks
+#    a node each, and 2 nodes x 2 -> results/emulated/allreduce-1gbit{,-2pn}.json.
+# 2. The highest rate at which the link, not the CPU, bounds it -> results/emulated/link-ceiling*.
+# 3. Training through SLURM on a local two-node cluster with shaped links: 2 nodes x 1 and x 2,
+#    ddp, per-param, flat and bucketed, MLP and CNN, one job at a time (the nodes share 2 cores),
+#    3 interleaved repeats -> results/slurm/link-1gbit/. Each rank gets one thread: by default
+#    both nodes would take every core and their OpenMP threads fight (65 ms an MLP step, not 13).
+# 4. The CNN with 4 MiB buckets, beside flat -> results/slurm/link-1gbit-bucket-4mb/.
+# The cluster is stopped and its network removed however the script ends. Then commit
 # results/emulated/ and results/slurm/.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -11,21 +11,19 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 
 "$PYTHON" -m analysis.sweep  # results/sweep-*-r*.json, bucket-*-r*.json (3 repeats)
-# One machine (§4.5): one process, DDP, flat and shared memory side by side; time to accuracy
-# (benchmarks/README.md)
+# One machine (§4.5): one process, DDP, flat and shared memory; time to accuracy: benchmarks/
 "$PYTHON" -m analysis.sweep --models mlp --strategies flat,shm --bucket-mbs "" \
     --results-dir results/one-machine
 "$PYTHON" -m benchmarks.time_to_accuracy  # results/time-to-accuracy.json, about 40 minutes
 "$PYTHON" -m benchmarks.allreduce_bench  # results/allreduce-bench.json
 "$PYTHON" -m benchmarks.step_bench  # results/step-bench.json
-"$PYTHON" -m benchmarks.sharding_bench  # results/sharding.json: ZeRO against DDP and torch's (§7), ~17 min
+"$PYTHON" -m benchmarks.sharding_bench  # results/sharding.json (§7), about 17 minutes
 "$PYTHON" -m benchmarks.dataloader_bench  # results/dataloader-bench.json
 "$PYTHON" -m benchmarks.ddp_buckets  # results/ddp-buckets.json: the buckets DDP really sends
-# The README's main job, and timelines of bucketed sync and of DDP; their run files stay out of
-# the sweep's plots.
+# The README's main job, and timelines of bucketed sync and of DDP, out of the sweep's plots
 "$PYTHON" mlp_ddp.py --mode manual --world-size 4 \
     --results-dir results/main --run-name mlp-manual-bucketed-w4
-for seed in 1 2 3 4; do  # the main job's accuracy over seeds (§4.6)
+for seed in 1 2 3 4; do  # the main job's accuracy over seeds (§4.4)
     "$PYTHON" mlp_ddp.py --mode manual --world-size 4 --seed "$seed" \
         --results-dir results/main-seeds --run-name "mlp-manual-bucketed-w4-seed$seed"
 done
