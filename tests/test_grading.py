@@ -577,6 +577,18 @@ def test_grading_md_lists_every_rubric_item_with_its_marks_in_the_rubrics_order(
 
 
 
+def test_in_the_judge_every_test_module_imports_without_running_task_code():
+    # a constant computed by task code at import would fail every test of its module in the judge,
+    # though each passes in a student's own run
+    code = ("import importlib, pathlib\n"
+            "import tests.grading.judge_guard\n"
+            "for path in sorted(pathlib.Path('tests').glob('test_*.py')):\n"
+            "    importlib.import_module(f'tests.{path.stem}')\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=TESTS.parent, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_in_the_judge_every_function_and_method_of_a_task_module_raises():
     # the judge's guard, loaded as grade.py loads it: no verdict rests on task code run there
     code = ("import tests.grading.judge_guard\n"
