@@ -351,14 +351,20 @@ def write_and_build(folder, out_dir, shown_dir):
     return documents, {name: shown[f"{name}.md"] for name in SHOWN}
 
 
+BUILT = {}  # the session's temporary folder -> its SyntheticBuild, which no test changes
+
+
 def build_synthetic(tmp_path_factory):
-    """The SyntheticBuild that the `synthetic` fixtures return."""
-    folder = str(tmp_path_factory.mktemp("results"))
-    shown_dir = str(tmp_path_factory.mktemp("shown"))
-    # the document's place in the submission: its figure links are relative to it
-    documents, shown = run_alone(write_and_build, folder, os.path.join(SANDBOX, "design_doc"),
-                                 shown_dir)
-    return SyntheticBuild(folder, documents, shown)
+    """The SyntheticBuild that the `synthetic` fixtures return: built once per session."""
+    session = str(tmp_path_factory.getbasetemp())
+    if session not in BUILT:
+        folder = str(tmp_path_factory.mktemp("results"))
+        shown_dir = str(tmp_path_factory.mktemp("shown"))
+        # the document's place in the submission: its figure links are relative to it
+        documents, shown = run_alone(write_and_build, folder,
+                                     os.path.join(SANDBOX, "design_doc"), shown_dir)
+        BUILT[session] = SyntheticBuild(folder, documents, shown)
+    return BUILT[session]
 
 
 def no_notes(note):
