@@ -296,10 +296,11 @@ def test_a_missing_results_file_is_one_clear_line_not_a_traceback(tmp_path, remo
     assert completed.stderr.count("\n") == 1 and "Traceback" not in completed.stderr
 
 
-def test_without_the_emulated_network_its_numbers_are_not_measured(synthetic, tmp_path):
+def test_without_the_emulated_network_its_numbers_are_not_measured(tmp_path):
     # the emulated network needs root: a results folder without it still builds
-    folder = str(tmp_path / "results")
-    shutil.copytree(synthetic.folder, folder, ignore=shutil.ignore_patterns("emulated", "slurm"))
+    folder = make_results(str(tmp_path / "results"))
+    shutil.rmtree(os.path.join(folder, "emulated"))
+    shutil.rmtree(os.path.join(folder, "slurm"))
     completed = build_cli("--results-dir", folder, "--out-dir", str(tmp_path / "doc"))
     assert completed.returncode == 0, completed.stderr
     with open(tmp_path / "doc" / "numbers.json") as file:
