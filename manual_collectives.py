@@ -104,6 +104,13 @@ def this_host():
     return f"{socket.gethostname()}/net:{namespace_inode('net')}"
 
 
+def hosts_of_ranks(host=None):
+    """Every rank's host (`host`, else this_host()), in rank order: a collective."""
+    hosts = [None] * dist.get_world_size()
+    dist.all_gather_object(hosts, host or this_host())
+    return hosts
+
+
 def is_alive(pid):
     """Whether process `pid` runs; one that exited but is not yet reaped (a zombie) is dead."""
     try:
@@ -166,11 +173,8 @@ class SharedMemoryAllReduce:
                                f"{platform.machine()} use another strategy (--sync flat or ring)")
         self.timeout_s = timeout_s or group_timeout_s()
         self.slot_bytes = slot_bytes - slot_bytes % 64
-        if host is None:
-            host = this_host()
         world, rank = dist.get_world_size(), dist.get_rank()
-        hosts = [None] * world
-        dist.all_gather_object(hosts, host)
+        hosts = hosts_of_ranks(host)
         self.local_ranks = [other for other in range(world) if hosts[other] == hosts[rank]]
         self.local_rank = self.local_ranks.index(rank)
         self.local_world = len(self.local_ranks)

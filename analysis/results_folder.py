@@ -10,7 +10,7 @@ import statistics
 from runtime.results import SCHEMA, overlap, validate
 from runtime.timing import FIELDS
 
-# each benchmark's schema -> (the command that writes it, the list of rows its figure draws)
+# each benchmark's schema -> (the command that writes it, the list of rows load_folder returns)
 ALLREDUCE_SCHEMA, STEP_BENCH_SCHEMA = "allreduce-bench/1", "step-bench/3"
 BENCHMARKS = {ALLREDUCE_SCHEMA: ("python -m benchmarks.allreduce_bench", "measurements"),
               STEP_BENCH_SCHEMA: ("python -m benchmarks.step_bench", "summary")}  # of repeats
@@ -55,8 +55,8 @@ def load_folder(folder, note=print):
                  f"run {BENCHMARKS[newer[0]][0]} again")
         elif schema != SCHEMA:
             note(f"note: skipped {name}: no plot or table for schema {schema!r}")
-        elif validate(document):
-            note(f"note: skipped {name}: {validate(document)[0]}")
+        elif problems := validate(document):
+            note(f"note: skipped {name}: {problems[0]}")
         else:
             runs.append(dict(document, path=path))
     return runs, benchmarks

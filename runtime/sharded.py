@@ -103,13 +103,11 @@ def default_collectives():
     """--collectives auto: shared memory where every rank runs on this host and the tensors are
     the CPU's (gloo), since it copies each byte once where gloo's reduce-scatter is a whole
     all-reduce; the library's otherwise. A collective: every rank calls it."""
-    from manual_collectives import this_host
+    from manual_collectives import hosts_of_ranks
 
     if dist.get_backend() != "gloo":
         return "library"
-    hosts = [None] * dist.get_world_size()
-    dist.all_gather_object(hosts, this_host())
-    return "shm" if len(set(hosts)) == 1 else "library"
+    return "shm" if len(set(hosts_of_ranks())) == 1 else "library"
 
 
 def collectives(name="auto", recorder=None, message="bucket", layers=()):
