@@ -6,8 +6,8 @@
     python grade.py SUBMISSION_DIR --timeout-per-test 60 --budget 300
 
 The submission is copied to a read-only sandbox with the instructor's tests/ over it; pytest runs
-once in the judge's folder (tests/grading/judge.py) and never imports it; student code runs only in
-the children the tests start (tests/grading/sandbox.py). GRADING.md, "The grading run", says the
+once in the judge's folder (grading/judge.py) and never imports it; student code runs only in
+the children the tests start (grading/sandbox.py). GRADING.md, "The grading run", says the
 rest. Exit code 0 when grading ran, whatever the marks; 2 on bad input; 1 if the grader itself
 failed (results.json is still written, with the reason).
 """
@@ -21,12 +21,12 @@ import sys
 import tempfile
 import time
 
-from tests.grading import calibration, gradescope, namespace, profile
-from tests.grading.judge import make_judge
-from tests.grading.plugin import Grading, load_rubric
-from tests.grading.report import BY_PERSON, totals, write_atomically
-from tests.grading.runner import run_pytest
-from tests.grading.sandbox import (
+from grading import calibration, gradescope, namespace, profile
+from grading.judge import make_judge
+from grading.plugin import Grading, load_rubric
+from grading.report import BY_PERSON, totals, write_atomically
+from grading.runner import run_pytest
+from grading.sandbox import (
     SHARED_FOLDERS,
     become,
     descendants_of,
@@ -35,7 +35,7 @@ from tests.grading.sandbox import (
     real_mnist,
     remove_files_of,
 )
-from tests.grading.submission import copy_submission, file_hashes
+from grading.submission import copy_submission, file_hashes
 
 INSTRUCTOR = os.path.dirname(os.path.abspath(__file__))  # its tests/ grade every submission
 # Student code runs as uids of this grading alone, no account's: one per test module.
@@ -99,10 +99,10 @@ def environment(instructor):
 
 def contain(work, private, judge, sandbox, scratch, env):
     """As root: student code runs as users of this grading alone (GRADE_UIDS, one per test
-    module: tests/grading/sandbox.py), who may enter `work` and `scratch` but list neither, read
+    module: grading/sandbox.py), who may enter `work` and `scratch` but list neither, read
     the sandbox and write nothing of it, and cannot enter the judge's folders (its code and
     hidden tests; its report and log); each in a mount namespace of its own where the system
-    allows (GRADE_MOUNT_NAMESPACE: tests/grading/namespace.py). Returns the uids, and the
+    allows (GRADE_MOUNT_NAMESPACE: grading/namespace.py). Returns the uids, and the
     report's notes."""
     os.chmod(work, 0o711)
     os.chmod(scratch, 0o711)
@@ -151,7 +151,7 @@ def read_only(sandbox):
 def calibrated(args):
     """(timeout per test, budget, the calibration's record): an option given is taken as it is; a
     default is stretched by how much slower this machine is now than the reference
-    (tests/grading/calibration.py)."""
+    (grading/calibration.py)."""
     if args.timeout_per_test and args.budget:
         return args.timeout_per_test, args.budget, {"stretch": 1.0}
     measured_s = calibration.measure()
@@ -191,7 +191,7 @@ def grade(submission, timeout_s, budget_s, instructor=None, stretch=1.0):
             kill_processes_of(*uids)
             remove_files_of(*uids)
     if report is None:
-        report = lost_to(failure, os.path.join(instructor, "tests", "grading", "rubric.py"))
+        report = lost_to(failure, os.path.join(instructor, "grading", "rubric.py"))
     report.update(submission=submission, files=hashes, notes=notes, failure=failure,
                   default_timeout_s=timeout_s, budget_s=budget_s, runs=[run],
                   load_average={"before": load_before, "after": os.getloadavg()})

@@ -6,14 +6,14 @@
     python make_handout.py --self-check OUT_DIR  # then grade it untouched, and with the solution
     python make_handout.py --self-check --per-item OUT_DIR  # and with each item alone (~10 min)
 
-Each solution region (handout/regions.py says how they are marked) becomes its prompt and a
+Each solution region (grading/handout/regions.py says how they are marked) becomes its prompt and a
 `raise NotImplementedError`; a wrong marker stops the build with its file and line, and writes
 nothing (exit 2). Upload OUT_DIR/autograder.zip to Gradescope.
 """
 import os
 import sys
 
-from handout import build, regions, self_check
+from grading.handout import build, regions, self_check
 from runtime.options import OneLineParser
 
 REPO = os.path.dirname(os.path.abspath(__file__))

@@ -27,7 +27,7 @@ ENVIRONMENT_FIELDS = ("torch", "python", "backend", "device", "launcher", "world
 def overlap(hidden, busy):
     """The share of communication hidden behind computation (comm_hidden / comm_busy), in [0, 1];
     None without any. Here, not in timing.py, a task module: the analysis runs it in the process
-    that grades the tests, where a task module's code may not run (tests/grading/judge_guard.py)."""
+    that grades the tests, where a task module's code may not run (grading/judge_guard.py)."""
     return hidden / busy if busy > 0 else None
 
 

@@ -6,8 +6,8 @@ import pytest
 
 from tests.harness import real_mnist, write_dataset
 
-# Rubric marks per test and the grade report (tests/grading/plugin.py, tests/grading/rubric.py).
-pytest_plugins = ["tests.grading.plugin"]
+# Rubric marks per test and the grade report (grading/plugin.py, grading/rubric.py).
+pytest_plugins = ["grading.plugin"]
 
 
 @pytest.fixture

@@ -16,10 +16,10 @@ import numpy as np
 
 from analysis import build_design_doc as builder
 from analysis import results_folder
+from grading.launch import SANDBOX, run_alone
 from runtime.options import STRATEGY_NAMES
 from runtime.results import SCHEMA
 from runtime.timing import FIELDS
-from tests.harness import SANDBOX, run_alone
 
 SECTIONS = ("README.md", "1-architecture.md", "2-data-flow.md", "3-communication.md",
             "4-performance.md", "5-scalability.md", "6-appendix.md", "7-sharding.md")

@@ -11,9 +11,9 @@ import json
 import pytest
 
 from benchmarks import allreduce_bench, step_bench
+from grading.sandbox import run_python
 from runtime.options import STRATEGY_NAMES
 from runtime.timing import FIELDS
-from tests.grading.sandbox import run_python
 
 pytestmark = pytest.mark.rubric("core.end_to_end")
 

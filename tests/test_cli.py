@@ -7,8 +7,9 @@ import pytest
 import torch
 
 import mlp_ddp
+from grading.launch import run_cli, run_ok
 from runtime import results
-from tests.harness import SHARDING_ONLY, one_line_exit_2, run_cli, run_ok
+from tests.harness import SHARDING_ONLY, one_line_exit_2
 
 SMALL = ("--val-samples", 100, "--epochs", 1, "--warmup-steps", 1)
 

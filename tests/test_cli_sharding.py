@@ -12,8 +12,9 @@ import pytest
 import torch
 
 import mlp_ddp
+from grading.launch import run_cli, run_ok
 from runtime import results
-from tests.harness import one_line_exit_2, run_cli, run_ok, write_dataset
+from tests.harness import one_line_exit_2, write_dataset
 
 # SGD without dropout: ranks at another world size draw no masks to match, and rounding that
 # differs with the batch split stays rounding (Adam can turn it into a step of the learning rate).

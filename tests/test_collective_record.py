@@ -10,8 +10,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from grading.launch import ChildFailed, run_cli, run_in_processes
 from runtime import collective_record
-from tests.harness import ChildFailed, run_cli, run_in_processes, write_dataset
+from tests.harness import write_dataset
 
 FLOATS = torch.zeros(1024)
 

@@ -10,7 +10,7 @@ sum computed here. Needs no piece of the lesson but the layer (the library's all
 is given).
 
 The code under test is imported inside the functions that run in the child processes, never at the
-top: this module is also imported by the process that decides the tests (tests/grading/judge.py).
+top: this module is also imported by the process that decides the tests (grading/judge.py).
 """
 import functools
 import threading
@@ -18,7 +18,7 @@ import threading
 import pytest
 import torch
 
-from tests.harness import launch_once, run_in_processes
+from grading.launch import launch_once, run_in_processes
 
 pytestmark = pytest.mark.rubric("core.compression")
 

@@ -10,7 +10,7 @@ analysis/cost_model.py holds the derivations, so it runs only in a child process
 under test (tests/harness.py run_alone): `cost_model_gives` sends it the calls and gets plain
 numbers back, and the assertions are made here. The cost model is imported inside the function run
 there, never at the top: this module is also imported by the process that decides the tests
-(tests/grading/judge.py)."""
+(grading/judge.py)."""
 import dataclasses
 
 import numpy as np
@@ -18,8 +18,8 @@ import pytest
 
 from analysis.cost_model import FIRST_BUCKET_MB as COST_MODEL_FIRST_BUCKET_MB
 from analysis.traces import gradient_readiness
+from grading.launch import run_alone
 from manual_allreduce import FIRST_BUCKET_MB
-from tests.harness import run_alone
 
 pytestmark = pytest.mark.rubric("design.numbers")
 

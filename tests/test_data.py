@@ -3,7 +3,7 @@ DistributedSampler.
 
 runtime.data runs in child processes (tests/harness.py run_alone), which return tensors, numbers
 and strings: it is imported inside those functions, never at the top, as this module is also
-imported by the process that decides the tests (tests/grading/judge.py)."""
+imported by the process that decides the tests (grading/judge.py)."""
 import gzip
 import os
 import re
@@ -12,8 +12,9 @@ import pytest
 import torch
 from torch.utils.data.distributed import DistributedSampler
 
-from tests.grading.sandbox import run_python
-from tests.harness import run_alone, write_dataset
+from grading.launch import run_alone
+from grading.sandbox import run_python
+from tests.harness import write_dataset
 
 SPLITS = ("train", "val", "test")
 

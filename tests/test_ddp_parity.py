@@ -15,7 +15,7 @@ parameters) is checked with no strategy of the lesson.
              gradients stay each rank's own (a finish after it sends nothing)
 
 The code under test is imported inside the functions that run in the child processes, never at the
-top: this module is also imported by the process that decides the tests (tests/grading/judge.py).
+top: this module is also imported by the process that decides the tests (grading/judge.py).
 """
 
 import pytest
@@ -25,9 +25,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from grading.launch import launch_once, run_in_processes
 from runtime.options import STRATEGY_NAMES
 from runtime.wrappers import WIRE_DTYPES
-from tests.harness import launch_once, run_in_processes
 
 VARIANTS = [(strategy, wire) for strategy in STRATEGY_NAMES for wire in (None, "fp16", "bf16")]
 OWN = ("own", None)  # ManualDDP with the tests' own strategy, which has no compression

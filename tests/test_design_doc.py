@@ -5,7 +5,7 @@ DDP's are torch's.
 The build, the models and the cost model (whose derivations are the student's) run in child
 processes in the submission's folder (tests/harness.py), imported inside the functions run there,
 never at the top: this module is also imported by the process that decides the tests
-(tests/grading/judge.py). The committed document, its results and its templates are read from that
+(grading/judge.py). The committed document, its results and its templates are read from that
 folder, harness.SANDBOX. The sections' prose is the student's: the tests read the build's numbers
 (numbers.json) and its tables as the build renders them alone (design_doc_results.SHOWN), never
 a word of the prose."""
@@ -24,6 +24,8 @@ import torch
 
 from analysis import build_design_doc as builder
 from analysis.cost_model import FIRST_BUCKET_MB
+from grading import sandbox
+from grading.launch import SANDBOX, launch_once, run_alone
 from runtime.results import validate
 from tests.design_doc_results import (
     MISSING_RUN,
@@ -33,8 +35,6 @@ from tests.design_doc_results import (
     nudge_allreduce_times,
     numbers_of,
 )
-from tests.grading import sandbox
-from tests.harness import SANDBOX, launch_once, run_alone
 
 pytestmark = pytest.mark.rubric("design.numbers")
 

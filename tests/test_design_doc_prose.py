@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tests.harness import SANDBOX
+from grading.launch import SANDBOX
 
 pytestmark = pytest.mark.rubric("design.numbers")
 

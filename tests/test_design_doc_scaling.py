@@ -9,8 +9,8 @@ tests/test_design_doc.py, whose synthetic results (tests/design_doc_results.py) 
 
 import pytest
 
+from grading.launch import run_alone
 from tests.design_doc_results import ALPHAS, backward_share, build_synthetic, numbers_of
-from tests.harness import run_alone
 
 pytestmark = pytest.mark.rubric("design.numbers")
 

@@ -24,10 +24,11 @@ import torch
 import torch.distributed as dist
 
 from benchmarks.common import time_blocking_all_reduce
+from grading.launch import run_cli
 from runtime import shaped_links
 from runtime.launch import launch_local
 from runtime.options import parse_args
-from tests.harness import one_line_exit_2, run_cli, write_dataset
+from tests.harness import one_line_exit_2, write_dataset
 from tests.test_slurm import SMALL_RUN, Cluster, cannot_set_up, daemons_of, free_port_triple
 
 pytestmark = pytest.mark.rubric("core.end_to_end")

@@ -11,7 +11,7 @@ visible (Adam would hide any constant factor). ManualDDP's start-up broadcast is
 with a strategy of the tests' own.
 
 The code under test is imported inside the functions that run in the child processes, never at the
-top: this module is also imported by the process that decides the tests (tests/grading/judge.py).
+top: this module is also imported by the process that decides the tests (grading/judge.py).
 The one-process reference trains the same models, so it runs in a child too.
 """
 import copy
@@ -22,8 +22,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from grading.launch import launch_once, run_alone, run_in_processes
 from runtime.options import STRATEGY_NAMES
-from tests.harness import launch_once, run_alone, run_in_processes
 
 STEPS = 3
 BATCH_PER_RANK = 8

@@ -3,7 +3,7 @@
 In each rank, torch.distributed's communicating functions, wherever a loaded module holds them,
 record every call; a check reads the calls of each step's synchronisation, from the start of
 backward to the end of finish_gradient_synchronization(). Below those names, the process group
-itself reports every operation it carries (tests/recorded_group.py): each must match a watched
+itself reports every operation it carries (grading/recorded_group.py): each must match a watched
 call, so a strategy that goes around the names (a saved reference to dist.all_reduce, the group
 object's own methods, torch's DDP) is caught too. Each test also runs deliberately wrong
 strategies, defined here, and asserts that its check rejects them: a check that cannot fail
@@ -14,7 +14,7 @@ function called after backward by the tests themselves (average_gradients, the r
 the compression layer around the library's all-reduce).
 
 The code under test is imported inside the functions that run in the child processes, never at the
-top: this module is also imported by the process that decides the tests (tests/grading/judge.py).
+top: this module is also imported by the process that decides the tests (grading/judge.py).
 """
 import collections
 import functools
@@ -29,8 +29,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from tests import recorded_group
-from tests.harness import run_in_processes, run_measuring_writes
+from grading import recorded_group
+from grading.launch import run_in_processes, run_measuring_writes
 
 STEPS = 2
 BUCKET_MB = 0.01  # 10 KiB: the small model below then needs five buckets

@@ -4,7 +4,7 @@ gradient accumulation under no_sync(). The start-up broadcast is checked in
 tests/test_gradient_sync.py (test_manual_ddp_starts_...).
 
 The code under test is imported inside the functions that run in the child processes, never at the
-top: this module is also imported by the process that decides the tests (tests/grading/judge.py).
+top: this module is also imported by the process that decides the tests (grading/judge.py).
 """
 import pytest
 import torch
@@ -12,7 +12,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from tests.harness import run_in_processes
+from grading.launch import run_in_processes
 
 pytestmark = pytest.mark.rubric("core.manual_ddp")
 

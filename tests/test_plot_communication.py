@@ -5,7 +5,7 @@ the bucket sweep rest on the cost model (its fit, its bucket layout: the student
 they are drawn in a child too, which sends back what the tests read of them."""
 import pytest
 
-from tests.harness import run_alone
+from grading.launch import run_alone
 from tests.plot_documents import ALPHA, BETA, containers, timeline
 
 pytestmark = pytest.mark.rubric("design.numbers")

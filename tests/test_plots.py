@@ -15,10 +15,10 @@ from analysis import plots
 from analysis.plot_breakdown import plot_time_breakdown
 from analysis.plot_common import bucket_variant
 from analysis.results_folder import load_folder, per_step, repeats, spread
+from grading.launch import run_alone
 from runtime.options import DEFAULT_BUCKET_MB
 from runtime.results import SCHEMA, validate
 from runtime.timing import FIELDS
-from tests.harness import run_alone
 from tests.plot_documents import (
     bucket_runs,
     grouped,

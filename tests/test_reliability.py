@@ -1,6 +1,6 @@
 """What happens when things go wrong: restarts, dead ranks, signals, divergence, bad input.
 
-Every run is a fresh process in the folder of the code under test (tests/grading/sandbox.py)."""
+Every run is a fresh process in the folder of the code under test (grading/sandbox.py)."""
 import json
 import os
 import select
@@ -13,14 +13,9 @@ import time
 import pytest
 import torch
 
-from tests.grading.sandbox import MNIST_FILES, child_process
-from tests.harness import (
-    SHARDING_ONLY,
-    one_line_exit_2,
-    run_cli,
-    run_ok,
-    without_offline_data,
-)
+from grading.launch import run_cli, run_ok, without_offline_data
+from grading.sandbox import MNIST_FILES, child_process
+from tests.harness import SHARDING_ONLY, one_line_exit_2
 
 RUN = ("--val-samples", 100, "--warmup-steps", 1, "--batch-size", 16, "--progress-every", 1000,
        "--epochs", 1)

@@ -1,14 +1,14 @@
 """The hand-written ring equals the library's all-reduce; bucketed sync really overlaps backward.
 
 The code under test is imported inside the functions that run in the child processes, never at the
-top: this module is also imported by the process that decides the tests (tests/grading/judge.py)."""
+top: this module is also imported by the process that decides the tests (grading/judge.py)."""
 import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from tests.harness import run_in_processes
+from grading.launch import run_in_processes
 
 pytestmark = pytest.mark.rubric("core.bucketed")
 

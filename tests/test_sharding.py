@@ -4,7 +4,7 @@ reduce-scatter and all-gather, and together the ring all-reduce.
 
 Two launches per world size (2, 3 and 4 gloo ranks) run everything the tests read:
   the halves    ring_reduce_scatter and ring_all_gather against dist's, on awkward lengths, in
-                float32, float16 and bfloat16, on tests/recorded_group.py's process group, which
+                float32, float16 and bfloat16, on grading/recorded_group.py's process group, which
                 reports the bytes each rank sends to each peer (a launch of its own: fully_shard's
                 device mesh cannot take that group, and the trainings run slower through it)
   the levels    ZeRO-1 (ShardedOptimizer), ZeRO-2 (shard_gradients, 200-byte buckets: five) and
@@ -24,7 +24,7 @@ stepped twice, or one never stepped; AdamW, which divides the gradient's scale a
 its state (exp_avg, exp_avg_sq), compared with one process's after flattening.
 
 The code under test is imported inside the functions that run in the child processes, never at the
-top: this module is also imported by the process that decides the tests (tests/grading/judge.py).
+top: this module is also imported by the process that decides the tests (grading/judge.py).
 """
 import copy
 import math
@@ -36,8 +36,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from tests import recorded_group
-from tests.harness import launch_once, run_alone, run_in_processes
+from grading import recorded_group
+from grading.launch import launch_once, run_alone, run_in_processes
 
 WORLD_SIZES = (2, 3, 4)
 STEPS = 3

@@ -3,7 +3,7 @@ watching torch.distributed, as tests/test_integrity.py does for the all-reduce s
 
 In each rank, torch.distributed's communicating functions, wherever a loaded module holds them,
 record every call with the tensor it sends; below those names the process group itself reports
-every operation it carries (tests/recorded_group.py), and each must match a watched call, so
+every operation it carries (grading/recorded_group.py), and each must match a watched call, so
 that a collective reached around the names (a saved reference, the group object) is caught.
 What each piece claims, per step, Ψ the parameters and n the ranks:
   the ring's halves  point-to-point messages only, sent to the right neighbour and received from
@@ -22,8 +22,8 @@ nothing. Only the autograder has this file.
 
 Each item's pieces run in a launch of their own, with the library's collectives (the runtime's):
 ZeRO's and FSDP's checks need none of the student's ring. The code under test is imported only in
-the child processes: the judge (tests/grading/judge.py) imports this module too. This module is
-self-contained: a hidden test's child gets its code alone (tests/grading/sandbox.py), so it cannot
+the child processes: the judge (grading/judge.py) imports this module too. This module is
+self-contained: a hidden test's child gets its code alone (grading/sandbox.py), so it cannot
 import tests/test_integrity.py, whose recorder it repeats.
 """
 import collections
@@ -38,8 +38,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from tests import recorded_group
-from tests.harness import launch_once, run_in_processes, run_measuring_writes
+from grading import recorded_group
+from grading.launch import launch_once, run_in_processes, run_measuring_writes
 
 WORLD_SIZE = 3  # chunks that are not powers of two, and a neighbour on each side that differs
 STEPS = 2

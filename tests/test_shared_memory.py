@@ -4,7 +4,7 @@ trains as DDP; a rank that dies or stalls ends the others within the timeout; an
 left in /dev/shm. One launch of processes per world size runs every case of that size.
 
 The code under test is imported inside the functions that run in the child processes, never at the
-top: this module is also imported by the process that decides the tests (tests/grading/judge.py).
+top: this module is also imported by the process that decides the tests (grading/judge.py).
 """
 import os
 import signal
@@ -17,9 +17,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import multiprocessing, nn
 
+from grading import sandbox
+from grading.launch import START_METHOD, launch_once, run_in_processes
 from runtime.launch import free_port
-from tests.grading import sandbox
-from tests.harness import START_METHOD, launch_once, run_in_processes
 
 SLOT_BYTES = 64 * 2**10  # small slots, so that the large prime goes through in several pieces
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)

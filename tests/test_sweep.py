@@ -12,9 +12,9 @@ import sys
 import pytest
 
 from analysis import sweep
+from grading.launch import run_alone
 from runtime.options import STRATEGY_NAMES
 from runtime.results import validate
-from tests.harness import run_alone
 
 pytestmark = pytest.mark.rubric("core.end_to_end")
 

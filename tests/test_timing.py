@@ -3,16 +3,16 @@
 Each scenario runs in a child process (tests/harness.py run_alone) on a fake clock and returns
 its step records; the tests check them here. The code under test is imported inside those
 functions, never at the top, as this module is also imported by the process that decides the
-tests (tests/grading/judge.py). results.overlap is not task code: it is checked here."""
+tests (grading/judge.py). results.overlap is not task code: it is checked here."""
 import contextlib
 import json
 
 import pytest
 import torch
 
+from grading.launch import run_alone, run_cli
 from runtime.results import overlap
 from runtime.timing import FIELDS
-from tests.harness import run_alone, run_cli
 
 pytestmark = pytest.mark.rubric("core.timing")
 

@@ -10,11 +10,11 @@ import os
 import pytest
 
 from analysis.results_folder import series_name
+from grading.launch import SANDBOX, run_cli, run_ok
+from grading.sandbox import run_python
 from runtime import results
 from runtime.models import build_model
 from runtime.options import STRATEGY_NAMES
-from tests.grading.sandbox import run_python
-from tests.harness import SANDBOX, run_cli, run_ok
 
 pytestmark = pytest.mark.rubric("core.end_to_end")
 

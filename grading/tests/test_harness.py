@@ -7,7 +7,7 @@ import pickle
 import pytest
 import torch
 
-from tests.harness import ChildFailed, LaunchFailed, launch_once, run_alone
+from grading.launch import ChildFailed, LaunchFailed, launch_once, run_alone
 
 
 def test_a_shared_launch_runs_once_per_arguments_and_a_failed_one_is_not_started_again():

@@ -5,7 +5,7 @@ rests on code that ran in the process deciding it.
 import importlib
 import inspect
 
-from tests.grading.profile import TASK_FILES
+from grading.profile import TASK_FILES
 
 
 class TaskCodeInTheJudge(RuntimeError):

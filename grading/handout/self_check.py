@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 
-from handout import build, regions
+from grading.handout import build, regions
 
 
 def grade(source, submission, report, budget_s):
@@ -156,7 +156,7 @@ def check_one_item(report, item):
 
 def per_item_check(source, handout, out_dir, budget_s):
     """Grade the handout with each item alone; the problems found, and one line per item."""
-    rubric = build.load_module(source, "tests/grading/rubric.py")
+    rubric = build.load_module(source, "grading/rubric.py")
     folder = os.path.join(out_dir, "self-check")
     with_regions = {rubric.ITEMS[region.task - 1].id for region in handout.regions}
     problems = []

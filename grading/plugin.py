@@ -1,4 +1,4 @@
-"""A pytest plugin that grades a run against the rubric in tests/grading/rubric.py.
+"""A pytest plugin that grades a run against the rubric in grading/rubric.py.
 
     python -m pytest --grade-report grade.json         # run all, print the rubric, write the JSON
     python -m pytest --collect-only -q --rubric-tests  # which rubric item each test counts for
@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from tests.grading.profile import collects, in_profile, is_hidden
-from tests.grading.report import (
+from grading.profile import collects, in_profile, is_hidden
+from grading.report import (
     BY_PERSON,
     OUTCOMES,
     failure_text,
@@ -33,14 +33,14 @@ DEFAULT_RUBRIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rubri
 
 def pytest_addoption(parser):
     """--grade-report, --rubric and --rubric-tests."""
-    group = parser.getgroup("grading", "grading against the rubric (tests/grading/rubric.py)")
+    group = parser.getgroup("grading", "grading against the rubric (grading/rubric.py)")
     group.addoption("--grade-report", metavar="PATH", help="write the grades as JSON to PATH")
     group.addoption("--rubric", metavar="PATH", default=DEFAULT_RUBRIC,
-                    help="the rubric (default: tests/grading/rubric.py)")
+                    help="the rubric (default: grading/rubric.py)")
     group.addoption("--rubric-tests", action="store_true",
                     help="list the tests of every rubric item")
     group.addoption("--grade-profile", action="store_true",
-                    help="run only the grading profile (tests/grading/profile.py)")
+                    help="run only the grading profile (grading/profile.py)")
     group.addoption("--grade-budget", type=float, metavar="S",
                     help="grade.py's run: no test starts after S seconds, and a skip fails "
                     "unless excused")
@@ -51,7 +51,7 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     """Register the marker, and this run's grading with the rubric."""
     config.addinivalue_line("markers", "rubric(item, ...): the rubric item(s) this test assesses "
-                                       "(tests/grading/rubric.py)")
+                                       "(grading/rubric.py)")
     report = config.getoption("grade_report")
     grading = Grading(load_rubric(config.getoption("rubric")), report and os.path.abspath(report))
     grading.profile = config.getoption("grade_profile")
@@ -71,7 +71,7 @@ def pytest_ignore_collect(collection_path, config):
 
 
 class Rubric:
-    """rubric.py's items, by id (tests/test_grading.py checks the rubric's own consistency)."""
+    """rubric.py's items, by id (grading/tests/test_grading.py checks the rubric's consistency)."""
 
     def __init__(self, items, path):
         self.path = path
@@ -84,8 +84,8 @@ class Rubric:
 
     def items_of_module(self, nodeid):
         """Every item a rubric marker names in the module `nodeid` (relative to the folder that
-        holds tests/grading/rubric.py's tests/): what a module that cannot be collected hides."""
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(self.path))))
+        holds grading/rubric.py's tests/): what a module that cannot be collected hides."""
+        root = os.path.dirname(os.path.dirname(os.path.abspath(self.path)))
         return items_named_in(os.path.join(root, nodeid.split("::")[0]))
 
 

@@ -4,7 +4,7 @@ The student's copy is every tracked file but the instructor's, the hidden tests,
 design document and results/, with each solution region replaced by its prompt (regions.py), and
 its own ASSIGNMENT.md, README.md and GRADING.md. The autograder holds Gradescope's two scripts,
 grade.py, every test and the student's Python modules, which the judge imports
-(tests/grading/judge.py). All is made in memory first, so a marker error writes nothing.
+(grading/judge.py). All is made in memory first, so a marker error writes nothing.
 """
 import importlib.util
 import os
@@ -13,12 +13,12 @@ import subprocess
 import zipfile
 from typing import NamedTuple
 
-from handout import assignment, regions, student_docs
-from tests.grading.plugin import items_named_in
+from grading.handout import assignment, regions, student_docs
+from grading.plugin import items_named_in
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The instructor's tools and their tests: in neither the student's copy nor the autograder.
-INSTRUCTOR_ONLY = ("make_handout.py", "grade.py", "handout/", "tests/test_handout.py",
+INSTRUCTOR_ONLY = ("make_handout.py", "grade.py", "grading/handout/", "grading/tests/",
                    ".ci/",  # the solution's CI builds and grades the handout: not the student's
                    # a working variant of the ring's exchange, which Task 3 asks for
                    "benchmarks/ring_variants/")
@@ -116,11 +116,11 @@ def student_copy(path, file, titles):
 
 def make(repo):
     """The Handout of the solution checked out at `repo`."""
-    rubric = load_module(repo, "tests/grading/rubric.py")
-    profile = load_module(repo, "tests/grading/profile.py")
+    rubric = load_module(repo, "grading/rubric.py")
+    profile = load_module(repo, "grading/profile.py")
     # the hidden modules, and the file that names them
-    hidden = tuple(profile.HIDDEN_TESTS) + ("tests/grading/hidden.py",)
-    instructors = INSTRUCTOR_ONLY + tuple(getattr(profile, "INSTRUCTOR_ONLY", ()))
+    hidden = tuple(profile.HIDDEN_TESTS) + ("grading/hidden.py",)
+    instructors = INSTRUCTOR_ONLY
     titles = [item.title for item in rubric.ITEMS]
     student = {}
     replaced = []
@@ -153,10 +153,10 @@ def text_of(folder, name):
 
 def autograder_files(repo, instructors, student):
     """Gradescope's layout: its scripts at the top, beside the grading material and the judge's
-    code: every Python module as the student received it (tests/grading/judge.py)."""
+    code: every Python module as the student received it (grading/judge.py)."""
     files = {name: read(HERE, name) for name in AUTOGRADER_SCRIPTS}
     files.update({path: file for path, file in student.items()
-                  if path.endswith(".py") and not path.startswith("tests/")})
+                  if path.endswith(".py") and not path.startswith(("tests/", "grading/"))})
     for name in GRADING_FILES:
         if not os.path.isfile(os.path.join(repo, name)):
             raise BuildError(f"{os.path.join(repo, name)} not found: the autograder needs it")
@@ -164,7 +164,7 @@ def autograder_files(repo, instructors, student):
     if os.path.isfile(os.path.join(repo, "grade.py")):
         files["grade.py"] = read(repo, "grade.py")
     for path in tracked_files(repo):
-        if path.startswith("tests/") and not is_instructors(path, instructors):
+        if path.startswith(("tests/", "grading/")) and not is_instructors(path, instructors):
             files[path] = read(repo, path)
     return files
 

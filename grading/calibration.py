@@ -4,7 +4,7 @@ grade.py times the tests' kind of work in a fresh interpreter (import torch, a f
 MLP steps on one thread) and stretches the budget and every timeout by how much longer it took
 than REFERENCE_S, within [1, MAX_STRETCH] (inside Gradescope's 10 minutes).
 
-    python -m tests.grading.calibration      # this machine's time and stretch
+    python -m grading.calibration      # this machine's time and stretch
 """
 import subprocess
 import sys

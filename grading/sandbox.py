@@ -21,9 +21,9 @@ import tempfile
 import time
 import types
 
-from tests.grading import namespace, profile
+from grading import namespace, profile
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SANDBOX = os.path.abspath(os.environ.get("GRADE_SANDBOX") or REPO)
 SCRATCH = os.environ.get("GRADE_SCRATCH")
 UIDS = tuple(map(int, os.environ["GRADE_UIDS"].split(":"))) if os.environ.get("GRADE_UIDS") \
@@ -31,7 +31,7 @@ UIDS = tuple(map(int, os.environ["GRADE_UIDS"].split(":"))) if os.environ.get("G
 MOUNT_NAMESPACE = os.environ.get("GRADE_MOUNT_NAMESPACE") == "1"  # grade.py found it possible
 
 # What one process of student code may use beyond the judge's own limits (file size and memory,
-# tests/grading/runner.py): CPU seconds (the one-epoch accuracy run needs under 60), and processes
+# grading/runner.py): CPU seconds (the one-epoch accuracy run needs under 60), and processes
 # and threads of its user together (a rank has some 20 threads).
 CPU_SECONDS = 600
 TASKS_OF_THE_CHILD_USER = 2048
@@ -248,7 +248,7 @@ def child_process(env=None):
 
 def become(uid):
     """As root, in the process about to become (or run) student code: its own view of the files
-    where grade.py found one possible (tests/grading/namespace.py), its limits, then `uid`."""
+    where grade.py found one possible (grading/namespace.py), its limits, then `uid`."""
     if MOUNT_NAMESPACE:
         namespace.private_view(SANDBOX, SCRATCH, SHARED_FOLDERS)
     resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))

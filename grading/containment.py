@@ -1,12 +1,12 @@
 """The judge's pytest plugin for containment (grade.py's runner loads it with -p): each test's
-deadline, its children's uid and home (tests/grading/sandbox.py), and pytest's temporary folders
+deadline, its children's uid and home (grading/sandbox.py), and pytest's temporary folders
 handed to that uid as they are made."""
 import os
 
 import pytest
 from _pytest.tmpdir import TempPathFactory
 
-from tests.grading import profile, sandbox
+from grading import profile, sandbox
 
 
 def pytest_addoption(parser):
@@ -14,7 +14,7 @@ def pytest_addoption(parser):
     parser.addoption("--grade-timeout", type=float, default=profile.DEFAULT_TIMEOUT_S,
                      metavar="S", help="seconds a test's children may run, at least")
     parser.addoption("--grade-stretch", type=float, default=1.0, metavar="X",
-                     help="the factor on a test's own timeout (tests/grading/profile.py)")
+                     help="the factor on a test's own timeout (grading/profile.py)")
 
 
 def pytest_configure(config):

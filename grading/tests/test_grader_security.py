@@ -1,10 +1,10 @@
 """Submissions that try to fool grade.py, on a tiny synthetic assignment: each must earn nothing,
 and still leave a valid results.json that names what was refused.
 
-The instructor's repository (tests/tiny_assignment.py's plugin and rubric) grades one item,
+The instructor's repository (grading/tests/tiny_assignment.py's plugin and rubric) grades one item,
 core.fast (2 marks), with two tests of `student.answer()`: one alone, one on "the real MNIST"
 (a folder the grader holds). Each calls it in a child process in the sandbox, as the real tests
-call the assignment's code (tests/grading/sandbox.py). Every submission here answers 41 on the
+call the assignment's code (grading/sandbox.py). Every submission here answers 41 on the
 real data, or not at all, and adds one trick. grade.py runs as it does on Gradescope: a process
 of its own, as root (the tricks that reach the grader's files through /proc are stopped only
 there: student code then runs as an unprivileged user), here with a fake MNIST folder and a small
@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from tests.tiny_assignment import REPO, instructor_repository, write_files
+from grading.tests.tiny_assignment import REPO, instructor_repository, write_files
 
 HIDDEN_SECRET = "the-hidden-tests-secret-7d3f"
 TESTS = {
@@ -136,7 +136,7 @@ FIND_THE_JUDGE = ANCESTOR_WITH + """
 JUDGE, REPORT = ancestor_with("--grade-report")
 if JUDGE is None:
     raise SystemExit("no judge found")
-# the folders the judge and grade.py (its parent) run in: each reads tests/grading/rubric.py
+# the folders the judge and grade.py (its parent) run in: each reads grading/rubric.py
 FOLDERS = [os.readlink(f"/proc/{pid}/cwd") for pid in (JUDGE, parent_of(JUDGE))]
 """
 
@@ -321,7 +321,7 @@ def instructor_and_submission(root, files):
     instructor = instructor_repository(str(root / "instructor"), TESTS,
                                        item_marks=(("core.fast", 2), ("core.fail", 4)))
     shutil.copy(os.path.join(REPO, "grade.py"), instructor)
-    rubric = os.path.join(instructor, "tests", "grading", "rubric.py")
+    rubric = os.path.join(instructor, "grading", "rubric.py")
     submission = root / "submission"
     write_files(str(submission), {name: text for name, text in files.items()
                                   if not text.startswith("LINK:")})
@@ -382,8 +382,8 @@ def mount_namespace_refused():
     can."""
     if os.geteuid() != 0:
         return "only root makes one"
-    from tests.grading import namespace
-    from tests.grading.sandbox import SHARED_FOLDERS
+    from grading import namespace
+    from grading.sandbox import SHARED_FOLDERS
     work = tempfile.mkdtemp()
     try:
         for name in ("submission", "scratch", "judge"):
@@ -397,7 +397,7 @@ def mount_namespace_refused():
 def files_of_the_grading(report):
     """What a user of this grading's children (the range its report names: another grading on
     the machine has its own) left in the shared temporary folders."""
-    from tests.grading.sandbox import SHARED_FOLDERS
+    from grading.sandbox import SHARED_FOLDERS
     notes = [note for note in report["notes"] if note.startswith("student code ran as uids ")]
     if not notes:
         return []
@@ -490,7 +490,7 @@ def test_a_trick_earns_nothing_through_run_autograder_in_gradescopes_layout(tmp_
     instructor, submission, env = instructor_and_submission(tmp_path, TRICKS[trick])
     root = tmp_path / "autograder"  # /autograder: source (the zip), submission, results
     shutil.copytree(instructor, root / "source")
-    shutil.copy(os.path.join(REPO, "handout", "run_autograder"), root / "source")
+    shutil.copy(os.path.join(REPO, "grading", "handout", "run_autograder"), root / "source")
     shutil.copytree(submission, root / "submission", symlinks=True)
     shutil.copytree(env["OFFLINE_DATA_DIR"], root / "data")
     env.update(AUTOGRADER_ROOT=str(root), PYTHON=sys.executable,
@@ -505,13 +505,13 @@ def test_a_trick_earns_nothing_through_run_autograder_in_gradescopes_layout(tmp_
     assert (secret.st_uid, secret.st_mode & 0o777) == (0, 0o600)
 
 
-# --- The primitives of containment (tests/grading/sandbox.py), as root --------------------------
+# --- The primitives of containment (grading/sandbox.py), as root --------------------------
 def as_root_with_a_child_user(function):
     """Run `function(sandbox, uid)` with sandbox.Child set to a uid of no account's, as grade.py
     does."""
     if os.geteuid() != 0:
         pytest.skip("only root changes users")
-    from tests.grading import sandbox
+    from grading import sandbox
     uid = 2**24 + 1
     saved = (sandbox.Child.uid, sandbox.Child.handed_over)
     sandbox.Child.uid, sandbox.Child.handed_over = uid, []

@@ -7,7 +7,7 @@ assessed is worth 0 of 0, with the reason; an item a person grades is 0 of 0 wit
 marks added in Gradescope's manual grading. Every item is "visible": a student can act on it.
 """
 
-from tests.grading.report import BY_PERSON, rows, tail
+from grading.report import BY_PERSON, rows, tail
 
 ITEM_OUTPUT_LIMIT = 20000  # characters per entry
 FAILURE_LIMIT = 1500  # characters of each failed test under its item: its end says why

@@ -9,8 +9,8 @@ around the regions raise too). Student code runs only in the children the tests 
 import os
 import shutil
 
-from tests.grading import profile
-from tests.grading.submission import NOT_SUBMITTED
+from grading import profile
+from grading.submission import NOT_SUBMITTED
 
 # Student data the judge reads from the sandbox, never from its own folder.
 NOT_IN_THE_JUDGE = NOT_SUBMITTED | {"results", "design_doc", "handout", ".git", ".ci"}
@@ -28,7 +28,7 @@ def make_judge(instructor, folder):
     shutil.copytree(instructor, folder, ignore=ignore, symlinks=True)
     for path in profile.TASK_FILES:
         if not os.path.isfile(os.path.join(folder, path)):
-            continue  # not part of this assignment (tests/tiny_assignment.py's)
+            continue  # not part of this assignment (grading/tests/tiny_assignment.py's)
         with open(os.path.join(folder, path)) as file:
             text = file.read()
         with open(os.path.join(folder, path), "w") as file:
@@ -37,10 +37,10 @@ def make_judge(instructor, folder):
 
 def as_handed_out(instructor, path, text):
     """The student's version of a task module. The autograder's copies are that already; in the
-    solution's checkout, handout/regions.py (an instructor's tool) replaces the regions."""
-    if not os.path.isdir(os.path.join(instructor, "handout")):
+    solution's checkout, grading/handout/regions.py (an instructor's tool) replaces the regions."""
+    if not os.path.isdir(os.path.join(instructor, "grading", "handout")):
         return text
-    from handout import regions
-    from tests.grading import rubric
+    from grading import rubric
+    from grading.handout import regions
     titles = [item.title for item in rubric.ITEMS]
     return regions.replace_regions(text, regions.find_regions(path, text, len(titles)), titles)

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.grading import gradescope, plugin
-from tests.grading.profile import is_hidden
-from tests.grading.rubric import ITEMS
+from grading import gradescope, plugin
+from grading.profile import is_hidden
+from grading.rubric import ITEMS
 
 pytest_plugins = ["pytester"]
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[2] / "tests"  # the project's, which the rubric grades
 
 RUBRIC = """
 from typing import NamedTuple
@@ -80,8 +80,8 @@ def write(pytester, relative, source):
 def set_up(pytester, rubric):
     """The plugin in pytester's conftest, and `rubric` where the real one lives: a broken module's
     items are read from its file, found relative to the folder above the rubric's tests/."""
-    pytester.makeconftest('pytest_plugins = ["tests.grading.plugin"]')
-    return write(pytester, "tests/grading/rubric.py", rubric)
+    pytester.makeconftest('pytest_plugins = ["grading.plugin"]')
+    return write(pytester, "grading/rubric.py", rubric)
 
 
 def grade(pytester, source, *args, broken=None, rubric=RUBRIC):
@@ -537,7 +537,8 @@ def test_items_named_in_reads_every_form_of_the_marker_without_importing_the_mod
 def test_every_marker_in_the_suite_names_an_item_the_tests_grade_and_public_tests_name_each():
     """By the markers' source, without importing the suite: a module that cannot be collected loses
     exactly these items. An item a person grades has none; at run time --grade-profile also
-    refuses a test of the profile in no item (tests/test_grade.py runs it on the real suite)."""
+    refuses a test of the profile in no item (grading/tests/test_grade.py runs it on the real
+    suite)."""
     rubric = plugin.load_rubric(plugin.DEFAULT_RUBRIC)
     public = set()
     for module in sorted(TESTS.glob("test_*.py")):
@@ -581,7 +582,7 @@ def test_in_the_judge_every_test_module_imports_without_running_task_code():
     # a constant computed by task code at import would fail every test of its module in the judge,
     # though each passes in a student's own run
     code = ("import importlib, pathlib\n"
-            "import tests.grading.judge_guard\n"
+            "import grading.judge_guard\n"
             "for path in sorted(pathlib.Path('tests').glob('test_*.py')):\n"
             "    importlib.import_module(f'tests.{path.stem}')\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=TESTS.parent, capture_output=True,
@@ -591,13 +592,13 @@ def test_in_the_judge_every_test_module_imports_without_running_task_code():
 
 def test_in_the_judge_every_function_and_method_of_a_task_module_raises():
     # the judge's guard, loaded as grade.py loads it: no verdict rests on task code run there
-    code = ("import tests.grading.judge_guard\n"
+    code = ("import grading.judge_guard\n"
             "from analysis import cost_model\n"
             "for call in (lambda: cost_model.ring_coefficients(4),\n"
             "             lambda: cost_model.Fit.__init__(None)):\n"
             "    try:\n"
             "        call()\n"
-            "    except tests.grading.judge_guard.TaskCodeInTheJudge:\n"
+            "    except grading.judge_guard.TaskCodeInTheJudge:\n"
             "        continue\n"
             "    raise SystemExit('task code ran in the judge')\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=TESTS.parent, capture_output=True,

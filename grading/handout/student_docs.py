@@ -3,7 +3,14 @@ the rubric, the timing definitions from the solution's README, so neither can dr
 graded or measured. The solution's own README and GRADING.md are the instructor's."""
 import textwrap
 
-from handout.assignment import by_person, dependencies, fill_in, how_checked, marks, marks_text
+from grading.handout.assignment import (
+    by_person,
+    dependencies,
+    fill_in,
+    how_checked,
+    marks,
+    marks_text,
+)
 
 TIMING = "## Timing: what the numbers mean"  # the README section the student's copy keeps
 

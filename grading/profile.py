@@ -1,6 +1,6 @@
 """What grade.py runs: the grading profile, each test's timeout, and which tests are hidden.
 
-HIDDEN_TESTS exist only in the autograder; their names and patterns are in tests/grading/hidden.py,
+HIDDEN_TESTS exist only in the autograder; their names and patterns are in grading/hidden.py,
 itself hidden, so the student's copy of this file names none of them. PROFILE: the rubric's tests
 that grade a submission within BUDGET_S on 2 cores (GRADING.md, "The profile"), every item keeping
 tests that need only its own code. A pattern is a case-insensitive glob for the start of a node
@@ -12,7 +12,7 @@ import os
 
 
 def hidden_tests():
-    """tests/grading/hidden.py beside this file, loaded from it; None in the student's copy."""
+    """grading/hidden.py beside this file, loaded from it; None in the student's copy."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hidden.py")
     if not os.path.isfile(path):
         return None
@@ -24,12 +24,9 @@ def hidden_tests():
 
 HIDDEN = hidden_tests()
 HIDDEN_TESTS = HIDDEN.MODULES if HIDDEN else ()
-# The instructor's tools and their tests: neither in the student's copy nor in the autograder.
-INSTRUCTOR_ONLY = ("tests/test_grade.py", "tests/test_grader_security.py",
-                   "tests/tiny_assignment.py")
 
-# The assignment's task modules: the files holding solution regions (tests/test_handout.py checks
-# this against the markers). The judge's folder never holds them (tests/grading/judge.py).
+# The assignment's task modules: the files holding solution regions (grading/tests/test_handout.py
+# checks this against the markers). The judge's folder never holds them (grading/judge.py).
 TASK_FILES = ("analysis/cost_model.py", "manual_allreduce.py", "manual_collectives.py",
               "manual_sharding.py", "runtime/data.py", "runtime/manual_ddp.py", "runtime/models.py",
               "runtime/timing.py")

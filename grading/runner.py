@@ -1,6 +1,6 @@
 """The judge's pytest, run once: limits on every process it starts, and a hard stop.
 
-A test's children are killed at its timeout (tests/grading/sandbox.py), so student code cannot stall
+A test's children are killed at its timeout (grading/sandbox.py), so student code cannot stall
 the run; what is left to guard is pytest itself: it must end within the budget, the longest test's
 timeout and a margin, or it is killed, and a run without its report is the grader's failure,
 reported with pytest's last words.
@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from tests.grading.sandbox import kill_with_descendants
+from grading.sandbox import kill_with_descendants
 
 START_S = 60  # imports and collection, before the first test
 EXIT_S = 10  # from the report's writing to the process's end
@@ -32,7 +32,7 @@ def run_pytest(judge, private, env, budget_s, longest_test_s, pytest_args=()):
     report_path = os.path.join(private, "report.json")
     log = os.path.join(private, "pytest.log")
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-               "-p", "tests.grading.judge_guard", "-p", "tests.grading.containment",
+               "-p", "grading.judge_guard", "-p", "grading.containment",
                "--continue-on-collection-errors", "--rootdir", judge, "--grade-profile",
                "--grade-report", report_path, "--grade-budget", f"{budget_s:g}",
                *pytest_args, "tests"]

@@ -2,7 +2,7 @@
 at its timeout and the others still run, a crashing child fails its test only, the budget leaves
 tests "not run", a submission cannot replace the instructor's tests, and both reports are written.
 
-The tiny assignment (tests/tiny_assignment.py) is an instructor's repository (the real
+The tiny assignment (grading/tests/tiny_assignment.py) is an instructor's repository (the real
 plugin, a small rubric, tests that pass or fail, or whose child hangs or crashes) and a submission
 (a module the tests import). Timeouts of a few seconds keep this module well under a minute.
 """
@@ -18,8 +18,8 @@ import tempfile
 import pytest
 
 import grade
-from tests.grading import calibration, gradescope, profile, sandbox
-from tests.tiny_assignment import (
+from grading import calibration, gradescope, profile, sandbox
+from grading.tests.tiny_assignment import (
     LEFT_BY_A_HUNG_TEST,
     REPO,
     SUBMISSION,

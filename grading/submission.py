@@ -1,20 +1,23 @@
 """A submission made ready to grade: copied, with the instructor's tests over it, and fingerprinted.
 
-Its tests/ is replaced whole, and pyproject.toml is the instructor's; the hidden tests are not
-copied (student code runs in the copy). A symbolic link is refused and named in the report's notes:
+Its tests/ and grading/ are replaced whole, and pyproject.toml is the instructor's; the hidden tests,
+the file naming them, the handout builder and the grader's own tests are not copied (student code
+runs in the copy). A symbolic link is refused and named in the report's notes:
 the judge reads the submission's files as data. Nothing else needs refusing: student code runs only
-in the tests' children (tests/grading/sandbox.py), never in the judge.
+in the tests' children (grading/sandbox.py), never in the judge.
 """
 import hashlib
 import os
 import shutil
 
-from tests.grading import profile
+from grading import profile
 
 # Not the student's work, or too large to copy for each grading: never copied nor fingerprinted.
 NOT_SUBMITTED = {".git", "__pycache__", ".venv", "venv", "data", ".pytest_cache", ".ruff_cache",
                  ".ipynb_checkpoints", "node_modules"}
-REPLACED = {"tests", "pyproject.toml"}  # the instructor's, whatever the submission holds
+REPLACED = ("tests", "grading")  # the instructor's, whatever the submission holds
+NOT_FOR_THE_SANDBOX = (*profile.HIDDEN_TESTS, "grading/hidden.py", "grading/handout",
+                       "grading/tests")
 LINK = "a symbolic link (it could point at the grader's files): submit the file itself"
 
 
@@ -30,25 +33,28 @@ def copy_submission(submission, instructor, folder):
                 relative = os.path.relpath(os.path.join(directory, name), submission)
                 notes.append(f"refused {relative}: {LINK}")
                 left_out.add(name)
-        return left_out | (REPLACED if os.path.samefile(directory, submission) else set())
+        at_top = os.path.samefile(directory, submission)
+        return left_out | ({*REPLACED, "pyproject.toml"} if at_top else set())
 
     shutil.copytree(submission, folder, ignore=ignore)
-    if os.path.lexists(os.path.join(submission, "tests")):
-        notes.append("replaced the submission's tests/ with the instructor's")
-    shutil.copytree(os.path.join(instructor, "tests"), os.path.join(folder, "tests"),
-                    ignore=not_for_the_sandbox(instructor))
+    for name in REPLACED:
+        if os.path.lexists(os.path.join(submission, name)):
+            notes.append(f"replaced the submission's {name}/ with the instructor's")
+        shutil.copytree(os.path.join(instructor, name), os.path.join(folder, name),
+                        ignore=not_for_the_sandbox(instructor))
     shutil.copy(os.path.join(instructor, "pyproject.toml"), folder)
     return notes
 
 
 def not_for_the_sandbox(instructor):
-    """copytree's `ignore` for the instructor's tests/: what is never submitted, and the hidden
-    tests, which student code must not read (their children get them from the judge's folder,
-    compiled: tests/grading/sandbox.py)."""
+    """copytree's `ignore` for the instructor's tests/ and grading/: what is never submitted, and
+    what student code must not read: the hidden tests (their children get them from the judge's
+    folder, compiled: grading/sandbox.py), the file that names them, the handout builder and the
+    grader's own tests."""
     def ignore(directory, names):
         relative = os.path.relpath(directory, instructor)
         return {name for name in names if name in NOT_SUBMITTED
-                or os.path.normpath(os.path.join(relative, name)) in profile.HIDDEN_TESTS}
+                or os.path.normpath(os.path.join(relative, name)) in NOT_FOR_THE_SANDBOX}
     return ignore
 
 

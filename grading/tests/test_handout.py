@@ -13,8 +13,8 @@ import zipfile
 import pytest
 
 import make_handout
-from tests.grading.profile import HIDDEN_TESTS, TASK_FILES
-from tests.grading.rubric import ITEMS
+from grading.profile import HIDDEN_TESTS, TASK_FILES
+from grading.rubric import ITEMS
 from tests.harness import REPO
 
 # Lines that say nothing about a solution: they may appear anywhere.
@@ -115,19 +115,19 @@ def test_hidden_tests_instructor_files_and_generated_ones_stay_out_of_the_studen
     assert "tests/test_ddp_parity.py" in hidden
     for path in hidden:
         assert path not in student and path in autograder
-    assert not {"make_handout.py", "grade.py", "tests/test_handout.py"} & student
+    assert not {"make_handout.py", "grade.py", "grading/tests/test_handout.py"} & student
     assert not any(path.startswith("handout/") for path in student)
     # a working variant of the ring's exchange would hand Task 3 out
     assert not any(path.startswith("benchmarks/ring_variants/") for path in student)
     assert {path for path in student if path.startswith("results/")} == {"results/README.md"}
     design = {path for path in student if path.startswith("design_doc/")}
     assert design and all(path.startswith("design_doc/templates/") for path in design)
-    assert {"ASSIGNMENT.md", "tests/conftest.py", "tests/grading/rubric.py"} <= student
+    assert {"ASSIGNMENT.md", "tests/conftest.py", "grading/rubric.py"} <= student
 
 
 def test_the_students_copy_names_no_hidden_test(out):
     hidden = [os.path.basename(path) for path in HIDDEN_TESTS]
-    assert "tests/grading/hidden.py" not in set(files_under(os.path.join(out, "student")))
+    assert "grading/hidden.py" not in set(files_under(os.path.join(out, "student")))
     naming = []
     for path in files_under(os.path.join(out, "student")):
         with open(os.path.join(out, "student", path), "rb") as file:
@@ -137,7 +137,7 @@ def test_the_students_copy_names_no_hidden_test(out):
 
 
 def test_the_judge_gets_every_task_module_as_the_student_does_and_nothing_of_the_solution(out):
-    """The autograder's judge imports the student's copy of each module (tests/grading/judge.py):
+    """The autograder's judge imports the student's copy of each module (grading/judge.py):
     the task modules are exactly the Python files with solution regions."""
     student, autograder = (os.path.join(out, name) for name in ("student", "autograder"))
     with_regions = set()
@@ -177,7 +177,7 @@ def test_run_autograder_writes_nothing_into_the_submission_and_always_writes_res
     results = json.loads((root / "results" / "results.json").read_text())
     assert results["score"] == 0 and results["tests"] == []
     assert "exit status 3" in results["output"] and "grader crashed here" in results["output"]
-    # grade.py puts the instructor's tests over a copy (tests/test_grade.py); a link in the
+    # grade.py puts the instructor's tests over a copy (grading/tests/test_grade.py); a link in the
     # submission must find nothing written through it
     assert tampered.read_text() == "def test_nothing():\n    pass\n"
 
@@ -217,9 +217,9 @@ def make_source(tmp_path, name, text):
     """A git checkout holding the rubric, the profile, what the autograder needs, and one file
     `name` with `text`."""
     source = tmp_path / "source"
-    (source / "tests" / "grading").mkdir(parents=True)
+    (source / "grading").mkdir(parents=True)
     for part in ("rubric.py", "profile.py"):
-        shutil.copy(os.path.join(REPO, "tests", "grading", part), source / "tests" / "grading")
+        shutil.copy(os.path.join(REPO, "grading", part), source / "grading")
     for part in ("requirements.txt", "pyproject.toml"):
         shutil.copy(os.path.join(REPO, part), source)
     (source / name).write_text(text)
@@ -301,8 +301,8 @@ def test_assignment_md_lists_every_rubric_item_as_a_numbered_task(out):
 def test_each_task_hidden_tests_also_grade_says_so_and_no_other(out):
     # the hidden modules' markers name the items they count for: the student learns which tasks
     # they grade, never which tests
-    from tests.grading.plugin import items_named_in
-    from tests.grading.profile import HIDDEN_TESTS
+    from grading.plugin import items_named_in
+    from grading.profile import HIDDEN_TESTS
 
     graded = {item_id for path in HIDDEN_TESTS
               for item_id in items_named_in(os.path.join(REPO, path))}
@@ -386,7 +386,7 @@ def test_the_students_quick_start_test_command_runs_on_the_handout(out):
 
 
 def test_an_item_alone_must_earn_itself_and_what_it_builds_on_and_nothing_else():
-    from handout.self_check import check_one_item
+    from grading.handout.self_check import check_one_item
 
     item = next(entry for entry in ITEMS if entry.builds_on)
     other = next(entry for entry in ITEMS
@@ -409,7 +409,7 @@ def test_an_item_alone_must_earn_itself_and_what_it_builds_on_and_nothing_else()
 
 def test_a_solved_grade_cut_short_by_the_budget_fails_the_self_check():
     # items the budget left "not assessed" prove nothing: the self-check must not pass on them
-    from handout.self_check import check_solved
+    from grading.handout.self_check import check_solved
 
     items = [{"id": item.id, "marks": item.marks, "status": "not assessed", "earned": None}
              for item in ITEMS]

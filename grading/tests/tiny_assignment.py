@@ -1,4 +1,4 @@
-"""A tiny assignment for tests/test_grade.py: an instructor's repository and a submission.
+"""A tiny assignment for grading/tests/test_grade.py: an instructor's repository and a submission.
 
 The instructor's repository has the real grading plugin with a small rubric (one item of it
 graded by a person) and profile, and tests that pass or fail, or whose child hangs or crashes; the
@@ -10,7 +10,7 @@ import os
 import shutil
 import textwrap
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 RUBRIC = """
 from typing import NamedTuple
@@ -34,7 +34,7 @@ ITEM_MARKS = (("core.fast", 2), ("core.hang", 3), ("core.crash", 1), ("core.fail
               ("core.later", 5))
 
 CONFTEST = """
-pytest_plugins = ["tests.grading.plugin"]
+pytest_plugins = ["grading.plugin"]
 """
 
 # tests/student_code.py: the submission's answer(), called in a child process in the sandbox, as
@@ -44,7 +44,7 @@ LEFT_BY_A_HUNG_TEST = "/tmp/left-by-a-hung-test-of-the-synthetic-assignment"
 STUDENT_CODE = f"""
 import json
 
-from tests.grading.sandbox import run_python
+from grading.sandbox import run_python
 
 LEFT_BY_A_HUNG_TEST = {LEFT_BY_A_HUNG_TEST!r}
 
@@ -75,7 +75,7 @@ TESTS = {
     "test_hang.py": """
         import pytest
 
-        from tests.grading.sandbox import run_python
+        from grading.sandbox import run_python
         from tests.student_code import LEFT_BY_A_HUNG_TEST
 
         pytestmark = pytest.mark.rubric("core.hang")
@@ -104,7 +104,7 @@ TESTS = {
 
         import pytest
 
-        from tests.grading.sandbox import run_python
+        from grading.sandbox import run_python
 
         pytestmark = pytest.mark.rubric("core.fast")
 
@@ -191,13 +191,14 @@ def write_files(root, files):
 def instructor_repository(root, tests=None, item_marks=ITEM_MARKS):
     """The real plugin with a small rubric of `item_marks` ((id, marks), ...) and a person's
     item, a profile, and the given test modules."""
-    grading = os.path.join(root, "tests", "grading")
-    shutil.copytree(os.path.join(REPO, "tests", "grading"), grading,
-                    ignore=shutil.ignore_patterns("__pycache__", "rubric.py", "profile.py"))
+    grading = os.path.join(root, "grading")
+    shutil.copytree(os.path.join(REPO, "grading"), grading,
+                    ignore=shutil.ignore_patterns("__pycache__", "rubric.py", "profile.py",
+                                                  "handout", "tests"))
     write_files(root, {"tests/__init__.py": "", "tests/conftest.py": CONFTEST,
                        "tests/student_code.py": STUDENT_CODE,
-                       "tests/grading/rubric.py": f"ITEM_MARKS = {item_marks!r}\n" + RUBRIC,
-                       "tests/grading/profile.py": PROFILE,
+                       "grading/rubric.py": f"ITEM_MARKS = {item_marks!r}\n" + RUBRIC,
+                       "grading/profile.py": PROFILE,
                        "pyproject.toml": "[tool.pytest.ini_options]\ntestpaths = ['tests']\n"})
     write_files(os.path.join(root, "tests"), tests or TESTS)
     return root

@@ -1,0 +1,263 @@
+"""The one way tests start student code: the command line in a subprocess, and a function run in N
+real processes joined by a gloo process group, each a child of the sandbox (grading/sandbox.py)."""
+import functools
+import os
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import multiprocessing
+from torch.multiprocessing.spawn import ProcessException
+
+from grading import sandbox
+from grading.sandbox import SANDBOX, descendants_of
+
+
+def run_cli(*args, timeout=180, env=None):
+    """`python mlp_ddp.py ARGS` in SANDBOX (the code under test), without the caller's
+    OFFLINE_DATA_DIR."""
+    environment = without_offline_data()
+    environment.update(env or {})
+    command = [sys.executable, os.path.join(SANDBOX, "mlp_ddp.py"), *map(str, args)]
+    return sandbox.run(command, timeout=timeout, **sandbox.child_process(environment))
+
+
+def run_ok(*args, **kwargs):
+    """run_cli, which must succeed."""
+    done = run_cli(*args, **kwargs)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def without_offline_data():
+    """This process's environment without OFFLINE_DATA_DIR: the tests choose their data."""
+    return {name: value for name, value in os.environ.items() if name != "OFFLINE_DATA_DIR"}
+
+
+# Ranks are forked from one server that imported torch once (a second of CPU per rank saved); it
+# runs no tensor operation, so forking it is safe, and preloads nothing of the project. torch's
+# optimizers import torch._dynamo at the first one built: without it preloaded the parity tests
+# took 2.6 times as long.
+START_METHOD = "forkserver"
+PRELOADED = ["torch", "torch.distributed", "torch._dynamo"]
+multiprocessing.get_context(START_METHOD).set_forkserver_preload(PRELOADED)
+
+
+class LaunchFailed(Exception):
+    """A launch shared by several tests failed in an earlier one."""
+
+
+def launch_once(function):
+    """Cache `function`'s result by its arguments, and its failure: a later test fails at once,
+    naming it, instead of starting the processes again for every parametrised case."""
+    done = {}
+
+    @functools.wraps(function)
+    def once(*args):
+        if args in done:
+            succeeded, value = done[args]
+            if not succeeded:
+                # the last line of a rank's traceback says what went wrong
+                last_line = (str(value).strip().splitlines() or [type(value).__name__])[-1]
+                raise LaunchFailed(f"{function.__name__}{args} failed in an earlier test: "
+                                   f"{last_line}")
+            return value
+        try:
+            value = function(*args)
+        except Exception as error:
+            done[args] = (False, error)
+            raise
+        done[args] = (True, value)
+        return value
+
+    return once
+
+
+class ChildFailed(Exception):
+    """The code under test raised, or died, in a child process: the child's own traceback."""
+
+
+# How long a collective of the tests may wait: every launch's ranks do small, equal work, so a
+# longer wait is a deadlock, which then fails within seconds; stretched where grade.py's
+# calibration found the machine slower.
+COLLECTIVE_TIMEOUT_S = 15 * float(os.environ.get("GRADE_STRETCH", 1))
+
+
+def run_in_processes(world_size, function, *args, timeout_s=COLLECTIVE_TIMEOUT_S,
+                     recorded=False):
+    """`function(rank, world_size, *args)` on every rank, each a child process with the code under
+    test, joined by gloo (`recorded`: tests/recorded_group.py); the results in rank order, as
+    data: torch.load(weights_only=True) runs no code of the child's."""
+    __tracebackhide__ = True  # a failure shows the child's traceback, not the launcher's
+    backend = "recorded" if recorded else "gloo"
+    return _launch(world_size, function, args, timeout_s, backend)
+
+
+def run_measuring_writes(world_size, function, *args, timeout_s=COLLECTIVE_TIMEOUT_S,
+                         recorded=False):
+    """run_in_processes, with the bytes each rank's process wrote: [(result, bytes), ...]. The
+    kernel's count (/proc/PID/io's wchar, children included), read while the rank waits at its end,
+    less its result and output files: a rank cannot move bytes its messages do not explain."""
+    __tracebackhide__ = True
+    backend = "recorded" if recorded else "gloo"
+    return _launch(world_size, function, args, timeout_s, backend, measure=True)
+
+
+def run_alone(function, *args):
+    """`function(*args)` in one child process with the code under test (no process group)."""
+    __tracebackhide__ = True
+    return _launch(1, function, args, None, backend=None)[0]
+
+
+def _launch(world_size, function, args, timeout_s, backend, measure=False):
+    __tracebackhide__ = True
+    # here, not at the top: a child imports this module, and must import no module of the
+    # submission's before its process group is made (tests/recorded_group.py)
+    from runtime.launch import free_port
+
+    target = (function.__module__, function.__qualname__)
+    if timeout_s is not None:  # the process group's own timeout ends within the test's time
+        timeout_s = max(1.0, sandbox.seconds_left(timeout_s))
+    with sandbox.fresh_folder() as folder:  # where the children write their results
+        worker_args = (world_size, free_port(), folder, sandbox.identity(), target, args,
+                       timeout_s, backend, measure)
+        context = multiprocessing.start_processes(_worker, args=worker_args, nprocs=world_size,
+                                                  join=False, start_method=START_METHOD)
+        failure = None
+        try:
+            written = wait_for(context, folder, world_size, measure)
+        except ProcessException as error:
+            failure = ChildFailed(str(error).strip())
+        except sandbox.TestTimedOut as error:
+            failure = error
+        finally:
+            for process in context.processes:  # past the deadline, or beside a rank that failed
+                if process.is_alive():
+                    sandbox.kill_with_descendants(process.pid)
+            sandbox.settle()
+            print_what_they_printed(folder, world_size)
+        if failure:  # read after settle(), as the output: what is there is the ranks' own
+            raise type(failure)(f"{failure}{verdict(folder)}") from None
+        results = [torch.load(os.path.join(folder, f"{rank}.pt"), weights_only=True)
+                   for rank in range(world_size)]
+        return list(zip(results, written)) if measure else results
+
+
+def wait_for(context, folder, world_size, measure):
+    """Until every rank has ended, or the test's time has run out (sandbox.TestTimedOut). With
+    `measure`: each time all of them wait at their end (RANK.done), read the bytes each wrote,
+    then let them go; returns each rank's count at the last such reading, less its result and
+    output files, which must not have changed since."""
+    waiting = [os.path.join(folder, f"{rank}.done") for rank in range(world_size)]
+    counted = None
+    while not context.join(timeout=0.01):
+        if sandbox.seconds_left() == 0:
+            raise sandbox.timed_out()
+        if measure and all(os.path.lexists(path) for path in waiting):
+            counted = [(bytes_written(process.pid), own_files(folder, rank))
+                       for rank, process in enumerate(context.processes)]
+            for path in waiting:
+                os.unlink(path)
+    if not measure:
+        return None
+    if counted is None:
+        raise ChildFailed("the ranks ended without waiting to have their writes counted")
+    for rank, (_, files) in enumerate(counted):
+        if own_files(folder, rank) != files:
+            raise ChildFailed(f"rank {rank} wrote its result after its writes were counted")
+    return [written - sum(size for size, _ in files) for written, files in counted]
+
+
+def verdict(folder):
+    """Where the ranks' collectives parted ways (runtime/collective_record.py), as a line to add
+    to a failure; "" where they agree."""
+    from runtime import collective_record
+    found = collective_record.compare(collective_record.read_records(folder))
+    return f"\nthe ranks' collectives: {found}" if found else ""
+
+
+def bytes_written(pid):
+    """What the process `pid` and its live descendants wrote, by the kernel's count."""
+    total = 0
+    for process in [pid, *descendants_of(pid)]:
+        try:
+            with open(f"/proc/{process}/io") as file:
+                fields = dict(line.split(": ") for line in file.read().splitlines())
+        except OSError:
+            continue  # ended meanwhile: its bytes are its parent's now
+        total += int(fields["wchar"])
+    return total
+
+
+def own_files(folder, rank):
+    """(size, modification time) of the rank's result and output files."""
+    found = []
+    for name in (f"{rank}.pt", f"{rank}.out"):
+        try:
+            status = os.lstat(os.path.join(folder, name))
+            found.append((status.st_size, status.st_mtime_ns))
+        except FileNotFoundError:
+            found.append((0, None))
+    return found
+
+
+def print_what_they_printed(folder, world_size):
+    """What each rank printed, cut to sandbox.OUTPUT_LIMIT, into this test's captured output (read
+    after sandbox.settle(): a link left in its place is gone)."""
+    for rank in range(world_size):
+        try:
+            with open(os.path.join(folder, f"{rank}.out"), "rb") as file:
+                text = sandbox.bounded(file)
+        except OSError:  # none, or not a file the rank wrote
+            continue
+        if text:
+            print(f"--- rank {rank} printed:\n{text.rstrip()}")
+
+
+def _worker(rank, world_size, port, folder, child, target, args, timeout_s, backend, measure):
+    # What the rank prints goes to a file the judge reads back cut (print_what_they_printed), never
+    # into the judge's own output: opened before the change of user, so the judge's own.
+    output = os.open(os.path.join(folder, f"{rank}.out"), os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                     0o600)
+    os.dup2(output, 1)
+    os.dup2(output, 2)
+    os.close(output)
+    module, name = target
+    # the child user, and the code under test: before any of it is imported
+    function = functools.reduce(getattr, name.split("."), sandbox.enter(child, module))
+    torch.set_num_threads(1)  # up to 5 ranks share 2 cores
+    if backend == "recorded":  # before any student code: tests/recorded_group.py
+        from tests import recorded_group
+        backend = recorded_group.register()
+    if backend:
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=world_size, timeout=timedelta(seconds=timeout_s))
+        record_collectives(folder, rank)
+    try:
+        result = function(rank, world_size, *args) if backend else function(*args)
+    finally:
+        if backend:
+            dist.destroy_process_group()
+    torch.save(result, os.path.join(folder, f"{rank}.pt"))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if measure:  # wait while the judge counts what this process wrote (wait_for)
+        done = os.path.join(folder, f"{rank}.done")
+        open(done, "w").close()
+        while os.path.exists(done):
+            time.sleep(0.005)
+    # Skip interpreter teardown, as mlp_ddp.py does: gloo's threads can abort the process there
+    # (SIGABRT, pytorch/pytorch#179291), which the parent would report as this rank failing.
+    os._exit(0)
+
+
+def record_collectives(folder, rank):
+    """Each rank's collectives into its record in `folder`, for verdict(): the runtime's recorder,
+    where the code under test has it."""
+    try:
+        from runtime import collective_record
+    except ImportError:
+        return
+    collective_record.install(folder, rank)
