@@ -20,7 +20,9 @@ import sys
 import time
 
 from analysis import plots
-from runtime.options import STRATEGY_NAMES
+from runtime.options import MANUAL_CONFIGURATIONS, manual_arguments
+
+STRATEGY_NAMES = tuple(MANUAL_CONFIGURATIONS)  # --strategies: (--sync, --transport) by name
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Sized by timing short runs on 2 cores: most of a short run is start-up.
@@ -42,7 +44,9 @@ def parse_args(argv=None):
     add = parser.add_argument
     add("--models", type=comma_list(str), default=["mlp", "cnn"])
     add("--world-sizes", type=comma_list(int), default=[1, 2, 4])
-    add("--strategies", type=comma_list(str), default=STRATEGY_NAMES, help="manual strategies")
+    add("--strategies", type=comma_list(str), default=STRATEGY_NAMES,
+        help="manual configurations: each --sync over the library, and ring and shm (the flat "
+             "buffer over the ring and over shared memory)")
     add("--bucket-mbs", type=comma_list(float), default=[0.25, 1, 4, 25],
         help="bucket sweep sizes ('' for none)")
     add("--max-steps", type=int, default=DEFAULT_MLP_STEPS, help="MLP steps per epoch")
@@ -67,8 +71,7 @@ def parse_args(argv=None):
 def configurations(args):
     """(name, mlp_ddp.py arguments) of each configuration, once."""
     modes = [("ddp", ["--mode", "ddp"]), ("ddp-no-sync", ["--mode", "ddp-no-sync"])]
-    modes += [(f"manual-{strategy}", ["--mode", "manual", "--sync", strategy])
-              for strategy in args.strategies]
+    modes += [(f"manual-{strategy}", manual_arguments(strategy)) for strategy in args.strategies]
     runs = []
     for model in args.models:
         if 1 in args.world_sizes:
@@ -82,7 +85,7 @@ def configurations(args):
         for size in (f"{megabytes:g}" for megabytes in args.bucket_mbs):
             launch = ["--model", "mlp", "--world-size", str(largest), "--bucket-mb", size]
             runs += [(f"bucket-mlp-bucketed-{size}mb-w{largest}",
-                      launch + ["--mode", "manual", "--sync", "bucketed"]),
+                      launch + manual_arguments("bucketed")),
                      (f"bucket-mlp-ddp-{size}mb-w{largest}", launch + ["--mode", "ddp"])]
     return runs
 
