@@ -230,11 +230,7 @@ def describe_environment(placement, backend, device, hosts, parameters):
 def write_results(args, environment, outcome, total_time):
     """results/<run-name>.json: the options, the environment, the epochs, the test score and the
     timing (the schema is in the README)."""
-    how = {"manual": [args.sync], "sharded": [args.shard]}.get(args.mode, [])
-    how += [args.transport] if args.transport in ("library", "ring", "shm") else []
-    run_name = args.run_name or "-".join([args.model, args.dataset, args.mode, *how,
-                                          f"w{environment['world_size']}",
-                                          time.strftime("%Y%m%d-%H%M%S")])
+    run_name = args.run_name or default_run_name(args, environment["world_size"])
     config = {key: value for key, value in vars(args).items() if not key.startswith("debug")}
     epochs = outcome["epochs"]
     document = {
@@ -250,6 +246,15 @@ def write_results(args, environment, outcome, total_time):
     path = os.path.join(args.results_dir, run_name + ".json")
     write_json_atomic(path, document)
     print(f"results: {path}", flush=True)
+
+
+def default_run_name(args, world_size):
+    """model-dataset-mode[-sync or -shard][-transport]-wN-time; the transport where one other than
+    auto was asked for."""
+    how = {"manual": [args.sync], "sharded": [args.shard]}.get(args.mode, [])
+    how += [args.transport] if args.transport not in (None, "auto") else []
+    return "-".join([args.model, args.dataset, args.mode, *how, f"w{world_size}",
+                     time.strftime("%Y%m%d-%H%M%S")])
 
 
 class Stopped(Exception):

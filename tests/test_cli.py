@@ -127,6 +127,23 @@ def test_a_replaced_spelling_exits_2_with_one_line_naming_the_new_one(args, caps
     assert len(said.strip().splitlines()) == 1 and f"use {REPLACED[args]}" in said, said
 
 
+NAMED = {  # options -> how the default run name starts, before -wN-time
+    ("--mode", "manual", "--sync", "naive"): "mlp-mnist-manual-naive",
+    ("--mode", "manual", "--sync", "flat", "--transport", "ring"): "mlp-mnist-manual-flat-ring",
+    ("--mode", "ddp", "--transport", "shm"): "mlp-mnist-ddp-shm",
+    ("--mode", "sharded", "--shard", "optimizer"): "mlp-mnist-sharded-optimizer",
+    ("--mode", "single",): "mlp-mnist-single",
+}
+
+
+@pytest.mark.parametrize("args", NAMED, ids=NAMED.values())
+def test_the_default_run_name_says_the_sync_or_shard_and_a_transport_asked_for(args):
+    from runtime.options import parse_args
+
+    name = mlp_ddp.default_run_name(parse_args(list(args)), 2)
+    assert name.startswith(NAMED[args] + "-w2-") and name.count("-") == NAMED[args].count("-") + 3
+
+
 @pytest.mark.rubric("core.end_to_end")
 def test_sync_naive_runs_average_gradients_and_trains_as_one_process(tiny_data, tmp_path):
     # the global batch of 32 split over 2 ranks, averaged by the lesson's first function

@@ -191,6 +191,13 @@ def test_runs_recorded_with_the_replaced_options_are_read_in_todays_names(series
     assert series_name({"config": old}) == series
 
 
+def test_a_pair_without_a_configuration_name_is_named_by_both_options():
+    from analysis.results_folder import series_name
+
+    config = {"mode": "manual", "sync": "bucketed", "transport": "ring"}
+    assert series_name({"config": config}) == "manual bucketed over ring"
+
+
 def test_a_config_in_todays_names_is_read_as_it_is():
     from runtime.results import current_options
 
