@@ -22,7 +22,7 @@ import time
 from analysis import plots
 from runtime.options import MANUAL_CONFIGURATIONS, manual_arguments
 
-STRATEGY_NAMES = tuple(MANUAL_CONFIGURATIONS)  # --strategies: (--sync, --transport) by name
+MANUAL_NAMES = tuple(MANUAL_CONFIGURATIONS)  # --strategies: (--sync, --transport) by name
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Sized by timing short runs on 2 cores: most of a short run is start-up.
@@ -44,7 +44,7 @@ def parse_args(argv=None):
     add = parser.add_argument
     add("--models", type=comma_list(str), default=["mlp", "cnn"])
     add("--world-sizes", type=comma_list(int), default=[1, 2, 4])
-    add("--strategies", type=comma_list(str), default=STRATEGY_NAMES,
+    add("--strategies", type=comma_list(str), default=MANUAL_NAMES,
         help="manual configurations: each --sync over the library, and ring and shm (the flat "
              "buffer over the ring and over shared memory)")
     add("--bucket-mbs", type=comma_list(float), default=[0.25, 1, 4, 25],
@@ -60,11 +60,11 @@ def parse_args(argv=None):
         help='more mlp_ddp.py arguments for every run, e.g. "--val-samples 256"')
     add("--dry-run", action="store_true", help="print the commands, run nothing")
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.strategies) - set(STRATEGY_NAMES))
+    unknown = sorted(set(args.strategies) - set(MANUAL_NAMES))
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
     if unknown:
-        parser.error(f"unknown strategies {unknown}; choose from {', '.join(STRATEGY_NAMES)}")
+        parser.error(f"unknown strategies {unknown}; choose from {', '.join(MANUAL_NAMES)}")
     return args
 
 

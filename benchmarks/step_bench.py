@@ -64,7 +64,7 @@ VERDICT_RULE = ("faster than DDP only if the strategy's slowest repeat beats DDP
                 "if its fastest is slower than DDP's slowest, else indistinguishable; "
                 f"nothing with fewer than {MIN_REPEATS} repeats")
 BATCH_POOL = 8  # distinct random batches per rank, cycled
-STRATEGY_NAMES = tuple(MANUAL_CONFIGURATIONS)  # the hand-written ones, by their names
+MANUAL_NAMES = tuple(MANUAL_CONFIGURATIONS)  # the hand-written ones, by their names
 # name -> (--mode, --transport) of the DDP configurations, run before the strategies
 DDP_CONFIGURATIONS = {"ddp": ("ddp", "library"), "ddp-shm": ("ddp", "shm"),
                       "ddp-no-sync": ("ddp-no-sync", "auto")}
@@ -91,7 +91,7 @@ def parse_args(argv=None):
     add = parser.add_argument
     add("--models", type=name_list(("mlp", "cnn")), default=["mlp", "cnn"], help="e.g. mlp,cnn")
     add("--world-sizes", type=int_list, default=[2, 4], help="e.g. 2,4")
-    add("--strategies", type=name_list(STRATEGY_NAMES), default=list(STRATEGY_NAMES),
+    add("--strategies", type=name_list(MANUAL_NAMES), default=list(MANUAL_NAMES),
         help="hand-written strategies to run")
     add("--steps", type=int, default=30, help="measured steps per configuration")
     add("--warmup", type=int, default=5, help="steps per configuration left out of the statistics")
@@ -301,7 +301,7 @@ def verdicts(summary):
     for world, model in sorted({(entry["world_size"], entry["model"]) for entry in summary}):
         mine = {entry["configuration"]: entry for entry in summary
                 if (entry["world_size"], entry["model"]) == (world, model)}
-        manual = [name for name in mine if name in STRATEGY_NAMES]
+        manual = [name for name in mine if name in MANUAL_NAMES]
         best = min(manual, key=lambda name: mine[name]["step_ratio_to_ddp"]["median"])
         same = SAME_TRANSPORT_DDP.get(best, "ddp")
         report.append({"world_size": world, "model": model, "best_strategy": best,
