@@ -193,8 +193,7 @@ def fresh_folder():
 def discard(folder):
     """Remove a folder the judge made for children, and forget it."""
     shutil.rmtree(folder, ignore_errors=True)  # by descriptors: follows no link
-    if folder in Child.handed_over:
-        Child.handed_over.remove(folder)
+    Child.handed_over = [kept for kept in Child.handed_over if not view.within(kept, folder)]
 
 
 def settle():
