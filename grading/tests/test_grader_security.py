@@ -11,6 +11,7 @@ there: student code then runs as an unprivileged user), here with a fake MNIST f
 budget, so each grading takes a few seconds.
 """
 import contextlib
+import ctypes
 import json
 import os
 import shutil
@@ -686,6 +687,16 @@ print(json.dumps({
 """
 
 
+LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def judges_segment():
+    """A System V shared memory segment in the judge's IPC namespace that anyone may read."""
+    segment = LIBC.shmget(0x6b1d7e58, 4096, 0o1000 | 0o666)  # IPC_CREAT
+    assert segment >= 0, os.strerror(ctypes.get_errno())
+    return segment
+
+
 def test_a_childs_view_holds_the_sandbox_read_only_its_own_folders_and_nothing_of_the_grader(
         monkeypatch):
     if namespaces_refused():
@@ -709,7 +720,9 @@ def test_a_childs_view_holds_the_sandbox_read_only_its_own_folders_and_nothing_o
             monkeypatch.setenv("PWD", REPO)  # as grade.py started in the instructor's checkout
             monkeypatch.setenv("GRADE_INSTRUCTOR", REPO)
             sandbox.mount_point.cache_clear()
+            segment = judges_segment()
             done = sandbox.run_python(["-c", LOOKS_AROUND, REPO])
+            LIBC.shmctl(segment, 0, None)  # IPC_RMID
             assert done.returncode == 0, done.stderr
             seen = json.loads(done.stdout)
             # of the grading's folders, only the sandbox and the folders on the way to the
@@ -720,7 +733,8 @@ def test_a_childs_view_holds_the_sandbox_read_only_its_own_folders_and_nothing_o
             # the file system and the sandbox read-only by their mounts; its home and /tmp its own
             assert (seen["root"], seen["sandbox"], seen["home"], seen["tmp"]) == \
                 ("EROFS", "EROFS", None, None)
-            # its own processes (its stand-in's PID namespace), loopback alone, no IPC object
+            # its own processes (its launch's PID namespace), loopback alone, and not the
+            # judge's System V segment
             assert len(seen["processes"]) <= 2 and seen["interfaces"] == ["lo"]
             assert seen["ipc"] == []
             # no folder outside the view named
@@ -741,6 +755,17 @@ def test_a_counted_launch_counts_what_its_ranks_send_through_their_own_sockets()
     _, loud, _ = run_counting_bytes(2, sends_over_sockets, 2**20)
     assert counted == "network"
     assert loud - quiet >= 2 * 2**20, (quiet, loud)
+
+
+def test_without_namespaces_a_counted_launch_can_open_no_socket(monkeypatch):
+    from grading import sandbox
+    from grading.launch import ChildFailed, run_counting_bytes
+    monkeypatch.setattr(sandbox, "NAMESPACES", "0")  # as grade.py --no-namespaces
+    _, _, counted = run_counting_bytes(2, sends_over_sockets, 0)
+    assert counted == "writes"
+    # what send() moves, no write count sees: so no socket is to be had
+    with pytest.raises(ChildFailed, match="Operation not permitted"):
+        run_counting_bytes(2, sends_over_sockets, 2**20)
 
 
 def sends_over_sockets(rank, world_size, size):
