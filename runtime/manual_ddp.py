@@ -65,7 +65,8 @@ def build_strategy(params, strategy, bucket_mb=DEFAULT_BUCKET_MB, layers=()):
         collective = layer(collective)
     options = {"bucket_mb": bucket_mb} if issubclass(strategy_class, BucketedSync) else {}
     sync = strategy_class(params, collective, **options)
-    if shared is not None:  # the flat buffer kept in this rank's slot: packing writes the slot
+    # the flat buffer kept in this rank's slot, packing writing the slot; not a GPU's gradients
+    if shared is not None and not params[0].is_cuda:
         sync.buffer = shared.own_slot(sync.buffer.dtype, sync.buffer.numel())
     return sync
 

@@ -28,6 +28,8 @@ from manual_sharding import (
     all_gather_by_ring,
     reduce_scatter_by_ring,
 )
+from runtime import torch_compat
+from runtime.device import staged_through_host
 from runtime.timing import timed
 from runtime.wrappers import WrappedModel
 
@@ -37,12 +39,12 @@ COMPUTE_DTYPES = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}  
 # --- The collectives: (output, input) in, a future out, as manual_sharding calls them ------------
 def reduce_scatter(output, tensor):
     """The library's reduce-scatter (gloo or NCCL), started without waiting."""
-    return future_of(dist.reduce_scatter_single(output, tensor, async_op=True), output)
+    return future_of(torch_compat.reduce_scatter_single(output, tensor, async_op=True), output)
 
 
 def all_gather(output, shard):
     """The library's all-gather, started without waiting."""
-    return dist.all_gather_single(output, shard, async_op=True).get_future()
+    return torch_compat.all_gather_single(output, shard, async_op=True).get_future()
 
 
 def future_of(work, result):
@@ -88,12 +90,19 @@ def shared_memory_halves():
     from manual_collectives import SLOT_BYTES, SharedMemoryAllReduce
 
     shared = SharedMemoryAllReduce(SLOT_BYTES)
-    return (lambda output, tensor: completed(shared.reduce_scatter(output, tensor)),
-            lambda output, shard: completed(shared.all_gather(output, shard)))
+    return (staged_through_host(lambda output, tensor: completed(
+                shared.reduce_scatter(output, tensor))),
+            staged_through_host(lambda output, shard: completed(shared.all_gather(output, shard))))
+
+
+def ring_halves():
+    """manual_sharding's ring reduce-scatter and all-gather, through the host where gloo carries
+    GPU tensors (runtime/device.py)."""
+    return staged_through_host(reduce_scatter_by_ring), staged_through_host(all_gather_by_ring)
 
 
 COLLECTIVES = {"library": lambda: (reduce_scatter, all_gather),  # --collectives
-               "ring": lambda: (reduce_scatter_by_ring, all_gather_by_ring),
+               "ring": ring_halves,
                "shm": shared_memory_halves}
 # what carries them (runtime.timing)
 TRANSPORT = {"library": "library", "ring": "point-to-point", "shm": "shared-memory"}

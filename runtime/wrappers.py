@@ -25,6 +25,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from manual_allreduce import DEFAULT_BUCKET_MB, completed
+from runtime.device import staged_through_host
 from runtime.timing import timed, watch_gradients
 
 WIRE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}  # --compress
@@ -188,7 +189,7 @@ def shared_memory_all_reduce(slot_bytes=None):
         shared.all_reduce(tensor)
         return completed(tensor)
 
-    return all_reduce_shared, shared
+    return staged_through_host(all_reduce_shared), shared
 
 
 def library_all_reduce(tensor):
@@ -197,6 +198,7 @@ def library_all_reduce(tensor):
     return dist.all_reduce(tensor, async_op=True).get_future()
 
 
+@staged_through_host
 def all_reduce_by_ring(tensor):
     """manual_collectives' ring all-reduce; blocking, so the future returned is complete."""
     from manual_collectives import ring_all_reduce
@@ -212,10 +214,10 @@ TRANSPORTS = {"ring": "point-to-point", "shm": "shared-memory"}  # --sync's; the
 def wrap_model(model, options, recorder=None, device_ids=None):
     """`model` wrapped for `options.mode` (see above); `recorder` (a timing.CommRecorder), if
     given, records the collectives' spans and bytes and when each gradient was accumulated."""
+    if options.mode == "single":  # no collective for the gradients' stamps to split
+        return SingleProcess(model)
     if recorder:
         watch_gradients(model, recorder)
-    if options.mode == "single":
-        return SingleProcess(model)
     if options.mode == "ddp-no-sync":
         return NoSyncDDP(model, device_ids=device_ids, bucket_cap_mb=options.bucket_mb)
     if options.mode == "ddp":

@@ -180,3 +180,16 @@ def test_step_ratios_are_taken_within_a_repeat_never_across_repeats():
     assert verdict["against_ddp"]["verdict"] == "indistinguishable"
     assert verdict["against_same_transport_ddp"]["ddp"] == "ddp-shm"
     assert verdict["against_same_transport_ddp"]["step_ratio"]["median"] == pytest.approx(8 / 9)
+
+
+
+def test_a_benchmark_rank_that_raises_says_its_error(tmp_path):
+    # a candidate ring that raises: the error's line, not only "rank 0 failed (exit code 1)"
+    candidate = tmp_path / "candidate.py"
+    candidate.write_text("def ring_all_reduce(tensor):\n"
+                         "    raise RuntimeError('the candidate ring broke')\n")
+    done = run_python(["-m", ALLREDUCE, "--sizes", "1K", "--iterations", "1", "--warmup", "0",
+                       "--world-sizes", "2", "--candidate", str(candidate), "--output",
+                       str(tmp_path / "out.json")], timeout=120)
+    assert done.returncode == 1
+    assert "RuntimeError: the candidate ring broke" in done.stderr

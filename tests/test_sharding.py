@@ -415,6 +415,7 @@ def compare_halves(rank, world_size, half):
     carried, and the largest element of the library's sum. A piece that raises leaves its error
     in place of its numbers; one that hangs, in place of every later piece's too."""
     from manual_sharding import ring_all_gather, ring_reduce_scatter
+    from runtime.torch_compat import all_gather_single, reduce_scatter_single
 
     library_group = dist.new_group(backend="gloo")  # the library's own, beside the recorded one
     cases = {}
@@ -430,14 +431,14 @@ def compare_halves(rank, world_size, half):
                     "largest_sum": library_sum.abs().max().item()}
                 if half == "reduce_scatter":
                     library = tensor.new_empty(chunk)
-                    dist.reduce_scatter_single(library, tensor.clone(), group=library_group)
+                    reduce_scatter_single(library, tensor.clone(), group=library_group)
                     scattered = attempt(carrying, ring_reduce_scatter, tensor.new_empty(chunk),
                                         tensor.clone())
                     case.update(reduce_scatter=difference(scattered, library),
                                 reduce_scatter_carried=carried(scattered))
                 else:
                     library = tensor.new_empty(length)
-                    dist.all_gather_single(library, shard, group=library_group)
+                    all_gather_single(library, shard, group=library_group)
                     gathered = attempt(carrying, ring_all_gather, tensor.new_empty(length), shard)
                     in_place = attempt(gather_in_place, ring_all_gather, shard, world_size, rank)
                     case.update(all_gather=difference(gathered, library),

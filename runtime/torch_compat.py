@@ -1,0 +1,21 @@
+"""The torch a cluster already has: the names this project uses that older releases lack, taken
+from the older name where the newer one is missing. Supported: torch 2.6 to 2.15.
+(`scripts/oldest_torch.sh` runs the suite's core on the oldest.)
+"""
+import torch.distributed as dist
+
+# torch 2.13 named them so; 2.6 and 2.11 have only the older names, which take the same arguments
+reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+_KEPT_ALIVE = []  # process groups whose destructor must never run (destroy_process_group)
+
+
+def destroy_process_group():
+    """dist.destroy_process_group(), safe on every supported torch. Before ProcessGroup.shutdown
+    (torch 2.6), the group's destructor joins gloo's threads while holding the GIL, and a thread
+    finishing a future's Python callback waits for the GIL: the process hung. There the group is
+    kept referenced, so it is never destroyed before the process exits."""
+    if not hasattr(dist.ProcessGroup, "shutdown"):
+        _KEPT_ALIVE.append(dist.group.WORLD)
+    dist.destroy_process_group()
