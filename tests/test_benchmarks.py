@@ -183,6 +183,22 @@ def test_step_ratios_are_taken_within_a_repeat_never_across_repeats():
 
 
 
+def test_step_benchmark_sets_our_step_beside_a_plain_loop(tmp_path):
+    output = tmp_path / "plain.json"
+    printed = run(STEP, "--plain-loop", "--device", "cpu", "--models", "mlp", "--steps", "2",
+                  "--warmup", "1", "--repeats", "2", "--output", str(output))
+    assert "x plain" in printed and "device cpu" in printed
+    document = json.loads(output.read_text())
+    assert document["schema"] == "plain-loop/1" and document["environment"]["device"] == "cpu"
+    rows = {row["configuration"]: row for row in document["rows"]}
+    assert sorted(rows) == ["ddp", "manual", "plain", "single"]
+    plain = rows["plain"]["median_step_s"]
+    for row in rows.values():
+        assert len(row["per_round_s"]) == 2
+        assert row["min_step_s"] <= row["median_step_s"] <= row["max_step_s"]
+        assert row["ratio_to_plain"] == pytest.approx(row["median_step_s"] / plain)
+        assert row["samples_per_s"] == pytest.approx(64 / row["median_step_s"])
+
 def test_a_benchmark_rank_that_raises_says_its_error(tmp_path):
     # a candidate ring that raises: the error's line, not only "rank 0 failed (exit code 1)"
     candidate = tmp_path / "candidate.py"

@@ -102,3 +102,20 @@ def test_cuda_event_timing_adds_up_on_a_real_gpu():
         assert record["step"] > 0 and all(record[field] >= 0 for field in FIELDS)
         assert record["data"] + record["compute"] + record["comm_exposed"] == \
             pytest.approx(record["step"])
+
+
+def test_our_gpu_step_never_waits_for_the_gpu():
+    from benchmarks.plain_loop import OurStep, random_data
+
+    gpu = torch.device("cuda", 0)
+    ours = OurStep("single", "mlp", random_data(1024, 0), 64, gpu, 0)
+    batches = ours.trainer.epoch_batches(0)
+    assert batches.device == gpu  # host indices would be copied from pageable memory each step
+    ours(0, batches[0])  # the first step builds the optimizer's state
+    # any operation that waits for the GPU (.item(), a blocking copy) raises inside the block
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for step in range(1, 4):
+            ours(step, batches[step])
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
