@@ -19,4 +19,5 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 exec "$VENV/bin/python" -m pytest -q -o faulthandler_timeout=300 \
     -o faulthandler_exit_on_timeout=true \
-    tests/test_ddp_parity.py tests/test_cli.py tests/test_gradient_sync.py tests/test_device.py "$@"
+    tests/test_ddp_parity.py tests/test_cli.py tests/test_gradient_sync.py tests/test_device.py \
+    tests/test_torch_compat.py "$@"

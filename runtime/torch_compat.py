@@ -4,9 +4,16 @@ from the older name where the newer one is missing. Supported: torch 2.6 to 2.15
 """
 import torch.distributed as dist
 
-# torch 2.13 named them so; 2.6 and 2.11 have only the older names, which take the same arguments
-reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+def either(module, newer, older):
+    """`module.newer` where this torch has it, else `module.older`, which takes the same
+    arguments."""
+    return getattr(module, newer, None) or getattr(module, older)
+
+
+# torch 2.13 has both names; 2.6 and 2.11 only the older ones
+reduce_scatter_single = either(dist, "reduce_scatter_single", "reduce_scatter_tensor")
+all_gather_single = either(dist, "all_gather_single", "all_gather_into_tensor")
 
 _KEPT_ALIVE = []  # process groups whose destructor must never run (destroy_process_group)
 
