@@ -649,11 +649,19 @@ TORCH_COUNTERPART = {"zero1": "ZeroRedundancyOptimizer", "zero2": "ZeroRedundanc
 ROUND_TRIPS = [configuration for configuration in LESSON if configuration[2] == "library"]
 
 
+def skip_where_fully_shard_needs_a_gpu(level):
+    """torch 2.6's fully_shard records events on the device's stream, which its CPU stream cannot:
+    there the reference is skipped (the lesson's ZeRO-3 is still checked against one process)."""
+    if level == "fully_shard" and not hasattr(torch.cpu.Stream, "record_event"):
+        pytest.skip(f"torch {torch.__version__}'s fully_shard does not run on the CPU")
+
+
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 @pytest.mark.parametrize("configuration", rubric_cases(LESSON + TORCHS))
 def test_every_step_equals_one_process_on_the_global_batch(configuration, world_size):
     """After every step, rank 0's whole parameters equal one process's trained on the global batch
     (torch's own levels too: the reference they are compared with below)."""
+    skip_where_fully_shard_needs_a_gpu(configuration[0])
     history = runs(world_size, configuration)[0]["history"]
     expected = reference(world_size, configuration[1])["history"]
     for step, (got, want) in enumerate(zip(history, expected[1:]), start=1):
@@ -668,6 +676,7 @@ def test_every_step_equals_torchs_zero_redundancy_optimizer_or_fully_shard(confi
     with the same optimizer, after every step."""
     level, optimizer_name, _, _ = configuration
     counterpart = (TORCH_COUNTERPART[level], optimizer_name, "library", None)
+    skip_where_fully_shard_needs_a_gpu(counterpart[0])
     history = runs(world_size, configuration)[0]["history"]
     torchs = runs(world_size, counterpart)[0]["history"]
     for step, (got, want) in enumerate(zip(history, torchs), start=1):
