@@ -31,15 +31,13 @@ import time
 
 import torch
 
-from runtime import checkpoint, collective_record, data, faults
+from runtime import checkpoint, collective_record, data, device, faults
 from runtime.across_ranks import gather, sum_over_ranks
 from runtime.guards import TrainingDiverged
 from runtime.launch import (
     LaunchError,
     Placement,
-    choose_backend,
     detect_launcher,
-    device_for,
     first_line,
     free_port,
     host_name,
@@ -73,8 +71,10 @@ def main(argv=None):
                                   "launcher sets it")
             run_rank(placement_from_environment(launcher), args)
             return 0
-        data.fetch(args.dataset, args.data_dir, args.offline_data_dir)  # once, before any rank
         world_size = args.world_size or 1
+        plan = device.plan(args.device, args.backend, world_size)  # refused before any data
+        print(first_line_of_run(args, world_size, plan, world_size), flush=True)
+        data.fetch(args.dataset, args.data_dir, args.offline_data_dir)  # once, before any rank
         if world_size == 1:
             launcher = "single" if args.mode == "single" else "local"
             port = args.master_port or free_port()
@@ -84,8 +84,9 @@ def main(argv=None):
             raise LaunchError(f"--master-port {args.master_port} is already in use; choose "
                               "another or omit it")
         # This process has only imported torch: on Linux the ranks can be forked from it, with
-        # what each would import when it builds its optimizer (a second of CPU per rank).
-        fork = sys.platform == "linux"
+        # what each would import when it builds its optimizer (a second of CPU per rank). Not
+        # where they use a GPU: asking for the GPUs above started CUDA, which a fork cannot use.
+        fork = sys.platform == "linux" and plan.kind == "cpu"
         if fork:
             import torch._dynamo  # noqa: F401
 
@@ -142,22 +143,26 @@ def run_rank(placement, args):
 def train_rank(placement, args):
     """One rank's run: join the process group, load the data, build and wrap the model, train,
     and (rank 0) write the results."""
-    backend = choose_backend(args.backend, placement.local_world_size)
+    plan = device.plan(args.device, args.backend, placement.local_world_size)
+    backend = plan.backend
+    if placement.rank == 0 and placement.launcher in ("torchrun", "slurm"):
+        print(first_line_of_run(args, placement.world_size, plan, placement.local_world_size),
+              flush=True)
     torch.set_num_threads(threads_per_rank(args.threads, placement.local_world_size))
     # The ranks start different; the wrapper's broadcast makes them agree.
     torch.manual_seed(args.seed + placement.rank)
     sync_options = SyncOptions.from_args(args)
     if backend == "nccl" and sync_options.through_shared_memory:
-        raise LaunchError("--transport shm sums CPU tensors; on GPUs use NCCL (--transport "
-                          "library or auto)")
+        raise LaunchError("--transport shm sums CPU tensors; NCCL takes only GPU ones (--backend "
+                          "gloo stages them through the host)")
+    rank_device = plan.for_rank(placement.local_rank)  # before NCCL starts: its GPU
     with process_group(placement, backend, args.timeout):
-        device = device_for(backend, placement.local_rank)
-        dataset = prepare_data(placement, args)
+        dataset = prepare_data(placement, args, rank_device)
         record_collectives(placement, args)  # from here on: a download is no hang
-        model = build_model(args.model, args.hidden_sizes, args.dropout).to(device)
+        model = build_model(args.model, args.hidden_sizes, args.dropout).to(rank_device)
         parameters = count_parameters(model)  # before a sharded wrapper cuts it up
-        timer = StepTimer(device, args.warmup_steps, args.trace_steps if args.trace else 0)
-        device_ids = [device.index] if device.type == "cuda" else None
+        timer = StepTimer(rank_device, args.warmup_steps, args.trace_steps if args.trace else 0)
+        device_ids = [rank_device.index] if rank_device.type == "cuda" else None
         wrapped = wrap_model(model, sync_options, timer.comm, device_ids)
         if args.debug_unsynced_parameter:
             faults.leave_out_of_sync(wrapped, args.debug_unsynced_parameter)
@@ -170,7 +175,7 @@ def train_rank(placement, args):
         # every rank: a sharded model is gathered whole
         final_state = wrapped.full_state_dict() if args.save_model else None
         if placement.rank == 0:
-            environment = describe_environment(placement, backend, device, hosts, parameters)
+            environment = describe_environment(placement, backend, rank_device, hosts, parameters)
             write_results(args, environment, outcome, time.perf_counter() - started)
             if args.save_model:
                 checkpoint.save_atomic(final_state, args.save_model)
@@ -186,9 +191,10 @@ def record_collectives(placement, args):
         faults.skip_an_all_reduce(args.debug_skip_all_reduce, placement.rank)
 
 
-def prepare_data(placement, args):
+def prepare_data(placement, args, rank_device):
     """One process per machine fetches and verifies the data, and every rank learns whether that
-    worked; then each rank loads it into memory."""
+    worked (over `rank_device`: NCCL sums only GPU tensors); then each rank loads it into
+    memory."""
     problem = None
     if placement.local_rank == 0:
         try:
@@ -198,7 +204,7 @@ def prepare_data(placement, args):
     failures = 0
     if placement.world_size > 1:  # the all-reduce doubles as the barrier the other ranks wait at
         failed = {"failures": problem is not None}
-        failures = sum_over_ranks(failed, torch.device("cpu"))["failures"]
+        failures = sum_over_ranks(failed, rank_device)["failures"]
     if problem or failures:
         raise data.DataError(problem or "preparing the data failed on another node (see its log)")
     dataset = data.load(args.dataset, args.data_dir, args.val_samples, args.train_samples,
@@ -210,13 +216,23 @@ def prepare_data(placement, args):
     return dataset
 
 
-def describe_environment(placement, backend, device, hosts, parameters):
+def first_line_of_run(args, world_size, plan, local_world_size):
+    """What the run is and where it computes, before anything else it says."""
+    ranks = "1 rank" if world_size == 1 else f"{world_size} ranks"
+    return (f"run: --mode {args.mode}, {args.model} on {args.dataset}, {ranks}, "
+            + plan.describe(local_world_size))
+
+
+def describe_environment(placement, backend, rank_device, hosts, parameters):
     """The results' `environment`: software, placement, hardware and the model's size."""
+    on_gpu = rank_device.type == "cuda"
     return {
         "torch": torch.__version__,
         "python": platform.python_version(),
         "backend": backend,
-        "device": str(device),
+        "device": str(rank_device),
+        "gpu": torch.cuda.get_device_name(rank_device) if on_gpu else None,
+        "float32": device.PRECISION if on_gpu else "float32",
         "launcher": placement.launcher,
         "world_size": placement.world_size,
         "hosts": hosts,

@@ -31,10 +31,13 @@ class Curve:
     def evaluate(self, epoch):
         """Pause the clock, score the test split, restart; returns whether the target is reached
         (the accuracy is reduced over ranks, so every rank answers the same)."""
+        device = next(self.model.parameters()).device
+        if device.type == "cuda":  # the steps queued on the GPU are training time
+            torch.cuda.synchronize(device)
         paused = time.perf_counter()
         self.training_s += paused - self.started
         _, accuracy = evaluate(self.model, self.test, self.placement.rank,
-                               self.placement.world_size, torch.device("cpu"))
+                               self.placement.world_size, device)
         self.model.train()
         self.points.append({"time_s": self.training_s,
                             "samples": self.steps * self.samples_per_step,

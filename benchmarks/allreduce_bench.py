@@ -40,7 +40,7 @@ import torch.distributed as dist
 from benchmarks.common import int_list, run_world_sizes, time_blocking_all_reduce
 from manual_collectives import SharedMemoryAllReduce, ring_all_reduce
 from manual_sharding import ring_all_gather, ring_reduce_scatter
-from runtime import emulated_network
+from runtime import emulated_network, torch_compat
 from runtime.options import OneLineParser
 from runtime.results import write_json_atomic
 from runtime.timing import summarize
@@ -134,10 +134,10 @@ def implementations(candidate, timeout_s):
         all_reduces["candidate"] = module.ring_all_reduce
     chosen = {("all-reduce", name): lambda _, tensor, function=function: function(tensor)
               for name, function in all_reduces.items()}
-    chosen.update({("reduce-scatter", "gloo"): dist.reduce_scatter_single,
+    chosen.update({("reduce-scatter", "gloo"): torch_compat.reduce_scatter_single,
                    ("reduce-scatter", "ring"): ring_reduce_scatter,
                    ("reduce-scatter", "shm"): shared.reduce_scatter,
-                   ("all-gather", "gloo"): lambda output, tensor: dist.all_gather_single(
+                   ("all-gather", "gloo"): lambda output, tensor: torch_compat.all_gather_single(
                        output, own_chunk(tensor)),
                    ("all-gather", "ring"): lambda output, tensor: ring_all_gather(
                        output, own_chunk(tensor)),
@@ -250,7 +250,7 @@ def bench_rank(placement, args):
         if placement.rank == 0:
             write_json_atomic(args.part_path, rows)
     finally:
-        dist.destroy_process_group()
+        torch_compat.destroy_process_group()
 
 
 def measurement(world, size, key, seconds, verified):

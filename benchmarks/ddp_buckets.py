@@ -23,6 +23,7 @@ import torch.distributed as dist
 from torch.nn.functional import cross_entropy
 
 from benchmarks.common import run_world_sizes
+from runtime import torch_compat
 from runtime.models import build_model
 from runtime.results import write_json_atomic
 from runtime.timing import CommRecorder, LayoutLog
@@ -66,7 +67,7 @@ def probe_rank(placement, args):
         if placement.rank == 0:
             write_json_atomic(args.part_path, layouts)
     finally:
-        dist.destroy_process_group()
+        torch_compat.destroy_process_group()
 
 
 def probed(models=MODELS, bucket_mbs=BUCKET_MBS, steps=3):

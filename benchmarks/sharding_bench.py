@@ -66,6 +66,7 @@ from benchmarks.step_bench import (
     spread,
     world_size_orders,
 )
+from runtime import torch_compat
 from runtime.launch import threads_per_rank
 from runtime.memory import CATEGORIES, MemoryWatch
 from runtime.models import build_model, count_parameters
@@ -330,7 +331,7 @@ def bench_rank(placement, args):
             write_json_atomic(args.part_path,
                               {"rows": rows, "threads_per_rank": torch.get_num_threads()})
     finally:
-        dist.destroy_process_group()
+        torch_compat.destroy_process_group()
 
 
 def launch(world, configuration, args, folder):

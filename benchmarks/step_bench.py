@@ -20,6 +20,7 @@ once per rank. The step's compute does not depend on the pixel values, and this 
     python -m benchmarks.step_bench --record --strategies per-param,ring --output /tmp/r.json
     python -m benchmarks.step_bench --models mlp --world-sizes 2 --steps 2 --warmup 1 \
         --repeats 1 --output /tmp/s.json
+    python -m benchmarks.step_bench --plain-loop --device cuda     (benchmarks/plain_loop.py)
 
 Every world size's processes are launched --repeats times (3), interleaved: repeat 1 runs every
 world size in order, repeat 2 in reverse order, and so on, so a slow spell of the machine falls on
@@ -47,8 +48,10 @@ from statistics import median
 import torch
 import torch.distributed as dist
 
+from benchmarks import plain_loop
 from benchmarks.common import int_list, run_world_sizes
-from runtime import collective_record
+from runtime import collective_record, torch_compat
+from runtime.device import DEVICES
 from runtime.launch import threads_per_rank
 from runtime.models import build_model, count_parameters
 from runtime.optimizers import Schedule
@@ -107,8 +110,13 @@ def parse_args(argv=None):
     add("--record", action="store_true",
         help="also run every strategy with its collectives recorded (STRATEGY+record)")
     add("--output", default="results/step-bench.json")
+    add("--plain-loop", action="store_true",
+        help="instead: our step in one process against a plain PyTorch loop, on --device, "
+             "--repeats rounds of --steps steps (benchmarks/plain_loop.py; writes "
+             f"{plain_loop.DEFAULT_OUTPUT})")
+    add("--device", choices=DEVICES, default="auto", help="--plain-loop: where it runs")
     args = parser.parse_args(argv)
-    if args.steps < 1 or args.warmup < 0 or min(args.world_sizes) < 2:
+    if args.steps < 1 or args.warmup < 0 or (min(args.world_sizes) < 2 and not args.plain_loop):
         parser.error("--steps must be >= 1, --warmup >= 0, every world size >= 2")
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
@@ -197,7 +205,7 @@ def bench_rank(placement, args):
             write_json_atomic(args.part_path,
                               {"rows": rows, "threads_per_rank": torch.get_num_threads()})
     finally:
-        dist.destroy_process_group()
+        torch_compat.destroy_process_group()
 
 
 def measurements(statistics, model_name, parameters, world):
@@ -362,6 +370,8 @@ def main(argv=None):
     """Run every world size, repeated, write the results file, print the table; 1 if a rank
     failed."""
     args = parse_args(argv)
+    if args.plain_loop:
+        return plain_loop.run(args)
     environment = machine()
     measured = run_repeats(args)
     if measured is None:

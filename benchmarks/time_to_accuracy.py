@@ -47,6 +47,7 @@ from benchmarks.classic_mnist import CLASSIC, classic_rank
 from benchmarks.common import int_list
 from benchmarks.time_to_accuracy_summary import print_summary, summarise
 from runtime import data
+from runtime import device as devices
 from runtime.across_ranks import sum_over_ranks
 from runtime.guards import DivergenceGuard
 from runtime.launch import Placement, free_port, launch_local, process_group, threads_per_rank
@@ -82,19 +83,22 @@ def ours_rank(placement, job):
         placement = Placement()  # one process, no process group
     torch.set_num_threads(threads_per_rank(args.threads, world))
     torch.manual_seed(args.seed + placement.rank)
-    device = torch.device("cpu")
-    with process_group(placement, "gloo", args.timeout):
+    plan = devices.plan(args.device, "auto", placement.local_world_size)
+    device = plan.for_rank(placement.local_rank)
+    with process_group(placement, plan.backend, args.timeout):
         dataset = data.load(args.dataset, args.data_dir, 0, args.train_samples,
                             args.test_samples, args.seed)
-        model = build_model(args.model, args.hidden_sizes, args.dropout)
-        wrapped = wrap_model(model, SyncOptions.from_args(args))  # no recorder: nothing timed
+        train = dataset.train.to(device)  # as the trainer: batches indexed where the data is
+        model = build_model(args.model, args.hidden_sizes, args.dropout).to(device)
+        device_ids = [device.index] if device.type == "cuda" else None
+        wrapped = wrap_model(model, SyncOptions.from_args(args), device_ids=device_ids)
         steps = steps_per_epoch(len(dataset.train), args, world)
         optimizer, schedule = build_optimizer(wrapped, args, steps)
         precision = Precision(args.amp, device)
         # the trainer's float16-wire stop; its NaN watch is left out (a diverged run: not reached)
         guard = DivergenceGuard(device, args.compress, precision.scaler.is_enabled())
-        train_step = TrainingStep(wrapped, optimizer, schedule, batch_loader(dataset.train),
-                                  precision, guard=guard)
+        train_step = TrainingStep(wrapped, optimizer, schedule, batch_loader(train), precision,
+                                  guard=guard)
         evaluate_after = evaluation_steps(steps, job.evals_per_epoch)
         samples_per_step = args.batch_size * args.accum_steps  # this rank's
         setup_s = time.perf_counter() - begun
@@ -103,7 +107,7 @@ def ours_rank(placement, job):
         wrapped.train()
         for epoch in range(args.epochs):
             shard = data.shard_indices(len(dataset.train), samples_per_step, placement.rank,
-                                       world, epoch, args.seed)[:steps]
+                                       world, epoch, args.seed)[:steps].to(device)
             for step, indices in enumerate(shard, 1):
                 # as the trainer does: a row of the shard is the step's micro-batches
                 train_step(indices.view(args.accum_steps, args.batch_size), curve.steps)
@@ -119,7 +123,7 @@ def ours_rank(placement, job):
 
 def batch_loader(split):
     """TrainingStep's `load` for the in-memory `split`: a micro-batch of sample indices becomes
-    (images, labels), indexed where the data already is, on the CPU."""
+    (images, labels), indexed where the data already is (the indices are there too)."""
     return lambda indices: (split.images[indices], split.labels[indices])
 
 
@@ -146,7 +150,8 @@ def parse_config(text):
 def training_options(args, model, options, world, seed):
     """mlp_ddp.py's parsed options for one of our runs, --batch-size made per rank; a bad option
     ends the program with mlp_ddp.py's one line and exit code 2."""
-    argv = ["--model", model, "--val-samples", "0", "--data-dir", args.data_dir,
+    argv = ["--model", model, "--val-samples", "0", "--data-dir", args.data_dir, "--device",
+            args.device,
             "--test-samples", str(args.test_samples), "--seed", str(seed),
             *shlex.split(args.model_options[model]), *shlex.split(options)]
     parsed = parse_training_options(argv)
@@ -179,6 +184,8 @@ def parse_args(argv=None):
     add("--seed", type=int, default=0, help="repeat r uses seed + r")
     add("--data-dir", default="data")
     add("--offline-data-dir", default=os.environ.get("OFFLINE_DATA_DIR"))
+    add("--device", choices=devices.DEVICES, default="auto",
+        help="where ours and the recipe train (mlp_ddp.py's --device)")
     add("--output", default="results/time-to-accuracy.json")
     add("--resume", action="store_true", help="keep the runs already in --output, run the rest")
     args = parser.parse_args(argv)
@@ -216,6 +223,7 @@ def run_one(args, planned, repeat, folder):
         job.epochs = args.classic_epochs
         job.data_dir = args.data_dir
         job.test_samples = args.test_samples
+        job.device = args.device
         worker = classic_rank
     else:
         targets = {model: args.targets[model]}
@@ -251,7 +259,7 @@ def main(argv=None):
     data.fetch("mnist", args.data_dir, args.offline_data_dir)
     environment = {"torch": torch.__version__, "python": platform.python_version(),
                    "platform": platform.platform(), "cores": os.cpu_count(),
-                   "cores_available": len(os.sched_getaffinity(0)), "backend": "gloo",
+                   "cores_available": len(os.sched_getaffinity(0)), "device": args.device,
                    "load_average_1min_at_start": os.getloadavg()[0]}
     config = {name: value for name, value in vars(args).items() if name != "offline_data_dir"}
     records = []

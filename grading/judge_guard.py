@@ -15,7 +15,7 @@ class TaskCodeInTheJudge(RuntimeError):
 def refuse(name):
     def refused(*args, **kwargs):
         raise TaskCodeInTheJudge(f"{name} was called in the judge's process: the tests call the "
-                                 "assignment's code only in child processes (tests/harness.py)")
+                                 "assignment's code only in child processes (grading/launch.py)")
     return refused
 
 

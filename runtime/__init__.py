@@ -2,6 +2,8 @@
 
     options.py      the command line: every option, its range, the checks before training
     launch.py       where the processes come from (local, torchrun, srun) and the process group
+    device.py       --device: one device for every rank, its backend, the GPU's float32 policy
+    torch_compat.py the older torch names where a cluster's torch lacks the newer ones
       emulated_network.py  --emulate-link, and the command that takes a cluster's network up/down
         shaped_links.py    the network: ranks or nodes in namespaces behind links shaped by tc
     collective_record.py  each rank's last collectives; where the ranks part ways on a hang

@@ -18,11 +18,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
-import torch
 import torch.distributed as dist
 from torch import multiprocessing
 
-from runtime import emulated_network, shaped_links
+from runtime import emulated_network, shaped_links, torch_compat
 
 
 class LaunchError(Exception):
@@ -99,6 +98,11 @@ def first_line(error):
     return (str(error).strip().splitlines() or [""])[0]
 
 
+def last_line(traceback_text):
+    """A traceback's last line: the exception's type and message."""
+    return (traceback_text.strip().splitlines() or [""])[-1]
+
+
 def free_port():
     """A TCP port no one listens on now, for a local master."""
     with socket.socket() as probe:
@@ -120,22 +124,6 @@ def host_name():
     """The node's name as the job knows it (SLURM's, where several slurmd share one machine), else
     the host's."""
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-
-
-def choose_backend(requested, local_world_size):
-    """gloo on CPU; NCCL when every rank on this node has a GPU of its own."""
-    if requested != "auto":
-        return requested
-    enough_gpus = torch.cuda.is_available() and torch.cuda.device_count() >= local_world_size
-    return "nccl" if enough_gpus else "gloo"
-
-
-def device_for(backend, local_rank):
-    """This rank's device: its own GPU under NCCL, else the CPU."""
-    if backend == "nccl":
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
 
 
 def threads_per_rank(requested, local_world_size):
@@ -175,7 +163,7 @@ def process_group(placement, backend, timeout_s):
     try:
         yield
     finally:
-        dist.destroy_process_group()
+        torch_compat.destroy_process_group()
 
 
 def wait_for_master(host, port, timeout_s):
@@ -243,6 +231,9 @@ def _launch_local(worker, world_size, args, port, network, fork):
     except multiprocessing.ProcessExitedException as failure:
         return failure.error_index, failure.exit_code
     except multiprocessing.ProcessRaisedException as failure:
+        # a worker that let its exception out (a benchmark's): else no one would say what it was
+        print(f"error: rank {failure.error_index}: {last_line(failure.msg)}", file=sys.stderr,
+              flush=True)
         return failure.error_index, 1
     finally:  # on Ctrl-C or SIGTERM too: no rank outlives the launcher
         stop_all(context.processes)

@@ -58,8 +58,8 @@ def build_strategy(params, strategy, bucket_mb=DEFAULT_BUCKET_MB, layers=(), tra
         collective = layer(collective)
     options = {"bucket_mb": bucket_mb} if issubclass(strategy_class, BucketedSync) else {}
     sync = strategy_class(params, collective, **options)
-    if carried.shared is not None and isinstance(sync, FlatSync):
-        # the flat buffer kept in this rank's slot: packing writes the slot, and no copy is made
+    # the flat buffer kept in this rank's slot, packing writing the slot; not a GPU's gradients
+    if carried.shared is not None and isinstance(sync, FlatSync) and not params[0].is_cuda:
         sync.buffer = carried.shared.own_slot(sync.buffer.dtype, sync.buffer.numel())
     return sync
 

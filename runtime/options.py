@@ -11,6 +11,7 @@ from manual_allreduce import DEFAULT_BUCKET_MB, STRATEGIES
 from manual_sharding import LEVELS
 from runtime import emulated_network
 from runtime.data import DATASETS
+from runtime.device import DEVICES
 from runtime.dtypes import DTYPES
 from runtime.optimizers import SCHEDULES
 from runtime.transports import NAMES as TRANSPORT_NAMES
@@ -148,8 +149,11 @@ def build_parser(description):
         help="first steps left out of the timing statistics")
     add("--world-size", type=bounded(int, 1), default=None,
         help="start this many local processes (not under torchrun/srun)")
+    add("--device", choices=DEVICES, default="auto",
+        help="where every rank computes: auto = cuda if torch sees a GPU, else cpu; cuda with "
+             "more local ranks than GPUs shares them over gloo (runtime/device.py)")
     add("--backend", choices=("auto", "gloo", "nccl"), default="auto",
-        help="auto: NCCL when each local rank has a GPU")
+        help="auto: NCCL when each local rank has a GPU of its own, else gloo")
     add("--timeout", type=bounded(float, 0, low_open=True), default=120.0,
         help="seconds a collective may wait for a peer")
     add("--check-sync-every", type=bounded(int, 0), default=None, metavar="N",

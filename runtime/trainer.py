@@ -83,10 +83,7 @@ class Trainer:
     def run_epoch(self, epoch):
         """One pass over this rank's shard of the training split; returns the epoch's record."""
         args = self.args
-        shard = shard_indices(len(self.train), args.batch_size * args.accum_steps,
-                              self.placement.rank, self.placement.world_size, epoch, args.seed)
-        if args.max_steps:
-            shard = shard[:args.max_steps]
+        shard = self.epoch_batches(epoch)
         first_step = self.progress.step_in_epoch  # a run resumed mid-epoch starts where it stopped
         steps = len(shard) - first_step
         samples_per_step = args.batch_size * args.accum_steps * self.placement.world_size
@@ -96,15 +93,7 @@ class Trainer:
         sums = TrainingSums(self.device)
         started = time.perf_counter()
         for step in range(first_step, len(shard)):
-            self.faults.exit_if_due(self.progress.global_step)
-            micro_batches = shard[step].view(args.accum_steps, args.batch_size)
-            # collectives timed between steps (a sharded model's evaluation and checkpoints
-            # gather it) are no step's
-            self.timer.comm.take()
-            self.timer.start_step()
-            loss = self.train_step(micro_batches, self.progress.global_step, sums)
-            self.timer.end_step()
-            self.after_step(step, loss)
+            self.train_one_step(step, shard[step].view(args.accum_steps, args.batch_size), sums)
             progress_line.step_done(step + 1 - first_step)
         train_time = time.perf_counter() - started
         self.guard.check_losses()
@@ -114,6 +103,29 @@ class Trainer:
         self.progress.step_in_epoch = 0
         self.save_checkpoint()
         return record
+
+    def epoch_batches(self, epoch):
+        """This rank's rows of sample indices for `epoch` (data.shard_indices), cut by
+        --max-steps, on the model's device: a GPU indexed by host indices copies them from
+        pageable memory, which waits for the GPU to finish its queue, at every step."""
+        args = self.args
+        shard = shard_indices(len(self.train), args.batch_size * args.accum_steps,
+                              self.placement.rank, self.placement.world_size, epoch, args.seed)
+        if args.max_steps:
+            shard = shard[:args.max_steps]
+        return shard.to(self.device)
+
+    def train_one_step(self, step, micro_batches, sums):
+        """Step `step` of the epoch on `micro_batches` (rows of sample indices), timed, with what
+        follows it; benchmarks/plain_loop.py times this against a plain PyTorch loop."""
+        self.faults.exit_if_due(self.progress.global_step)
+        # collectives timed between steps (a sharded model's evaluation and checkpoints gather
+        # it) are no step's
+        self.timer.comm.take()
+        self.timer.start_step()
+        loss = self.train_step(micro_batches, self.progress.global_step, sums)
+        self.timer.end_step()
+        self.after_step(step, loss)
 
     def load(self, batch):
         """A micro-batch's images and labels on the model's device."""

@@ -20,6 +20,8 @@ import torch.distributed as dist
 from manual_allreduce import completed
 from manual_collectives import SLOT_BYTES, SharedMemoryAllReduce, hosts_of_ranks, ring_all_reduce
 from manual_sharding import all_gather_by_ring, reduce_scatter_by_ring
+from runtime import torch_compat
+from runtime.device import staged_through_host
 
 NAMES = ("auto", "library", "ring", "shm")  # --transport
 
@@ -41,12 +43,12 @@ def library_all_reduce(tensor):
 
 def library_reduce_scatter(output, tensor):
     """The library's reduce-scatter (gloo or NCCL)."""
-    return future_of(dist.reduce_scatter_single(output, tensor, async_op=True), output)
+    return future_of(torch_compat.reduce_scatter_single(output, tensor, async_op=True), output)
 
 
 def library_all_gather(output, shard):
     """The library's all-gather."""
-    return dist.all_gather_single(output, shard, async_op=True).get_future()
+    return torch_compat.all_gather_single(output, shard, async_op=True).get_future()
 
 
 def future_of(work, result):
@@ -90,19 +92,21 @@ def library(buffer_bytes=0):
     return Collectives(library_all_reduce, library_reduce_scatter, library_all_gather)
 
 
+# The hand-written ones, through the host where gloo carries GPU tensors (runtime/device.py)
 def ring(buffer_bytes=0):
-    return Collectives(lambda tensor: completed(ring_all_reduce(tensor)),
-                       reduce_scatter_by_ring, all_gather_by_ring)
+    return Collectives(staged_through_host(lambda tensor: completed(ring_all_reduce(tensor))),
+                       staged_through_host(reduce_scatter_by_ring),
+                       staged_through_host(all_gather_by_ring))
 
 
 def shared_memory(buffer_bytes=0):
     """A collective: every rank calls it. Its slots hold at least `buffer_bytes` (rounded up to
     64-byte lines), so that a flat buffer can be kept in one (see Collectives.shared)."""
     shared = SharedMemoryAllReduce(slot_bytes=max(SLOT_BYTES, -(-buffer_bytes // 64) * 64))
-    return Collectives(lambda tensor: completed(shared.all_reduce(tensor)),
-                       lambda output, tensor: completed(shared.reduce_scatter(output, tensor)),
-                       lambda output, shard: completed(shared.all_gather(output, shard)),
-                       shared)
+    blocking = (lambda tensor: completed(shared.all_reduce(tensor)),
+                lambda output, tensor: completed(shared.reduce_scatter(output, tensor)),
+                lambda output, shard: completed(shared.all_gather(output, shard)))
+    return Collectives(*map(staged_through_host, blocking), shared)
 
 
 class Transport(NamedTuple):

@@ -131,10 +131,10 @@ MESSAGES = {"per-param": "param", "bucketed": "bucket"}
 def wrap_model(model, options, recorder=None, device_ids=None):
     """`model` wrapped for `options.mode` (see above); `recorder` (a timing.CommRecorder), if
     given, records the collectives' spans and bytes and when each gradient was accumulated."""
+    if options.mode == "single":  # no collective for the gradients' stamps to split
+        return SingleProcess(model)
     if recorder:
         watch_gradients(model, recorder)
-    if options.mode == "single":
-        return SingleProcess(model)
     if options.mode == "ddp-no-sync":
         return NoSyncDDP(model, device_ids=device_ids, bucket_cap_mb=options.bucket_mb)
     if options.mode == "sharded":

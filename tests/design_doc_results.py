@@ -3,7 +3,7 @@ configuration of the sweep repeated, the bucket sweep, both benchmarks and a tra
 network's all-reduce and SLURM runs (§5.6) and the one-machine sweep (§4.5).
 
 The files are written, and the document built, in a child process with the code under test
-(tests/harness.py run_alone): the benchmark's times come from the cost model and the build reads
+(grading/launch.py run_alone): the benchmark's times come from the cost model and the build reads
 the models and the cost model's derivations, all task code, never run by the process that decides
 the tests. The build renders the submission's templates, whose prose is the student's, and also
 templates of the tests' own (SHOWN: one placeholder each), so that the tests read the build's tables

@@ -3,7 +3,7 @@
 Training runs are summarised by runtime.timing.summarize_ranks and the trace laid out by its
 chrome_trace, and the bucket sweep counts buckets of the models' parameters (runtime.models): task
 code, which the process that decides the tests never runs. So those documents and layouts are made
-in a child process with the code under test (tests/harness.py run_alone), once per session, and the
+in a child process with the code under test (grading/launch.py run_alone), once per session, and the
 tests plot them in their own process. The make_* functions run in the child and import the task
 code there."""
 import copy

@@ -2,7 +2,7 @@
 documents.
 
 Each runs as a user would, in a subprocess with real gloo processes, in the folder of the code
-under test (tests/harness.py SANDBOX). No timing is asserted: figures from two iterations on a
+under test (grading/launch.py SANDBOX). No timing is asserted: figures from two iterations on a
 shared machine say nothing; their arithmetic does. The option parsing and the step benchmark's
 verdict, on hand-made numbers, are checked in this process: they run none of the code under test.
 """
@@ -180,3 +180,32 @@ def test_step_ratios_are_taken_within_a_repeat_never_across_repeats():
     assert verdict["against_ddp"]["verdict"] == "indistinguishable"
     assert verdict["against_same_transport_ddp"]["ddp"] == "ddp-shm"
     assert verdict["against_same_transport_ddp"]["step_ratio"]["median"] == pytest.approx(8 / 9)
+
+
+
+def test_step_benchmark_sets_our_step_beside_a_plain_loop(tmp_path):
+    output = tmp_path / "plain.json"
+    printed = run(STEP, "--plain-loop", "--device", "cpu", "--models", "mlp", "--steps", "2",
+                  "--warmup", "1", "--repeats", "2", "--output", str(output))
+    assert "x plain" in printed and "device cpu" in printed
+    document = json.loads(output.read_text())
+    assert document["schema"] == "plain-loop/1" and document["environment"]["device"] == "cpu"
+    rows = {row["configuration"]: row for row in document["rows"]}
+    assert sorted(rows) == ["ddp", "manual", "plain", "single"]
+    plain = rows["plain"]["median_step_s"]
+    for row in rows.values():
+        assert len(row["per_round_s"]) == 2
+        assert row["min_step_s"] <= row["median_step_s"] <= row["max_step_s"]
+        assert row["ratio_to_plain"] == pytest.approx(row["median_step_s"] / plain)
+        assert row["samples_per_s"] == pytest.approx(64 / row["median_step_s"])
+
+def test_a_benchmark_rank_that_raises_says_its_error(tmp_path):
+    # a candidate ring that raises: the error's line, not only "rank 0 failed (exit code 1)"
+    candidate = tmp_path / "candidate.py"
+    candidate.write_text("def ring_all_reduce(tensor):\n"
+                         "    raise RuntimeError('the candidate ring broke')\n")
+    done = run_python(["-m", ALLREDUCE, "--sizes", "1K", "--iterations", "1", "--warmup", "0",
+                       "--world-sizes", "2", "--candidate", str(candidate), "--output",
+                       str(tmp_path / "out.json")], timeout=120)
+    assert done.returncode == 1
+    assert "RuntimeError: the candidate ring broke" in done.stderr

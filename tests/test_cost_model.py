@@ -7,7 +7,7 @@ the candidates, halving-doubling, DDP's buckets taken as sent; and the published
 their sources.
 
 analysis/cost_model.py holds the derivations, so it runs only in a child process with the code
-under test (tests/harness.py run_alone): `cost_model_gives` sends it the calls and gets plain
+under test (grading/launch.py run_alone): `cost_model_gives` sends it the calls and gets plain
 numbers back, and the assertions are made here. The cost model is imported inside the function run
 there, never at the top: this module is also imported by the process that decides the tests
 (grading/judge.py)."""

@@ -1,7 +1,7 @@
 """The data module: in-memory splits, offline copies verified by MD5, and sharding identical to
 DistributedSampler.
 
-runtime.data runs in child processes (tests/harness.py run_alone), which return tensors, numbers
+runtime.data runs in child processes (grading/launch.py run_alone), which return tensors, numbers
 and strings: it is imported inside those functions, never at the top, as this module is also
 imported by the process that decides the tests (grading/judge.py)."""
 import gzip

@@ -3,7 +3,7 @@ one, and the build fails clearly where it cannot; §3's bucket layouts are the c
 DDP's are torch's.
 
 The build, the models and the cost model (whose derivations are the student's) run in child
-processes in the submission's folder (tests/harness.py), imported inside the functions run there,
+processes in the submission's folder (grading/launch.py), imported inside the functions run there,
 never at the top: this module is also imported by the process that decides the tests
 (grading/judge.py). The committed document, its results and its templates are read from that
 folder, harness.SANDBOX. The sections' prose is the student's: the tests read the build's numbers

@@ -2,7 +2,7 @@
 exist: the verdicts between strategies, efficiency, ceiling and overlap, and the α-β fits. The
 claims are read from the build's numbers and its tables (design_doc_results.SHOWN), not from the
 student's prose; the cost model, whose derivations are the student's, runs in a child
-(tests/harness.py)."""
+(grading/launch.py)."""
 import re
 
 import pytest

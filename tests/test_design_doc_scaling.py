@@ -3,7 +3,7 @@ all-reduce among the candidates, each gradient is ready when the traced backward
 carry bootstrap intervals, and the emulated network's runs are read in the results schema before
 this one.
 
-The build, the models and the cost model run in child processes (tests/harness.py run_alone), as in
+The build, the models and the cost model run in child processes (grading/launch.py run_alone), as in
 tests/test_design_doc.py, whose synthetic results (tests/design_doc_results.py) this module shares.
 """
 

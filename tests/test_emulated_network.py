@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from benchmarks.common import time_blocking_all_reduce
 from grading.launch import run_cli
-from runtime import shaped_links
+from runtime import shaped_links, torch_compat
 from runtime.launch import launch_local
 from runtime.options import parse_args
 from tests.harness import one_line_exit_2, write_dataset
@@ -63,7 +63,7 @@ def timed_all_reduce(placement, args):
     report = {"seconds": seconds, "sum": tensor[0].item(), "namespace": os.readlink(
         "/proc/self/ns/net"), "interface": os.environ.get("GLOO_SOCKET_IFNAME")}
     Path(args.folder, f"{placement.rank}.json").write_text(json.dumps(report))
-    dist.destroy_process_group()
+    torch_compat.destroy_process_group()
 
 
 def test_an_all_reduce_between_two_namespaces_takes_the_wire_time_then_nothing_is_left(

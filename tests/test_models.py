@@ -1,6 +1,6 @@
 """The two networks: their shapes, sizes and initialisation, and that the MLP learns.
 
-The models are built in a child process (tests/harness.py run_alone), which returns what the tests
+The models are built in a child process (grading/launch.py run_alone), which returns what the tests
 check as plain data: the code under test is imported inside those functions, never at the top,
 as this module is also imported by the process that decides the tests (grading/judge.py)."""
 import pytest

@@ -415,6 +415,7 @@ def compare_halves(rank, world_size, half):
     carried, and the largest element of the library's sum. A piece that raises leaves its error
     in place of its numbers; one that hangs, in place of every later piece's too."""
     from manual_sharding import ring_all_gather, ring_reduce_scatter
+    from runtime.torch_compat import all_gather_single, reduce_scatter_single
 
     library_group = dist.new_group(backend="gloo")  # the library's own, beside the recorded one
     cases = {}
@@ -430,14 +431,14 @@ def compare_halves(rank, world_size, half):
                     "largest_sum": library_sum.abs().max().item()}
                 if half == "reduce_scatter":
                     library = tensor.new_empty(chunk)
-                    dist.reduce_scatter_single(library, tensor.clone(), group=library_group)
+                    reduce_scatter_single(library, tensor.clone(), group=library_group)
                     scattered = attempt(carrying, ring_reduce_scatter, tensor.new_empty(chunk),
                                         tensor.clone())
                     case.update(reduce_scatter=difference(scattered, library),
                                 reduce_scatter_carried=carried(scattered))
                 else:
                     library = tensor.new_empty(length)
-                    dist.all_gather_single(library, shard, group=library_group)
+                    all_gather_single(library, shard, group=library_group)
                     gathered = attempt(carrying, ring_all_gather, tensor.new_empty(length), shard)
                     in_place = attempt(gather_in_place, ring_all_gather, shard, world_size, rank)
                     case.update(all_gather=difference(gathered, library),
@@ -648,11 +649,19 @@ TORCH_COUNTERPART = {"zero1": "ZeroRedundancyOptimizer", "zero2": "ZeroRedundanc
 ROUND_TRIPS = [configuration for configuration in LESSON if configuration[2] == "library"]
 
 
+def skip_where_fully_shard_needs_a_gpu(level):
+    """torch 2.6's fully_shard records events on the device's stream, which its CPU stream cannot:
+    there the reference is skipped (the lesson's ZeRO-3 is still checked against one process)."""
+    if level == "fully_shard" and not hasattr(torch.cpu.Stream, "record_event"):
+        pytest.skip(f"torch {torch.__version__}'s fully_shard does not run on the CPU")
+
+
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 @pytest.mark.parametrize("configuration", rubric_cases(LESSON + TORCHS))
 def test_every_step_equals_one_process_on_the_global_batch(configuration, world_size):
     """After every step, rank 0's whole parameters equal one process's trained on the global batch
     (torch's own levels too: the reference they are compared with below)."""
+    skip_where_fully_shard_needs_a_gpu(configuration[0])
     history = runs(world_size, configuration)[0]["history"]
     expected = reference(world_size, configuration[1])["history"]
     for step, (got, want) in enumerate(zip(history, expected[1:]), start=1):
@@ -667,6 +676,7 @@ def test_every_step_equals_torchs_zero_redundancy_optimizer_or_fully_shard(confi
     with the same optimizer, after every step."""
     level, optimizer_name, _, _ = configuration
     counterpart = (TORCH_COUNTERPART[level], optimizer_name, "library", None)
+    skip_where_fully_shard_needs_a_gpu(counterpart[0])
     history = runs(world_size, configuration)[0]["history"]
     torchs = runs(world_size, counterpart)[0]["history"]
     for step, (got, want) in enumerate(zip(history, torchs), start=1):

@@ -87,6 +87,7 @@ def compare_halves_with_library(rank, world_size):
     against the library's, on one host, for chunks that fit a slot and chunks that take several
     pieces; and what the halves say across two hosts."""
     from manual_collectives import SharedMemoryAllReduce
+    from runtime.torch_compat import all_gather_single, reduce_scatter_single
 
     shared = SharedMemoryAllReduce(SLOT_BYTES)
     found = []
@@ -96,12 +97,12 @@ def compare_halves_with_library(rank, world_size):
             # small integers: every order of addition gives the library's bits
             tensor = torch.randint(-8, 9, (chunk * world_size,), generator=generator).to(dtype)
             library = tensor.new_empty(chunk)
-            dist.reduce_scatter_single(library, tensor.clone())
+            reduce_scatter_single(library, tensor.clone())
             if not torch.equal(shared.reduce_scatter(tensor.new_empty(chunk), tensor), library):
                 found.append(("reduce_scatter", str(dtype), chunk, "differs"))
             shard = torch.randn(chunk, generator=generator).to(dtype)
             library = shard.new_empty(chunk * world_size)
-            dist.all_gather_single(library, shard)
+            all_gather_single(library, shard)
             if not torch.equal(shared.all_gather(shard.new_empty(chunk * world_size), shard),
                                library):
                 found.append(("all_gather", str(dtype), chunk, "differs"))

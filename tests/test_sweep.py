@@ -1,7 +1,7 @@
 """sweep.py plans the right runs, survives a failed one, and runs end to end on a tiny
 configuration.
 
-The real sweep runs in a child process in the submission's folder (tests/harness.py run_alone):
+The real sweep runs in a child process in the submission's folder (grading/launch.py run_alone):
 its runs are that folder's mlp_ddp.py, and its plots count the buckets of its models."""
 import glob
 import json

@@ -1,6 +1,6 @@
 """Timing semantics on a fake clock: compute, exposed and busy communication, overlap, the trace.
 
-Each scenario runs in a child process (tests/harness.py run_alone) on a fake clock and returns
+Each scenario runs in a child process (grading/launch.py run_alone) on a fake clock and returns
 its step records; the tests check them here. The code under test is imported inside those
 functions, never at the top, as this module is also imported by the process that decides the
 tests (grading/judge.py). results.overlap is not task code: it is checked here."""

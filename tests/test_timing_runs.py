@@ -2,7 +2,7 @@
 a deliberately slow rank, DDP's calibration, and every results file committed under results/.
 
 The runs and the benchmark start as fresh processes in the folder of the code under test
-(tests/harness.py SANDBOX), whose committed results files are read from there too."""
+(grading/launch.py SANDBOX), whose committed results files are read from there too."""
 import glob
 import json
 import os

@@ -38,7 +38,7 @@ pytest_plugins = ["grading.plugin"]
 """
 
 # tests/student_code.py: the submission's answer(), called in a child process in the sandbox, as
-# tests/harness.py calls the real assignment's code; only its printed JSON comes back.
+# grading/launch.py calls the real assignment's code; only its printed JSON comes back.
 # Where test_hang.py's child leaves a file before its test is killed (test_later.py looks).
 LEFT_BY_A_HUNG_TEST = "/tmp/left-by-a-hung-test-of-the-synthetic-assignment"
 STUDENT_CODE = f"""
