@@ -1,6 +1,6 @@
-"""The launcher of student code (grading/launch.py): a launch shared by several tests runs once, and one
-that failed fails the others at once; a child's error comes back as its traceback, its result
-only as data."""
+"""The launcher of student code (grading/launch.py): a launch shared by several tests runs once,
+and one that failed fails the others at once; a child's error comes back as its traceback, its
+result only as data."""
 import os
 import pickle
 
