@@ -14,6 +14,7 @@ import contextlib
 import ctypes
 import json
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -473,9 +474,20 @@ def left_by_the_grading(report):
     return found
 
 
-def test_the_honest_submission_earns_its_marks(tmp_path):
-    report, results, _, _ = grade_in_a_process(tmp_path, {"student.py": "def answer(data=None):\n"
-                                                                     "    return 42\n"})
+@pytest.fixture
+def open_folder():
+    """A folder of root's that any user may enter and read, as an instructor's checkout or
+    /autograder is (pytest's own temporary folders are root's alone, which would hide what the
+    grader must)."""
+    folder = tempfile.mkdtemp(prefix="grader-security-")
+    os.chmod(folder, 0o755)
+    yield pathlib.Path(folder)
+    shutil.rmtree(folder)
+
+
+def test_the_honest_submission_earns_its_marks(open_folder):
+    honest = {"student.py": "def answer(data=None):\n    return 42\n"}
+    report, results, _, _ = grade_in_a_process(open_folder, honest)
     # core.fast's 2 marks, and the hidden test's item core.fail's 4
     assert report["total_earned"] == results["score"] == 6
 
@@ -511,12 +523,12 @@ def skip_unless_contained(trick, containment):
 @pytest.mark.parametrize("trick, containment",
                          [(trick, "namespaces") for trick in TRICKS]
                          + [(trick, "fallback") for trick in IN_THE_FALLBACK_TOO])
-def test_a_trick_earns_nothing_and_results_json_says_what_was_refused(tmp_path, trick,
+def test_a_trick_earns_nothing_and_results_json_says_what_was_refused(open_folder, trick,
                                                                       containment):
     skip_unless_contained(trick, containment)
     if os.path.lexists(LEFT_FOR_LATER):
         os.unlink(LEFT_FOR_LATER)
-    report, results, output, peak_bytes = grade_in_a_process(tmp_path, TRICKS[trick],
+    report, results, output, peak_bytes = grade_in_a_process(open_folder, TRICKS[trick],
                                                              CONTAINMENTS[containment])
     # nothing earned, in the report and in what Gradescope reads
     assert report["total_earned"] == 0 and results["score"] == 0, output
@@ -539,10 +551,10 @@ def test_a_trick_earns_nothing_and_results_json_says_what_was_refused(tmp_path, 
         assert "found nothing" in shown
     if trick == "prints 600 MiB":  # what comes back of a stream is at most a MiB
         assert peak_bytes < 600 * 2**20, f"a process of the grading held {peak_bytes} bytes"
-    if trick == "a daemon rewrites the results" and os.path.exists(tmp_path / "daemon.pid"):
-        with open(tmp_path / "daemon.pid") as file:  # where it could leave its pid at all
+    if trick == "a daemon rewrites the results" and os.path.exists(open_folder / "daemon.pid"):
+        with open(open_folder / "daemon.pid") as file:  # where it could leave its pid at all
             assert not os.path.exists(f"/proc/{int(file.read())}")  # killed and reaped
-    secret = os.stat(tmp_path / "root-only")  # handed to no other user, whatever the trick
+    secret = os.stat(open_folder / "root-only")  # handed to no other user, whatever the trick
     assert (secret.st_uid, secret.st_gid, secret.st_mode & 0o777) == (0, 0, 0o600)
     # the report says how the children were held
     expected = "namespaces: yes" if containment == "namespaces" and not namespaces_refused() \
@@ -568,19 +580,19 @@ IN_THE_LAYOUT = ("forges the grade report", "a daemon rewrites the results",
 @pytest.mark.parametrize("trick, containment",
                          [(trick, containment) for trick in IN_THE_LAYOUT
                           for containment in CONTAINMENTS])
-def test_a_trick_earns_nothing_through_run_autograder_in_gradescopes_layout(tmp_path, trick,
+def test_a_trick_earns_nothing_through_run_autograder_in_gradescopes_layout(open_folder, trick,
                                                                             containment):
     if not another_user_can_run_python():
         pytest.skip("as root only: Gradescope runs the autograder as root")
-    instructor, submission, env = instructor_and_submission(tmp_path, TRICKS[trick])
-    root = tmp_path / "autograder"  # /autograder: source (the zip), submission, results
+    instructor, submission, env = instructor_and_submission(open_folder, TRICKS[trick])
+    root = open_folder / "autograder"  # /autograder: source (the zip), submission, results
     shutil.copytree(instructor, root / "source")
     shutil.copy(os.path.join(REPO, "grading", "handout", "run_autograder"), root / "source")
     shutil.copytree(submission, root / "submission", symlinks=True)
     shutil.copytree(env["OFFLINE_DATA_DIR"], root / "data")
     # as Gradescope starts it: in the autograder's source folder
     env.update(AUTOGRADER_ROOT=str(root), PYTHON=sys.executable, PWD=str(root / "source"))
-    with places_for_the_tricks(tmp_path, root / "submission"):
+    with places_for_the_tricks(open_folder, root / "submission"):
         done = subprocess.run([str(root / "source" / "run_autograder"), "--timeout-per-test",
                                "20", "--budget", "60", *CONTAINMENTS[containment]], env=env,
                               timeout=120, capture_output=True, text=True)
@@ -590,7 +602,7 @@ def test_a_trick_earns_nothing_through_run_autograder_in_gradescopes_layout(tmp_
     shown = json.dumps([results["output"]] + [test for test in results["tests"]
                                               if test["visibility"] != "hidden"])
     assert HIDDEN_SECRET not in shown and HIDDEN_SECRET.encode().hex() not in shown
-    secret = os.stat(tmp_path / "root-only")
+    secret = os.stat(open_folder / "root-only")
     assert (secret.st_uid, secret.st_mode & 0o777) == (0, 0o600)
 
 
