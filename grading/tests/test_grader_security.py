@@ -273,18 +273,19 @@ def answer(data=None):
 """
 
 # Runs the instructor's own answer, from the folder grade.py was started in ($PWD, which every
-# child inherited), or any folder its environment names: right only if it found one.
-RUNS_THE_INSTRUCTORS_ANSWER = """
+# child inherited), any folder its environment names, or the autograder's, whose path is known:
+# right only if it found one.
+RUNS_THE_INSTRUCTORS_ANSWER = WHERE + """
 import os
 
 FOUND = None
-for name in sorted(os.environ):
-    for folder in os.environ[name].split(os.pathsep):
-        path = os.path.join(folder, "solution", "student.py")
-        if FOUND is None and os.path.isabs(folder) and os.path.isfile(path):
-            FOUND = {}
-            with open(path) as file:
-                exec(file.read(), FOUND)
+for folder in [WHERE.get("autograder_source", "")] + [
+        folder for name in sorted(os.environ) for folder in os.environ[name].split(os.pathsep)]:
+    path = os.path.join(folder, "solution", "student.py")
+    if FOUND is None and os.path.isabs(folder) and os.path.isfile(path):
+        FOUND = {}
+        with open(path) as file:
+            exec(file.read(), FOUND)
 
 
 def answer(data=None):
@@ -393,16 +394,16 @@ def instructor_and_submission(root, files):
 
 
 @contextlib.contextmanager
-def places_for_the_tricks(root, submission):
+def places_for_the_tricks(root, submission, **known):
     """Where the tricks look (where.json beside student.py): a root-only file, a folder any user
-    may write that is none of the shared temporary ones (only the child's view keeps it), and
-    where the daemon leaves its pid (not in root's tmp_path)."""
+    may write that is none of the shared temporary ones (only the child's view keeps it), where
+    the daemon leaves its pid (not in root's tmp_path), and the `known` paths."""
     drop = tempfile.mkdtemp(prefix="grader-security-")
     os.chmod(drop, 0o777)
     world_writable = tempfile.mkdtemp(prefix="grader-security-", dir=WORLD_WRITABLE_IN)
     os.chmod(world_writable, 0o777)
     where = {"root_only_file": str(root / "root-only"), "world_writable": world_writable,
-             "daemon_pid_file": os.path.join(drop, "daemon.pid")}
+             "daemon_pid_file": os.path.join(drop, "daemon.pid"), **known}
     (submission / "where.json").write_text(json.dumps(where))
     try:
         yield where
@@ -592,7 +593,8 @@ def test_a_trick_earns_nothing_through_run_autograder_in_gradescopes_layout(open
     shutil.copytree(env["OFFLINE_DATA_DIR"], root / "data")
     # as Gradescope starts it: in the autograder's source folder
     env.update(AUTOGRADER_ROOT=str(root), PYTHON=sys.executable, PWD=str(root / "source"))
-    with places_for_the_tricks(open_folder, root / "submission"):
+    with places_for_the_tricks(open_folder, root / "submission",
+                               autograder_source=str(root / "source")):
         done = subprocess.run([str(root / "source" / "run_autograder"), "--timeout-per-test",
                                "20", "--budget", "60", *CONTAINMENTS[containment]], env=env,
                               timeout=120, capture_output=True, text=True)
