@@ -66,6 +66,7 @@ from benchmarks.step_bench import (
     spread,
     world_size_orders,
 )
+from runtime import collective_record
 from runtime.launch import threads_per_rank
 from runtime.memory import CATEGORIES, MemoryWatch
 from runtime.models import build_model, count_parameters
@@ -322,6 +323,9 @@ def bench_rank(placement, args):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{placement.master_port}",
                             rank=placement.rank, world_size=world,
                             timeout=timedelta(seconds=args.timeout))
+    collective_record.intercept()  # the ring's bytes are counted at its sends
+    if placement.rank == 0:
+        print(collective_record.INTERCEPTION, flush=True)
     try:
         rows = [bench_model(model_name, args, placement.rank, world)
                 for model_name in args.models]

@@ -116,7 +116,7 @@ class Configuration:
     """One wrapped model copy with its optimizer, its own timer (so its own comm recorder), and
     the trainer's step."""
 
-    def __init__(self, name, model_name, args):
+    def __init__(self, name, model_name, args, record=None):
         torch.manual_seed(args.seed)  # every copy starts from the same weights (as rank 0's)
         self.name = name
         strategy = name.removesuffix(RECORDED)
@@ -125,7 +125,8 @@ class Configuration:
         self.timer = StepTimer(warmup_steps=args.warmup)
         mode, hook = DDP_CONFIGURATIONS.get(name, ("manual", "none"))  # else a strategy
         options = SyncOptions(mode, strategy, args.bucket_mb, comm_hook=hook)
-        wrapped = wrap_model(self.model, options, self.timer.comm)
+        wrapped = wrap_model(self.model, options, self.timer.comm,
+                             record=record if self.recorded else None)
         # mlp_ddp.py's optimizer, at a constant rate
         optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3, fused=True)
         precision = Precision(None, torch.device("cpu"))
@@ -148,7 +149,7 @@ def bench_model(model_name, args, rank):
     # installed once; switched on for the recorded configurations' steps only
     recorder = collective_record.install(tempfile.mkdtemp(prefix="step-bench-record-"),
                                          rank) if args.record else None
-    configurations = [Configuration(name, model_name, args) for name in names]
+    configurations = [Configuration(name, model_name, args, recorder) for name in names]
     generator = torch.Generator().manual_seed(args.seed + rank)  # each rank its own slice
     images = torch.randn(BATCH_POOL, args.batch_size, 1, 28, 28, generator=generator)
     labels = torch.randint(0, 10, (BATCH_POOL, args.batch_size), generator=generator)

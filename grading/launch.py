@@ -171,10 +171,10 @@ def wait_for(context, folder, world_size, measure):
 
 
 def verdict(folder):
-    """Where the ranks' collectives parted ways (runtime/collective_record.py), as a line to add
-    to a failure; "" where they agree."""
-    from runtime import collective_record
-    found = collective_record.compare(collective_record.read_records(folder))
+    """Where the ranks' collectives parted ways (runtime/hang_verdict.py), as lines to add to a
+    failure; "" where they agree."""
+    from runtime import hang_verdict
+    found = hang_verdict.compare(hang_verdict.read_records(folder))
     return f"\nthe ranks' collectives: {found}" if found else ""
 
 
@@ -255,9 +255,9 @@ def _worker(rank, world_size, port, folder, child, target, args, timeout_s, back
 
 def record_collectives(folder, rank):
     """Each rank's collectives into its record in `folder`, for verdict(): the runtime's recorder,
-    where the code under test has it."""
+    where the code under test has it, over every operation (a test calls the library itself)."""
     try:
         from runtime import collective_record
     except ImportError:
         return
-    collective_record.install(folder, rank)
+    collective_record.install(folder, rank, operations=collective_record.OPERATIONS)

@@ -20,6 +20,7 @@ from manual_allreduce import (
     broadcast_parameters,
     call_when_ready,
 )
+from runtime.collective_record import kept
 from runtime.wrappers import WrappedModel, all_reduce_by_ring, shared_memory_all_reduce
 
 
@@ -197,5 +198,6 @@ class ManualDDP(WrappedModel, nn.Module):
         locally_unused = set(missing) | self.unused
         flags = [param not in locally_unused for param in self.params]
         used = torch.tensor(flags, dtype=torch.int32, device=self.params[0].device)
-        dist.all_reduce(used)
+        with kept("all_reduce", used):
+            dist.all_reduce(used)
         return [param for param, count in zip(self.params, used.tolist()) if count == 0]

@@ -28,6 +28,7 @@ from manual_sharding import (
     all_gather_by_ring,
     reduce_scatter_by_ring,
 )
+from runtime.collective_record import recorded
 from runtime.timing import timed
 from runtime.wrappers import WrappedModel
 
@@ -110,15 +111,19 @@ def default_collectives():
     return "shm" if len(set(hosts_of_ranks())) == 1 else "library"
 
 
-def collectives(name="auto", recorder=None, message="bucket", layers=()):
+def collectives(name="auto", recorder=None, message="bucket", layers=(), record=None):
     """{"reduce_scatter": ..., "all_gather": ...} for --collectives `name`, inside `layers`
     (functions that take a collective and return one doing more around it, the first innermost)
     and, given a `recorder`, the timing layer outermost: messages named `message` and numbered in
-    the order sent, unless labelled (`labelled`)."""
+    the order sent, unless labelled (`labelled`). Given a `record` (collective_record.Recorder),
+    each call is kept there, innermost; the ring's messages are kept by the launcher's
+    interception instead, at the lesson's own lines."""
     if name == "auto":
         name = default_collectives()
     made = {}
     for kind, collective in zip(("reduce-scatter", "all-gather"), COLLECTIVES[name]()):
+        if record is not None and name != "ring":
+            collective = recorded(collective, record, kind.replace("-", "_"))
         for layer in layers:
             collective = layer(collective)
         if recorder is not None:
@@ -379,14 +384,14 @@ def layout(level, shards):
 
 
 def wrap_sharded(module, level, bucket_mb, compute_dtype="fp32", prefetch=True,
-                 collective_name="auto", recorder=None, layers=()):
+                 collective_name="auto", recorder=None, layers=(), record=None):
     """`module` wrapped for --shard `level`; `recorder` times every collective, inside which
-    `layers` go (as collectives' `layers`)."""
+    `layers` go, and `record` keeps each (as collectives' `layers` and `record`)."""
     if level in ("optimizer", "gradients"):
-        made = collectives(collective_name, recorder, "bucket", layers)
+        made = collectives(collective_name, recorder, "bucket", layers, record)
         return ShardedOptimizerModel(module, level == "gradients", bucket_mb, made, recorder)
     if level == "parameters":
-        made = collectives(collective_name, recorder, "unit", layers)
+        made = collectives(collective_name, recorder, "unit", layers, record)
         return FullyShardedTraining(module, COMPUTE_DTYPES[compute_dtype], prefetch, recorder,
                                     **made)
     raise ValueError(f"unknown --shard level {level!r}")

@@ -11,7 +11,8 @@ checkpoint format serve them all:
   manual       `runtime.manual_ddp.ManualDDP`, the hand-written strategies of manual_allreduce.py
   sharded      runtime/sharded.py: manual_sharding.py's ZeRO-1, 2 or 3 (--shard), which also builds
                the optimizer and gathers the model for checkpoints
-Every collective goes through the timing layer (timing.timed). --compress is the lesson's
+Every collective goes through the timing layer (timing.timed) and the record's
+(collective_record.recorded), composed around it here. --compress is the lesson's
 compression layer for mode manual and torch's fp16_compress_wrapper design for mode ddp: a
 reference mode runs no code of the lesson's but the shared-memory transport it is asked for.
 """
@@ -25,6 +26,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from manual_allreduce import DEFAULT_BUCKET_MB, completed
+from runtime.collective_record import recorded
 from runtime.timing import timed, watch_gradients
 
 WIRE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}  # --compress
@@ -209,9 +211,11 @@ MESSAGES = {"per-param": "param", "bucketed": "bucket"}
 TRANSPORTS = {"ring": "point-to-point", "shm": "shared-memory"}  # --sync's; the others: library
 
 
-def wrap_model(model, options, recorder=None, device_ids=None):
+def wrap_model(model, options, recorder=None, device_ids=None, record=None):
     """`model` wrapped for `options.mode` (see above); `recorder` (a timing.CommRecorder), if
-    given, records the collectives' spans and bytes and when each gradient was accumulated."""
+    given, records the collectives' spans and bytes and when each gradient was accumulated;
+    `record` (a collective_record.Recorder), if given, keeps each collective for a hang's
+    verdict (a ring's messages it sees at the launcher's interception instead)."""
     if recorder:
         watch_gradients(model, recorder)
     if options.mode == "single":
@@ -221,6 +225,8 @@ def wrap_model(model, options, recorder=None, device_ids=None):
     if options.mode == "ddp":
         shm = options.comm_hook == "shm"
         collective = shared_memory_all_reduce()[0] if shm else library_all_reduce
+        if record:
+            collective = recorded(collective, record, "all_reduce")
         if recorder:
             # DDP's buckets, in index order
             collective = timed(collective, recorder, message="bucket",
@@ -230,15 +236,17 @@ def wrap_model(model, options, recorder=None, device_ids=None):
         from runtime.sharded import wrap_sharded  # the lesson's code runs only here, and in manual
 
         return wrap_sharded(model, options.shard, options.bucket_mb, options.compute_dtype,
-                            options.prefetch, options.collectives, recorder)
+                            options.prefetch, options.collectives, recorder, record=record)
     from runtime.manual_ddp import ManualDDP  # the lesson's code: see the module's docstring
 
     message = MESSAGES.get(options.sync, "flat")
     transport = TRANSPORTS.get(options.sync, "library")
+    recording = [partial(recorded, recorder=record, operation="all_reduce")
+                 ] if record and transport != "point-to-point" else []
     timing = [partial(timed, recorder=recorder, message=message, transport=transport)
               ] if recorder else []
     return ManualDDP(model, options.sync, options.bucket_mb,
-                     timing + compression_layers(options.compress))
+                     recording + timing + compression_layers(options.compress))
 
 
 def compression_layers(compress):
