@@ -188,6 +188,29 @@ def test_a_zero_3_run_whose_ranks_agree_passes_the_check_of_its_gathered_paramet
                    "--epochs", 1, "--batch-size", 16, "--val-samples", 50, "--warmup-steps", 1,
                    "--results-dir", tmp_path / "results", "--check-sync-every", 3, timeout=120)
     assert done.returncode == 0, done.stderr
+    # the run's one interception of torch.distributed is said before anything else
+    assert done.stdout.splitlines()[0] == collective_record.INTERCEPTION
+
+
+def halves_through_shared_memory(rank, world_size, folder):
+    """The operations a record keeps of one reduce-scatter and one all-gather through shared
+    memory, as the runtime hands them to a sharded strategy: (operation, elements, finished)."""
+    from runtime.sharded import collectives
+
+    recorder = collective_record.install(folder, rank)
+    made = collectives("shm", record=recorder)
+    tensor, shard = torch.ones(8), torch.empty(4)
+    made["reduce_scatter"](shard, tensor).wait()
+    made["all_gather"](tensor, shard).wait()
+    return [(collective_record.OPERATIONS[entry["operation"]], int(entry["elements"]),
+             bool(entry["finished"] > 0)) for entry in hang_verdict.read_records(folder)[rank]]
+
+
+def test_the_shared_memory_halves_are_kept_in_the_record(tmp_path):
+    folder = tmp_path / "records"
+    folder.mkdir(mode=0o777)
+    for kept in run_in_processes(2, halves_through_shared_memory, str(folder)):
+        assert kept == [("reduce_scatter", 8, True), ("all_gather", 8, True)]
 
 
 def test_the_check_is_on_by_default_where_the_sync_is_written_by_hand():
