@@ -323,9 +323,7 @@ def bench_rank(placement, args):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{placement.master_port}",
                             rank=placement.rank, world_size=world,
                             timeout=timedelta(seconds=args.timeout))
-    collective_record.intercept()  # the ring's bytes are counted at its sends
-    if placement.rank == 0:
-        print(collective_record.INTERCEPTION, flush=True)
+    collective_record.intercept()  # the ring's bytes are counted at its sends (said in main)
     try:
         rows = [bench_model(model_name, args, placement.rank, world)
                 for model_name in args.models]
@@ -487,6 +485,7 @@ def main(argv=None):
     environment = machine()
     environment["peak_rss"] = ("the high-water mark of the process, reset before each model "
                                "(/proc/self/clear_refs): the interpreter and torch included")
+    print(collective_record.INTERCEPTION, flush=True)  # what every rank installs
     measured = run_repeats(args)
     if measured is None:
         return 1

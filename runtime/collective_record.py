@@ -213,6 +213,11 @@ def intercept(recorder=None, operations=POINT_TO_POINT):
             setattr(dist, operation, intercepted(recorder, operation, function))
 
 
+def intercepting():
+    """Whether this process's point-to-point messages are intercepted (counted, maybe recorded)."""
+    return all(hasattr(getattr(dist, operation), "intercepted") for operation in POINT_TO_POINT)
+
+
 def intercepted(recorder, operation, function):
     """torch.distributed's `function` (`operation`), each send counted and each call made outside
     another recorded."""

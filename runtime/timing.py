@@ -32,7 +32,7 @@ from contextlib import contextmanager
 import torch
 import torch.distributed as dist
 
-from runtime.collective_record import counting_sends
+from runtime.collective_record import counting_sends, intercepting
 
 PHASES = ("data", "forward", "backward", "sync", "optimizer")
 # A trace span's name starts with its collective, then what it sends: "all-reduce bucket 0"
@@ -199,6 +199,11 @@ def timed(collective, recorder, kind="all-reduce", message="message", transport=
     the bytes that left the rank: the library's by SENT_BY_LIBRARY, a "point-to-point" one's
     counted at its sends, all of which happen inside the call (a hand-written ring blocks), by
     the interception the launcher installs (collective_record.counting_sends)."""
+    if transport == "point-to-point" and not intercepting():
+        raise RuntimeError("a point-to-point collective's bytes are counted at its sends, by the "
+                           "interception a launcher installs (collective_record.intercept): "
+                           "none is installed in this process")
+
     def timed_collective(*tensors):
         nbytes = max(tensor.numel() * tensor.element_size() for tensor in tensors)
         span = recorder.started(recorder.next_name(kind, message), nbytes)
