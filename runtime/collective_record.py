@@ -49,8 +49,9 @@ ENTRY = np.dtype([("number", "<i8"), ("operation", "<i2"), ("dtype", "<i2"), ("p
                   ("where", "S160")])
 RUNTIME_FOLDER = os.path.dirname(os.path.abspath(__file__))
 PROJECT_FOLDER = os.path.dirname(RUNTIME_FOLDER)
-# frames that only carry a collective: the line that matters called them
-CARRIERS = (os.path.dirname(torch.__file__) + os.sep, sysconfig.get_paths()["stdlib"] + os.sep)
+# frames that only carry a collective, this module's among them: the line that matters called them
+CARRIERS = (os.path.dirname(torch.__file__) + os.sep, sysconfig.get_paths()["stdlib"] + os.sep,
+            os.path.abspath(__file__))
 
 
 class Recorder:
@@ -110,7 +111,7 @@ class Recorder:
 def where_called():
     """'ring_all_gather (manual_sharding.py:73)': the innermost frame of this thread outside torch,
     the standard library and this runtime, short of the entry script (for the runtime's own
-    collectives, the runtime's line is the better one); "" if there is none."""
+    collectives, the runtime's own line is the better one); "" if there is none."""
     frame, innermost = sys._getframe(1), None
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)

@@ -4,6 +4,7 @@
 parameters drift apart stop at the next check, naming the parameter (runtime/guards.py,
 --check-sync-every).
 """
+import inspect
 import os
 import re
 import shutil
@@ -61,11 +62,55 @@ def test_each_rank_is_named_at_the_line_that_started_its_collective(tmp_path):
     started_here(first)
     started_here(second)
     verdict = hang_verdict.compare(hang_verdict.read_records(tmp_path))
-    line = started_here.__code__.co_firstlineno + 2
+    source, first = inspect.getsourcelines(started_here)
+    line = first + len(source) - 1  # its last line
     where = f"at started_here (tests/test_collective_record.py:{line})"
     assert verdict.startswith(f"collective #0: rank 0 waits in recv (1,024 float32 from rank 1) "
                               f"{where}; rank 1 waits in recv"), verdict
     assert verdict.count(where) == 2, verdict
+
+
+def sent_through_the_layers(recorder):
+    """An all-reduce through the record's layer and the timing layer, as the runtime hands one to a
+    strategy; the line that calls it is the one to name."""
+    from manual_allreduce import completed
+    from runtime import timing
+
+    collective = collective_record.recorded(completed, recorder, "all_reduce")
+    timing.timed(collective, timing.CommRecorder())(FLOATS).wait()
+
+
+def test_the_line_named_is_the_callers_not_the_layers_the_runtime_put_around_it(tmp_path):
+    recorder, = records_of(tmp_path, 0)
+    sent_through_the_layers(recorder)
+    entry, = hang_verdict.read_records(tmp_path)[0]
+    source, first = inspect.getsourcelines(sent_through_the_layers)
+    line = first + next(index for index, text in enumerate(source) if "timing.timed(" in text)
+    assert entry["where"].decode() == (f"sent_through_the_layers "
+                                       f"(tests/test_collective_record.py:{line})")
+
+
+# The entry script calls the runtime, which sums over the ranks: the runtime's line is named.
+SUM_FROM_THE_ENTRY_SCRIPT = """
+import sys, torch.distributed as dist
+from runtime import across_ranks, collective_record, hang_verdict
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[2], rank=0,
+                        world_size=1)
+collective_record.install(sys.argv[1], 0)
+across_ranks.sum_over_ranks({"one": 1}, "cpu")
+print(hang_verdict.read_records(sys.argv[1])[0][0]["where"].decode())
+"""
+
+
+def test_a_collective_of_the_runtime_called_from_the_entry_script_is_named_at_the_runtime(
+        tmp_path):
+    from runtime.launch import free_port
+
+    done = subprocess.run([sys.executable, "-c", SUM_FROM_THE_ENTRY_SCRIPT, str(tmp_path),
+                           str(free_port())], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("sum_over_ranks (runtime/across_ranks.py:"), done.stdout
 
 
 def test_the_verdict_names_the_first_collective_where_the_ranks_part_ways(tmp_path):
