@@ -21,19 +21,19 @@ import sys
 import tempfile
 import time
 
-from grading import calibration, gradescope, namespace, profile
+from grading import calibration, gradescope, profile, view
 from grading.judge import make_judge
 from grading.plugin import Grading, load_rubric
 from grading.report import BY_PERSON, totals, write_atomically
 from grading.runner import run_pytest
 from grading.sandbox import (
-    SHARED_FOLDERS,
     become,
     descendants_of,
     kill_processes_of,
     kill_until_gone,
     real_mnist,
     remove_files_of,
+    remove_ipc_objects_of,
 )
 from grading.submission import copy_submission, file_hashes
 
@@ -77,6 +77,9 @@ def parse(argv):
                         help="seconds a test may run before it is killed (default "
                         f"{profile.DEFAULT_TIMEOUT_S:g}, known-long tests more, times the "
                         "calibration's stretch)")
+    parser.add_argument("--no-namespaces", action="store_true",
+                        help="contain student code as where Linux refuses namespaces (by users "
+                        "alone): to check that fallback")
     parser.add_argument("--budget", type=positive, metavar="S",
                         help=f"seconds for the whole run (default {profile.BUDGET_S:g} times the "
                         "calibration's stretch)")
@@ -97,23 +100,24 @@ def environment(instructor):
     return env
 
 
-def contain(work, private, judge, sandbox, scratch, env):
+def contain(work, private, judge, sandbox, scratch, env, instructor, namespaces=True):
     """As root: student code runs as users of this grading alone (GRADE_UIDS, one per test
     module: grading/sandbox.py), who may enter `work` and `scratch` but list neither, read
     the sandbox and write nothing of it, and cannot enter the judge's folders (its code and
-    hidden tests; its report and log); each in a mount namespace of its own where the system
-    allows (GRADE_MOUNT_NAMESPACE: grading/namespace.py). Returns the uids, and the
+    hidden tests; its report and log); each launch in namespaces of its own where the system
+    allows and `namespaces` (GRADE_NAMESPACES: grading/view.py). Returns the uids, and the
     report's notes."""
     os.chmod(work, 0o711)
     os.chmod(scratch, 0o711)
     for folder in (private, judge):
         os.chmod(folder, 0o700)
     read_only(sandbox)
+    env["GRADE_NAMESPACES"] = "0"
     if os.geteuid() != 0:
         return range(0), [
             "grade.py did not run as root, so student code ran as the grader's own user: it could "
             "reach the grader's files, the hidden tests among them (they are not secret here; the "
-            "grade is sound only where it runs as root)", "mount namespace: no (not root)"]
+            "grade is sound only where it runs as root)", "namespaces: no (not root)"]
     first = FIRST_CHILD_UID + os.getpid() * CHILD_UIDS  # pids are unique: so are the ranges
     try:
         subprocess.run([sys.executable, "-c", "pass"], cwd="/", check=True, capture_output=True,
@@ -121,19 +125,51 @@ def contain(work, private, judge, sandbox, scratch, env):
     except (OSError, subprocess.SubprocessError):
         return range(0), [f"uid {first} cannot run {sys.executable} (a folder on its way is "
                           "private; for pyenv under /root: chmod o+x /root), so student code ran "
-                          "as root", "mount namespace: no (student code ran as root)"]
+                          "as root", "namespaces: no (student code ran as root)"]
     env["GRADE_UIDS"] = f"{first}:{CHILD_UIDS}"
-    why = namespace.refused(sandbox, scratch, SHARED_FOLDERS)
+    why = (namespaces_refused(first, sandbox, scratch, work, instructor) if namespaces
+           else "--no-namespaces chose the fallback")
+    notes = [f"student code ran as uids {first} and up, one per test module, owned by no account: "
+             "they can neither open the grader's files nor signal its processes, nor each other's"]
     if why is None:
-        env["GRADE_MOUNT_NAMESPACE"] = "1"
-    return range(first, first + CHILD_UIDS), [
-        f"student code ran as uids {first} and up, one per test module, owned by no account: "
-        "they can neither open the grader's files nor signal its processes, nor each other's",
-        "mount namespace: yes (each child saw the grading's folders as empty but its read-only "
-        "sandbox and its scratch folder, and could write nothing else but the shared temporary "
-        "folders, emptied after each test)" if why is None else
-        f"mount namespace: no ({why}): student code saw the file system as any user does; what "
-        "it left in the shared temporary folders was removed after each test"]
+        env["GRADE_NAMESPACES"] = "1"
+        return range(first, first + CHILD_UIDS), notes + [NAMESPACES]
+    notes.append(f"namespaces: no ({why}): {FALLBACK}")
+    if os.stat(instructor).st_mode & 0o005:
+        notes.append(f"not contained: the instructor's folder {instructor} can be read by every "
+                     "user, student code included (make it root's alone, as run_autograder does)")
+    return range(first, first + CHILD_UIDS), notes
+
+
+NAMESPACES = ("namespaces: yes (each launch of student code had a network with only loopback, IPC "
+              "objects and processes of its own, and saw of the files only the interpreter's, the "
+              "read-only sandbox and data, the folders handed to its test's user and a private "
+              "/tmp and /dev/shm; the ranks whose bytes a test counts shared only the network, "
+              "which the kernel counted)")
+FALLBACK = ("student code saw the file system as any user does (the grader's folders are root's "
+            "alone, and the children's environment and working folder name none of them); the "
+            "ranks of a launch shared the machine's network and IPC objects, removed after each "
+            "test: where a test counts their bytes, the kernel counted what their processes wrote, "
+            "and they could open no socket, but what they exchanged through memory or the process "
+            "group's store went uncounted")
+
+
+def namespaces_refused(uid, sandbox, scratch, work, instructor):
+    """Why a child cannot have a view of its own here (grading/view.py), tried once; None where
+    it can."""
+    try:
+        namespaces = view.Namespaces(("net", "ipc", "pid"))
+    except OSError as error:
+        return str(error)
+    shm, mount_point = (tempfile.mkdtemp(dir=scratch) for _ in range(2))
+    try:
+        interpreter = view.interpreter_folders([work], instructor)
+        seen = view.View(namespaces.joined, (sandbox, *interpreter), (), shm, mount_point)
+        return view.refused(seen, uid)
+    finally:
+        namespaces.close()
+        os.rmdir(shm)
+        os.rmdir(mount_point)
 
 
 def read_only(sandbox):
@@ -162,7 +198,7 @@ def calibrated(args):
             args.budget or profile.BUDGET_S * stretch, record)
 
 
-def grade(submission, timeout_s, budget_s, instructor=None, stretch=1.0):
+def grade(submission, timeout_s, budget_s, instructor=None, stretch=1.0, namespaces=True):
     """Grade the submission with the instructor's tests (default: INSTRUCTOR's), each named
     test's own timeout times `stretch`; the report (without the time taken)."""
     instructor = instructor or INSTRUCTOR
@@ -177,7 +213,9 @@ def grade(submission, timeout_s, budget_s, instructor=None, stretch=1.0):
         os.makedirs(private)
         os.makedirs(scratch)
         env.update(GRADE_SANDBOX=sandbox, GRADE_SCRATCH=scratch, GRADE_STRETCH=f"{stretch:g}")
-        uids, more_notes = contain(work, private, judge, sandbox, scratch, env)
+        env["GRADE_INSTRUCTOR"] = instructor  # named to no child (grading/sandbox.py)
+        uids, more_notes = contain(work, private, judge, sandbox, scratch, env, instructor,
+                                   namespaces)
         notes += more_notes
         # the grader says whether the real MNIST is here, not a variable student code can pop
         excuse = [] if "OFFLINE_DATA_DIR" in env else ["--grade-excuse", NO_REAL_MNIST]
@@ -190,6 +228,7 @@ def grade(submission, timeout_s, budget_s, instructor=None, stretch=1.0):
         finally:  # nothing of student code's reaches what comes next
             kill_processes_of(*uids)
             remove_files_of(*uids)
+            remove_ipc_objects_of(*uids)
     if report is None:
         report = lost_to(failure, os.path.join(instructor, "grading", "rubric.py"))
     report.update(submission=submission, files=hashes, notes=notes, failure=failure,
@@ -239,7 +278,8 @@ def main(argv=None):
     before = set(descendants_of(os.getpid()))  # main() called by a test: its own children
     try:
         timeout_s, budget_s, measured = calibrated(args)
-        report = grade(submission, timeout_s, budget_s, stretch=measured["stretch"])
+        report = grade(submission, timeout_s, budget_s, stretch=measured["stretch"],
+                       namespaces=not args.no_namespaces)
         report["calibration"] = measured
         if not reaping:
             report["notes"].append("this system cannot adopt orphans (no PR_SET_CHILD_SUBREAPER):"

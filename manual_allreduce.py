@@ -16,13 +16,14 @@ up to what DDP really does, in this order:
 Every strategy has the same two methods: `grad_ready(param)`, called as each gradient becomes
 final during backward, and `finish()`, called after backward, which leaves every rank the mean.
 Each sums with `self.all_reduce(tensor)`, which it is given: the library's by default; the
-runtime (runtime/manual_ddp.py) passes one with timing and compression around it, or a
-hand-written one (manual_collectives.py, read it after this file: `--sync ring` and `--sync shm`
-are the flat strategy over its ring and its shared memory). runtime/manual_ddp.py also puts the
-strategies behind the interface of torch's DDP: hooks, no_sync(), unused parameters and misuse.
+runtime (runtime/manual_ddp.py) passes the one `--transport` names (the library's, or the ring or
+shared memory of manual_collectives.py: read it after this file) with timing and compression
+around it. runtime/manual_ddp.py also puts the strategies behind the interface of torch's DDP:
+hooks, no_sync(), unused parameters and misuse. `--sync naive` runs `average_gradients` itself.
 """
 import torch
 import torch.distributed as dist
+from torch import nn
 
 DEFAULT_BUCKET_MB = 25.0  # as DDP's bucket_cap_mb
 FIRST_BUCKET_MB = 1.0  # as DDP: a small first bucket, so the first all-reduce starts early
@@ -50,6 +51,12 @@ def broadcast_parameters(module, src=0):
 
 
 # --- 2. The simplest strategy: one all-reduce per parameter ------------------------------------
+def trainable_parameters(params):
+    """The parameters a strategy synchronises: each that takes gradients, once (a tied parameter
+    is one); frozen ones are left alone."""
+    return list({id(param): param for param in params if param.requires_grad}.values())
+
+
 def all_reduce(tensor):
     """Start summing `tensor` over the ranks in place with the library's all-reduce, without
     waiting: returns a future that completes once the sum is in `tensor` (and raises the
@@ -224,7 +231,20 @@ def completed(tensor):
     return done
 
 
-# --sync, in the order built here; ring and shm are the flat strategy, summed by the ring or the
-# shared memory of manual_collectives.py (the runtime passes that all-reduce instead)
-STRATEGIES = {"per-param": PerParameterSync, "flat": FlatSync, "bucketed": BucketedSync,
-              "ring": FlatSync, "shm": FlatSync}
+class NaiveSync(PerParameterSync):
+    """`average_gradients` behind the strategies' interface, so that the trainer runs the first
+    version (`--sync naive`). It calls the library's all-reduce itself: no transport, timing or
+    compression layer reaches it."""
+
+    def __init__(self, params, all_reduce=all_reduce):
+        super().__init__(params, all_reduce)
+        self.model = nn.ParameterList(params)  # what average_gradients takes: a .parameters()
+
+    def finish(self):
+        """After backward: average_gradients."""
+        average_gradients(self.model)
+
+
+# --sync, in the order built here; what sums (--transport) is the all-reduce each is given
+STRATEGIES = {"naive": NaiveSync, "per-param": PerParameterSync, "flat": FlatSync,
+              "bucketed": BucketedSync}

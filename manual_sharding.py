@@ -25,7 +25,7 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils._pytree import tree_leaves
 
-from manual_allreduce import DEFAULT_BUCKET_MB, completed
+from manual_allreduce import DEFAULT_BUCKET_MB, bucket_layout, completed, trainable_parameters
 
 
 # --- 1. The ring's two halves ------------------------------------------------------------------
@@ -88,11 +88,6 @@ def all_gather_by_ring(output, shard):
 
 
 # --- 2. The shard: rank r owns one equal, contiguous piece of the flat parameters ---------------
-def trainable(params):
-    """Each parameter that takes gradients, once (tied ones are one); frozen ones stay whole."""
-    return list({id(param): param for param in params if param.requires_grad}.values())
-
-
 class FlatShard:
     """`params` end to end, padded with zeros to a multiple of n and cut into n equal shards: rank r
     owns elements [r S, (r+1) S), S = ceil(numel / n)."""
@@ -152,13 +147,14 @@ class ShardedOptimizer:
         if any(isinstance(param, dict) for param in params):
             raise TypeError("ShardedOptimizer takes parameters, not parameter groups: one flat "
                             "buffer is stepped with one set of options")
-        params = trainable(params)
+        params = trainable_parameters(params)
         if any(getattr(param, "freed_by_sharding", False) for param in params):
             raise ValueError("ShardedOptimizer got parameters FullyShardedModel freed")
         if not params:
             raise ValueError("ShardedOptimizer got no parameter that requires a gradient")
         self.shard_gradients = shard_gradients
-        groups = buckets(params, bucket_mb) if shard_gradients else [params]
+        # ZeRO-2's buckets are DDP's, without the small first one
+        groups = bucket_layout(params, bucket_mb, bucket_mb) if shard_gradients else [params]
         self.shards = [FlatShard(group) for group in groups]
         self.reduce_scatter, self.all_gather = reduce_scatter, all_gather
         self.flat_params, self.flat_grads = [], []
@@ -273,18 +269,6 @@ class ShardedOptimizer:
             master.grad = None
 
 
-def buckets(params, bucket_mb):
-    """ZeRO-2's buckets: parameters in reverse (backward's order), up to `bucket_mb` MiB each."""
-    groups, size = [[]], 0
-    for param in reversed(params):
-        nbytes = param.numel() * param.element_size()
-        if groups[-1] and size + nbytes > bucket_mb * 2**20:
-            groups, size = groups + [[]], 0
-        groups[-1].append(param)
-        size += nbytes
-    return groups
-
-
 # --- 5. ZeRO-3 / FSDP: parameters sharded too, gathered per layer as they are needed -------------
 class FullyShardedModel(nn.Module):
     """`module` with each unit's parameters sharded, as torch's fully_shard: its parameters become
@@ -311,7 +295,7 @@ class FullyShardedModel(nn.Module):
         self.shards, self.masters, self.pieces, self.shown = [], [], [], []
         taken = set()  # a parameter goes to the first unit that holds it
         for index, modules in enumerate(self.units):
-            params = [param for param in trainable(
+            params = [param for param in trainable_parameters(
                 param for each in modules for param in each.parameters()) if param not in taken]
             taken.update(params)
             shard = FlatShard(params)  # of the whole parameters: what forward and backward use

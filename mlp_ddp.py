@@ -6,6 +6,8 @@ One process, the baseline:
 Four local processes, gradients averaged by hand-written all-reduce (the main job):
     python mlp_ddp.py --mode manual --world-size 4
     python mlp_ddp.py --mode manual --sync bucketed --bucket-mb 1 --world-size 4
+    python mlp_ddp.py --mode manual --sync naive --world-size 4        (average_gradients itself)
+    python mlp_ddp.py --mode manual --sync flat --transport ring --world-size 4
     python mlp_ddp.py --mode ddp --model cnn --world-size 2
 Beyond copies of the model: the optimizer state, gradients and parameters sharded (ZeRO, by hand):
     python mlp_ddp.py --mode sharded --shard optimizer --world-size 4       (ZeRO-1; gradients: 2)
@@ -146,8 +148,8 @@ def train_rank(placement, args):
     torch.manual_seed(args.seed + placement.rank)
     sync_options = SyncOptions.from_args(args)
     if backend == "nccl" and sync_options.through_shared_memory:
-        raise LaunchError("--sync shm, --comm-hook shm and --collectives shm sum CPU tensors; on "
-                          "GPUs use NCCL (another --sync or --collectives, or --comm-hook none)")
+        raise LaunchError("--transport shm sums CPU tensors; on GPUs use NCCL (--transport "
+                          "library or auto)")
     with process_group(placement, backend, args.timeout, record=True) as record:
         device = device_for(backend, placement.local_rank)
         dataset = prepare_data(placement, args)
@@ -228,10 +230,7 @@ def describe_environment(placement, backend, device, hosts, parameters):
 def write_results(args, environment, outcome, total_time):
     """results/<run-name>.json: the options, the environment, the epochs, the test score and the
     timing (the schema is in the README)."""
-    how = {"manual": [args.sync], "sharded": [args.shard]}.get(args.mode, [])
-    run_name = args.run_name or "-".join([args.model, args.dataset, args.mode, *how,
-                                          f"w{environment['world_size']}",
-                                          time.strftime("%Y%m%d-%H%M%S")])
+    run_name = args.run_name or default_run_name(args, environment["world_size"])
     config = {key: value for key, value in vars(args).items() if not key.startswith("debug")}
     epochs = outcome["epochs"]
     document = {
@@ -247,6 +246,15 @@ def write_results(args, environment, outcome, total_time):
     path = os.path.join(args.results_dir, run_name + ".json")
     write_json_atomic(path, document)
     print(f"results: {path}", flush=True)
+
+
+def default_run_name(args, world_size):
+    """model-dataset-mode[-sync or -shard][-transport]-wN-time; the transport where one other than
+    auto was asked for."""
+    how = {"manual": [args.sync], "sharded": [args.shard]}.get(args.mode, [])
+    how += [args.transport] if args.transport not in (None, "auto") else []
+    return "-".join([args.model, args.dataset, args.mode, *how, f"w{world_size}",
+                     time.strftime("%Y%m%d-%H%M%S")])
 
 
 class Stopped(Exception):

@@ -23,10 +23,12 @@ case "$what" in
         "$PYTHON" mlp_ddp.py --mode single --epochs 1 --run-name compare-single "$@"
         "$PYTHON" mlp_ddp.py --mode ddp --world-size "$WORLD" --epochs 1 \
             --run-name "compare-ddp-w$WORLD" "$@"
-        for sync in per-param flat bucketed ring; do
+        for sync in per-param flat bucketed; do
             "$PYTHON" mlp_ddp.py --mode manual --sync "$sync" --world-size "$WORLD" --epochs 1 \
                 --run-name "compare-manual-$sync-w$WORLD" "$@"
         done
+        "$PYTHON" mlp_ddp.py --mode manual --sync flat --transport ring --world-size "$WORLD" \
+            --epochs 1 --run-name "compare-manual-ring-w$WORLD" "$@"
         "$PYTHON" -m analysis.plots ;;
     torchrun)
         exec "$PYTHON" -m torch.distributed.run --standalone --nproc-per-node="$WORLD" \

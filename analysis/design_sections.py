@@ -11,7 +11,7 @@ from analysis.design_numbers import REPO, BuildError, data_file, load, lookup, r
 from analysis.traces import complete_events, typical_step
 from runtime.data import DATASETS
 from runtime.models import build_model, count_parameters
-from runtime.options import DEFAULT_BUCKET_MB, STRATEGY_NAMES
+from runtime.options import DEFAULT_BUCKET_MB, MANUAL_CONFIGURATIONS
 
 FIGURES = ("curves-mlp", "curves-cnn", "time-breakdown-mlp", "time-breakdown-cnn", "scaling-mlp",
            "scaling-cnn", "allreduce", "bucket-sweep", "timeline")
@@ -100,7 +100,7 @@ def communication_section(numbers, layouts, worlds, bucket_mbs, results_dir):
     for model, sizes in layouts.items():
         # shm sends no messages (memory copies, two barriers a call): allreduce_bench times it
         rows = [strategy_row(numbers, model, strategy, sizes, worlds, sent[model])
-                for strategy in (*STRATEGY_NAMES, "ddp") if strategy in ISSUED]
+                for strategy in (*MANUAL_CONFIGURATIONS, "ddp") if strategy in ISSUED]
         layout_rows = []
         for bucket_mb in sorted(set(bucket_mbs) | {DEFAULT_BUCKET_MB}):
             name = f"buckets.{model}.bucketed.{bucket_mb:g}"

@@ -7,7 +7,8 @@ import random
 import re
 import statistics
 
-from runtime.results import SCHEMA, overlap, validate
+from runtime.options import configuration_name
+from runtime.results import SCHEMA, current_options, overlap, validate
 from runtime.timing import FIELDS
 
 # each benchmark's schema -> (the command that writes it, the list of rows load_folder returns)
@@ -25,9 +26,14 @@ BOOTSTRAP_FROM, BOOTSTRAP_SAMPLES = 5, 2000
 
 
 def series_name(run):
-    """How a run's synchronisation is named: 'single', 'ddp-no-sync', 'manual flat', '... fp16'."""
-    config = run["config"]
-    name = "manual " + config["sync"] if config["mode"] == "manual" else config["mode"]
+    """How a run's synchronisation is named: 'single', 'ddp-no-sync', 'manual flat', 'manual
+    ring' (the flat buffer over the ring: options.MANUAL_CONFIGURATIONS), '... fp16'."""
+    config = current_options(run["config"])
+    name = config["mode"]
+    if name == "manual":
+        name += " " + configuration_name(config["sync"], config.get("transport"))
+    elif name == "ddp" and config.get("transport") in ("ring", "shm"):
+        name += " over " + config["transport"]
     return name + (f" {config['compress']}" if config.get("compress") else "")
 
 
@@ -57,8 +63,8 @@ def load_folder(folder, note=print):
             note(f"note: skipped {name}: no plot or table for schema {schema!r}")
         elif problems := validate(document):
             note(f"note: skipped {name}: {problems[0]}")
-        else:
-            runs.append(dict(document, path=path))
+        else:  # recorded in today's option names
+            runs.append(dict(document, config=current_options(document["config"]), path=path))
     return runs, benchmarks
 
 

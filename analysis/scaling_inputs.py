@@ -4,6 +4,7 @@ import os
 
 from analysis import cost_model, results_folder
 from analysis.design_numbers import load
+from runtime.options import configuration_name
 
 DDP_BUCKETS = "ddp-buckets.json"  # made by benchmarks/ddp_buckets.py
 
@@ -47,7 +48,9 @@ def run_layout(run, param_bytes, ddp_sent):
     layouts = run["timing"].get("all_reduce_layouts")
     if layouts and layouts[-1]["bytes"]:
         return list(layouts[-1]["bytes"])
-    strategy = "ddp" if run["config"]["mode"] == "ddp" else run["config"]["sync"]
+    config = run["config"]
+    strategy = "ddp" if config["mode"] == "ddp" else configuration_name(config["sync"],
+                                                                       config.get("transport"))
     bucket_mb = float(run["config"]["bucket_mb"])
     if strategy == "ddp" and bucket_mb not in ddp_sent:
         return None

@@ -20,7 +20,9 @@ import sys
 import time
 
 from analysis import plots
-from runtime.options import STRATEGY_NAMES
+from runtime.options import MANUAL_CONFIGURATIONS, manual_arguments
+
+MANUAL_NAMES = tuple(MANUAL_CONFIGURATIONS)  # --strategies: (--sync, --transport) by name
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Sized by timing short runs on 2 cores: most of a short run is start-up.
@@ -42,7 +44,9 @@ def parse_args(argv=None):
     add = parser.add_argument
     add("--models", type=comma_list(str), default=["mlp", "cnn"])
     add("--world-sizes", type=comma_list(int), default=[1, 2, 4])
-    add("--strategies", type=comma_list(str), default=STRATEGY_NAMES, help="manual strategies")
+    add("--strategies", type=comma_list(str), default=MANUAL_NAMES,
+        help="manual configurations: each --sync over the library, and ring and shm (the flat "
+             "buffer over the ring and over shared memory)")
     add("--bucket-mbs", type=comma_list(float), default=[0.25, 1, 4, 25],
         help="bucket sweep sizes ('' for none)")
     add("--max-steps", type=int, default=DEFAULT_MLP_STEPS, help="MLP steps per epoch")
@@ -56,19 +60,18 @@ def parse_args(argv=None):
         help='more mlp_ddp.py arguments for every run, e.g. "--val-samples 256"')
     add("--dry-run", action="store_true", help="print the commands, run nothing")
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.strategies) - set(STRATEGY_NAMES))
+    unknown = sorted(set(args.strategies) - set(MANUAL_NAMES))
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
     if unknown:
-        parser.error(f"unknown strategies {unknown}; choose from {', '.join(STRATEGY_NAMES)}")
+        parser.error(f"unknown strategies {unknown}; choose from {', '.join(MANUAL_NAMES)}")
     return args
 
 
 def configurations(args):
     """(name, mlp_ddp.py arguments) of each configuration, once."""
     modes = [("ddp", ["--mode", "ddp"]), ("ddp-no-sync", ["--mode", "ddp-no-sync"])]
-    modes += [(f"manual-{strategy}", ["--mode", "manual", "--sync", strategy])
-              for strategy in args.strategies]
+    modes += [(f"manual-{strategy}", manual_arguments(strategy)) for strategy in args.strategies]
     runs = []
     for model in args.models:
         if 1 in args.world_sizes:
@@ -82,7 +85,7 @@ def configurations(args):
         for size in (f"{megabytes:g}" for megabytes in args.bucket_mbs):
             launch = ["--model", "mlp", "--world-size", str(largest), "--bucket-mb", size]
             runs += [(f"bucket-mlp-bucketed-{size}mb-w{largest}",
-                      launch + ["--mode", "manual", "--sync", "bucketed"]),
+                      launch + manual_arguments("bucketed")),
                      (f"bucket-mlp-ddp-{size}mb-w{largest}", launch + ["--mode", "ddp"])]
     return runs
 

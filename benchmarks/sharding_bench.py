@@ -11,9 +11,9 @@ Configurations, each training with AdamW (lr 1e-3, fused):
                      gathers can overlap compute: shared memory's block) beside zero3-library
   torch-zero1        torch's ZeroRedundancyOptimizer inside its DDP: ZeRO-1 as torch ships it
   torch-fully-shard  torch's fully_shard on each layer, then on the root: ZeRO-3 as torch ships it
-  zeroK-ring         zeroK over the hand-written ring (--collectives ring): the formula's bytes
-  zeroK-library      zeroK over gloo's reduce-scatter and all-gather (--collectives library)
-Ours run over --collectives' default, auto (shared memory, the ranks sharing this host), but where
+  zeroK-ring         zeroK over the hand-written ring (--transport ring): the formula's bytes
+  zeroK-library      zeroK over gloo's reduce-scatter and all-gather (--transport library)
+Ours run over --transport's default, auto (shared memory, the ranks sharing this host), but where
 a name says otherwise.
 torch's two run their own collectives, which the timing layer does not see (DDP's all-reduces
 aside): their rows give the step and the memory, and no bytes or communication times.
@@ -76,12 +76,13 @@ from runtime.results import write_json_atomic
 from runtime.sharded import wrap_sharded
 from runtime.step import Precision, TrainingStep
 from runtime.timing import FIELDS, CommRecorder, StepTimer, summarize_ranks, watch_gradients
-from runtime.wrappers import SyncOptions, WrappedModel, wrap_model
+from runtime.wrapped_model import WrappedModel
+from runtime.wrappers import SyncOptions, wrap_model
 
 SCHEMA = "sharding-bench/2"
 TORCH = ("torch-zero1", "torch-fully-shard")  # torch's own, beside ours at the same world sizes
 SHARD_FLAG = {"zero1": "optimizer", "zero2": "gradients", "zero3": "parameters"}  # --shard
-# configuration -> (--shard, prefetch, --collectives) of ours; ddp and TORCH are torch's. The bare
+# configuration -> (--shard, prefetch, --transport) of ours; ddp and TORCH are torch's. The bare
 # names run over the default (auto: shared memory on one host); "-ring" sends what the formula
 # says, "-library" what gloo sends
 SHARDING = {**{level: (flag, True, "auto") for level, flag in SHARD_FLAG.items()},
@@ -192,7 +193,7 @@ class Run:
             level, prefetch, transport = SHARDING[configuration]
             watch_gradients(self.model, recorder)  # before the wrapper's own hooks, as wrap_model
             wrapped = wrap_sharded(self.model, level, args.bucket_mb, prefetch=prefetch,
-                                   collective_name=transport, recorder=recorder)
+                                   transport=transport, recorder=recorder)
             optimizer = wrapped.make_optimizer(torch.optim.AdamW, **adamw)
         self.wrapped = wrapped
         self.configuration = configuration

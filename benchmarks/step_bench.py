@@ -4,8 +4,10 @@ Inside one set of gloo processes every rank builds one copy of the model per con
 (same seed, own Adam optimizer) and trains them round-robin, one step each in rotating
 order, a barrier before every step: all configurations see the same machine conditions.
 Configurations: ddp, ddp-shm (DDP whose buckets are summed through shared memory by its comm
-hook: the transport of --sync shm), ddp-no-sync (DDP whose every backward runs inside `no_sync()`:
-the same processes without communication), and every strategy of manual_allreduce.py. The verdict
+hook: --transport shm), ddp-no-sync (DDP whose every backward runs inside `no_sync()`: the same
+processes without communication), and every manual configuration (runtime/options.py's
+MANUAL_CONFIGURATIONS: each strategy of manual_allreduce.py over the library, the flat buffer over
+the ring and over shared memory). The verdict
 sets the fastest strategy against DDP, and against DDP on the same transport (shm: ddp-shm). With
 --record, every strategy also runs with its collectives recorded as a run records them
 (runtime/collective_record.py: "flat+record"), and the report sets each against itself without.
@@ -50,7 +52,7 @@ from runtime import collective_record
 from runtime.launch import threads_per_rank
 from runtime.models import build_model, count_parameters
 from runtime.optimizers import Schedule
-from runtime.options import STRATEGY_NAMES
+from runtime.options import MANUAL_CONFIGURATIONS
 from runtime.results import overlap, write_json_atomic
 from runtime.step import Precision, TrainingStep
 from runtime.timing import FIELDS, StepTimer, summarize_ranks
@@ -62,9 +64,10 @@ VERDICT_RULE = ("faster than DDP only if the strategy's slowest repeat beats DDP
                 "if its fastest is slower than DDP's slowest, else indistinguishable; "
                 f"nothing with fewer than {MIN_REPEATS} repeats")
 BATCH_POOL = 8  # distinct random batches per rank, cycled
-# name -> (--mode, --comm-hook) of the DDP configurations, run before the strategies
-DDP_CONFIGURATIONS = {"ddp": ("ddp", "none"), "ddp-shm": ("ddp", "shm"),
-                      "ddp-no-sync": ("ddp-no-sync", "none")}
+MANUAL_NAMES = tuple(MANUAL_CONFIGURATIONS)  # the hand-written ones, by their names
+# name -> (--mode, --transport) of the DDP configurations, run before the strategies
+DDP_CONFIGURATIONS = {"ddp": ("ddp", "library"), "ddp-shm": ("ddp", "shm"),
+                      "ddp-no-sync": ("ddp-no-sync", "auto")}
 SAME_TRANSPORT_DDP = {"shm": "ddp-shm"}  # a strategy -> DDP on its transport (others: ddp)
 RECORDED = "+record"  # a strategy's name with it: its collectives recorded
 
@@ -88,7 +91,7 @@ def parse_args(argv=None):
     add = parser.add_argument
     add("--models", type=name_list(("mlp", "cnn")), default=["mlp", "cnn"], help="e.g. mlp,cnn")
     add("--world-sizes", type=int_list, default=[2, 4], help="e.g. 2,4")
-    add("--strategies", type=name_list(STRATEGY_NAMES), default=list(STRATEGY_NAMES),
+    add("--strategies", type=name_list(MANUAL_NAMES), default=list(MANUAL_NAMES),
         help="hand-written strategies to run")
     add("--steps", type=int, default=30, help="measured steps per configuration")
     add("--warmup", type=int, default=5, help="steps per configuration left out of the statistics")
@@ -123,8 +126,11 @@ class Configuration:
         self.recorded = strategy != name
         self.model = build_model(model_name)
         self.timer = StepTimer(warmup_steps=args.warmup)
-        mode, hook = DDP_CONFIGURATIONS.get(name, ("manual", "none"))  # else a strategy
-        options = SyncOptions(mode, strategy, args.bucket_mb, comm_hook=hook)
+        if name in DDP_CONFIGURATIONS:
+            (mode, transport), sync = DDP_CONFIGURATIONS[name], "bucketed"
+        else:
+            mode, (sync, transport) = "manual", MANUAL_CONFIGURATIONS[strategy]
+        options = SyncOptions(mode, sync, args.bucket_mb, transport=transport)
         wrapped = wrap_model(self.model, options, self.timer.comm,
                              record=record if self.recorded else None)
         # mlp_ddp.py's optimizer, at a constant rate
@@ -297,7 +303,7 @@ def verdicts(summary):
     for world, model in sorted({(entry["world_size"], entry["model"]) for entry in summary}):
         mine = {entry["configuration"]: entry for entry in summary
                 if (entry["world_size"], entry["model"]) == (world, model)}
-        manual = [name for name in mine if name in STRATEGY_NAMES]
+        manual = [name for name in mine if name in MANUAL_NAMES]
         best = min(manual, key=lambda name: mine[name]["step_ratio_to_ddp"]["median"])
         same = SAME_TRANSPORT_DDP.get(best, "ddp")
         report.append({"world_size": world, "model": model, "best_strategy": best,

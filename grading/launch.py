@@ -1,5 +1,6 @@
 """The one way tests start student code: the command line in a subprocess, and a function run in N
 real processes joined by a gloo process group, each a child of the sandbox (grading/sandbox.py)."""
+import contextlib
 import functools
 import os
 import sys
@@ -11,7 +12,7 @@ import torch.distributed as dist
 from torch import multiprocessing
 from torch.multiprocessing.spawn import ProcessException
 
-from grading import sandbox
+from grading import sandbox, sockets, view
 from grading.sandbox import SANDBOX, descendants_of
 
 
@@ -95,14 +96,39 @@ def run_in_processes(world_size, function, *args, timeout_s=COLLECTIVE_TIMEOUT_S
     return _launch(world_size, function, args, timeout_s, backend)
 
 
-def run_measuring_writes(world_size, function, *args, timeout_s=COLLECTIVE_TIMEOUT_S,
-                         recorded=False):
-    """run_in_processes, with the bytes each rank's process wrote: [(result, bytes), ...]. The
-    kernel's count (/proc/PID/io's wchar, children included), read while the rank waits at its end,
-    less its result and output files: a rank cannot move bytes its messages do not explain."""
+def run_counting_bytes(world_size, function, *args, timeout_s=COLLECTIVE_TIMEOUT_S,
+                       recorded=False):
+    """run_in_processes, with what the ranks sent: (results, bytes, how they were counted). Where
+    Linux allows, the ranks share a network of their own and nothing else (IPC objects, files,
+    processes), and the kernel counts what crosses it, read from outside ("network"); elsewhere,
+    what each rank's process wrote, less its result ("writes": /proc/PID/io's wchar, which send()
+    and the like escape). Either way a rank can make no socket once its process group is made
+    (grading/sockets.py): none at all where nothing would count it."""
     __tracebackhide__ = True
     backend = "recorded" if recorded else "gloo"
-    return _launch(world_size, function, args, timeout_s, backend, measure=True)
+    with counted_network() as network:
+        counting = "network" if network else "writes"
+        results, written = _launch(world_size, function, args, timeout_s, backend, counting,
+                                   network)
+        return results, network.bytes_sent() if network else sum(written), counting
+
+
+@contextlib.contextmanager
+def counted_network():
+    """A network of its own for a launch whose bytes are counted, or None where grade.py chose the
+    fallback or the system refuses (then the bytes written are counted)."""
+    network = None
+    if sandbox.NAMESPACES != "0":
+        try:
+            network = view.Namespaces(("net",))
+        except OSError:
+            if sandbox.NAMESPACES == "1":  # grade.py found them possible: a failure is the grader's
+                raise
+    try:
+        yield network
+    finally:
+        if network is not None:
+            network.close()
 
 
 def run_alone(function, *args):
@@ -111,23 +137,30 @@ def run_alone(function, *args):
     return _launch(1, function, args, None, backend=None)[0]
 
 
-def _launch(world_size, function, args, timeout_s, backend, measure=False):
+def _launch(world_size, function, args, timeout_s, backend, counting=None, network=None):
+    """The ranks' results; where their bytes are `counting` ("network": over `network`, each rank
+    with nothing else of the others'; "writes"), also the bytes each rank wrote (for "writes")."""
     __tracebackhide__ = True
     # here, not at the top: a child imports this module, and must import no module of the
-    # submission's before its process group is made (tests/recorded_group.py)
+    # submission's before its process group is made (grading/recorded_group.py)
     from runtime.launch import free_port
 
     target = (function.__module__, function.__qualname__)
     if timeout_s is not None:  # the process group's own timeout ends within the test's time
         timeout_s = max(1.0, sandbox.seconds_left(timeout_s))
-    with sandbox.fresh_folder() as folder:  # where the children write their results
-        worker_args = (world_size, free_port(), folder, sandbox.identity(), target, args,
-                       timeout_s, backend, measure)
+    with sandbox.fresh_folder() as folder:  # each rank writes its result in its own folder below
+        ranks = [sandbox.new_folder(os.path.join(folder, str(rank))) for rank in range(world_size)]
+        children = ([sandbox.isolated(network, rank_folder,
+                                      sandbox.new_folder(os.path.join(folder, f"shm-{rank}")))
+                     for rank, rank_folder in enumerate(ranks)]
+                    if counting == "network" else [sandbox.identity()] * world_size)
+        worker_args = (world_size, free_port(), folder, children, target, args, timeout_s,
+                       backend, counting)
         context = multiprocessing.start_processes(_worker, args=worker_args, nprocs=world_size,
                                                   join=False, start_method=START_METHOD)
         failure = None
         try:
-            written = wait_for(context, folder, world_size, measure)
+            written = wait_for(context, ranks, counting == "writes")
         except ProcessException as error:
             failure = ChildFailed(str(error).strip())
         except sandbox.TestTimedOut as error:
@@ -137,44 +170,47 @@ def _launch(world_size, function, args, timeout_s, backend, measure=False):
                 if process.is_alive():
                     sandbox.kill_with_descendants(process.pid)
             sandbox.settle()
-            print_what_they_printed(folder, world_size)
+            print_what_they_printed(ranks)
         if failure:  # read after settle(), as the output: what is there is the ranks' own
-            raise type(failure)(f"{failure}{verdict(folder)}") from None
-        results = [torch.load(os.path.join(folder, f"{rank}.pt"), weights_only=True)
-                   for rank in range(world_size)]
-        return list(zip(results, written)) if measure else results
+            raise type(failure)(f"{failure}{verdict(ranks)}") from None
+        results = [torch.load(os.path.join(rank_folder, "result.pt"), weights_only=True)
+                   for rank_folder in ranks]
+        return (results, written) if counting else results
 
 
-def wait_for(context, folder, world_size, measure):
+def wait_for(context, ranks, count_writes):
     """Until every rank has ended, or the test's time has run out (sandbox.TestTimedOut). With
-    `measure`: each time all of them wait at their end (RANK.done), read the bytes each wrote,
+    `count_writes`: each time all of them wait at their end (RANK/done), read the bytes each wrote,
     then let them go; returns each rank's count at the last such reading, less its result and
     output files, which must not have changed since."""
-    waiting = [os.path.join(folder, f"{rank}.done") for rank in range(world_size)]
+    waiting = [os.path.join(rank_folder, "done") for rank_folder in ranks]
     counted = None
     while not context.join(timeout=0.01):
         if sandbox.seconds_left() == 0:
             raise sandbox.timed_out()
-        if measure and all(os.path.lexists(path) for path in waiting):
-            counted = [(bytes_written(process.pid), own_files(folder, rank))
-                       for rank, process in enumerate(context.processes)]
+        if count_writes and all(os.path.lexists(path) for path in waiting):
+            counted = [(bytes_written(process.pid), own_files(rank_folder))
+                       for rank_folder, process in zip(ranks, context.processes)]
             for path in waiting:
                 os.unlink(path)
-    if not measure:
+    if not count_writes:
         return None
     if counted is None:
         raise ChildFailed("the ranks ended without waiting to have their writes counted")
-    for rank, (_, files) in enumerate(counted):
-        if own_files(folder, rank) != files:
+    for rank, (rank_folder, (_, files)) in enumerate(zip(ranks, counted)):
+        if own_files(rank_folder) != files:
             raise ChildFailed(f"rank {rank} wrote its result after its writes were counted")
     return [written - sum(size for size, _ in files) for written, files in counted]
 
 
-def verdict(folder):
+def verdict(ranks):
     """Where the ranks' collectives parted ways (runtime/hang_verdict.py), as lines to add to a
     failure; "" where they agree."""
     from runtime import hang_verdict
-    found = hang_verdict.compare(hang_verdict.read_records(folder))
+    records = {}
+    for rank_folder in ranks:
+        records.update(hang_verdict.read_records(rank_folder))
+    found = hang_verdict.compare(records)
     return f"\nthe ranks' collectives: {found}" if found else ""
 
 
@@ -191,24 +227,24 @@ def bytes_written(pid):
     return total
 
 
-def own_files(folder, rank):
+def own_files(rank_folder):
     """(size, modification time) of the rank's result and output files."""
     found = []
-    for name in (f"{rank}.pt", f"{rank}.out"):
+    for name in ("result.pt", "output.txt"):
         try:
-            status = os.lstat(os.path.join(folder, name))
+            status = os.lstat(os.path.join(rank_folder, name))
             found.append((status.st_size, status.st_mtime_ns))
         except FileNotFoundError:
             found.append((0, None))
     return found
 
 
-def print_what_they_printed(folder, world_size):
+def print_what_they_printed(ranks):
     """What each rank printed, cut to sandbox.OUTPUT_LIMIT, into this test's captured output (read
     after sandbox.settle(): a link left in its place is gone)."""
-    for rank in range(world_size):
+    for rank, rank_folder in enumerate(ranks):
         try:
-            with open(os.path.join(folder, f"{rank}.out"), "rb") as file:
+            with open(os.path.join(rank_folder, "output.txt"), "rb") as file:
                 text = sandbox.bounded(file)
         except OSError:  # none, or not a file the rank wrote
             continue
@@ -216,35 +252,40 @@ def print_what_they_printed(folder, world_size):
             print(f"--- rank {rank} printed:\n{text.rstrip()}")
 
 
-def _worker(rank, world_size, port, folder, child, target, args, timeout_s, backend, measure):
+def _worker(rank, world_size, port, folder, children, target, args, timeout_s, backend, counting):
+    rank_folder = os.path.join(folder, str(rank))
     # What the rank prints goes to a file the judge reads back cut (print_what_they_printed), never
     # into the judge's own output: opened before the change of user, so the judge's own.
-    output = os.open(os.path.join(folder, f"{rank}.out"), os.O_WRONLY | os.O_CREAT | os.O_EXCL,
-                     0o600)
+    output = os.open(os.path.join(rank_folder, "output.txt"),
+                     os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     os.dup2(output, 1)
     os.dup2(output, 2)
     os.close(output)
     module, name = target
-    # the child user, and the code under test: before any of it is imported
-    function = functools.reduce(getattr, name.split("."), sandbox.enter(child, module))
+    hidden = sandbox.hidden_code(module)  # read while the judge's folder is still there
+    sandbox.enter(children[rank])  # the child user, its view: before any code under test runs
     torch.set_num_threads(1)  # up to 5 ranks share 2 cores
-    if backend == "recorded":  # before any student code: tests/recorded_group.py
+    if backend == "recorded":
         from grading import recorded_group
         backend = recorded_group.register()
     if backend:
         dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=world_size, timeout=timedelta(seconds=timeout_s))
-        record_collectives(folder, rank)
+    if counting:  # before any code under test: no channel but the counted one
+        sockets.forbid_new_sockets(internet_allowed=counting == "network")
+    function = functools.reduce(getattr, name.split("."), sandbox.import_under_test(module, hidden))
+    if backend:
+        record_collectives(rank_folder, rank)
     try:
         result = function(rank, world_size, *args) if backend else function(*args)
     finally:
         if backend:
             dist.destroy_process_group()
-    torch.save(result, os.path.join(folder, f"{rank}.pt"))
+    torch.save(result, os.path.join(rank_folder, "result.pt"))
     sys.stdout.flush()
     sys.stderr.flush()
-    if measure:  # wait while the judge counts what this process wrote (wait_for)
-        done = os.path.join(folder, f"{rank}.done")
+    if counting == "writes":  # wait while the judge counts what this process wrote (wait_for)
+        done = os.path.join(rank_folder, "done")
         open(done, "w").close()
         while os.path.exists(done):
             time.sleep(0.005)

@@ -3,7 +3,7 @@ below torch.distributed's Python names, which a strategy can go around (a saved 
 group's own methods, torch's DDP). Made by the test harness before any student code is imported
 (`run_in_processes(..., recorded=True)`), it tells LISTENERS each operation, then forwards it to a
 gloo group of its own. It runs in the process it watches: code that digs out that gloo group, or
-makes its own, still sends unseen (tests/harness.py's run_measuring_writes counts those bytes).
+makes its own, still sends unseen (grading/launch.py run_counting_bytes counts those bytes).
 """
 import torch.distributed as dist
 

@@ -22,7 +22,7 @@ class Item(NamedTuple):
     checks: str  # what the tests assess automatically ("" where a person grades it all)
     needs_human: str  # what a human reader must still judge
     graded_by: str = "tests"  # or "person": no test earns it; the grader reads it
-    builds_on: tuple = ()  # the items whose code its tests also run (none but end-to-end's)
+    builds_on: tuple = ()  # the items whose code its tests also run
 
 
 ITEMS = [
@@ -90,7 +90,8 @@ ITEMS = [
          "through the collectives' layers, and all-reduces nothing; ZeRO-2's reduce-scatters "
          "start while backward runs, and it keeps no full gradient.",
          "Read manual_sharding.py, sections 2 to 4: what each rank keeps, and what ZeRO-2 frees, "
-         "and when."),
+         "and when.",
+         builds_on=("core.bucketed",)),  # ZeRO-2's buckets are Task 5's layout
     Item("core.fsdp", "ZeRO-3: the parameters sharded too", 3,
          "FullyShardedModel, through the library's collectives, trains as torch's fully_shard and "
          "as one process on the global batch, after every step (the same traps), in float32 and "

@@ -2,12 +2,17 @@
 
 Without grade.py the sandbox is this repository and nothing changes user. Under grade.py as root
 (GRADE_SANDBOX, GRADE_SCRATCH, GRADE_UIDS "first:count"), each test module's children run as a uid
-of their own, in a mount namespace of their own where allowed (namespace.py), in the read-only
-sandbox, with a home made empty for each test; a folder is handed to that uid only while empty, and
-after each launch its processes are killed and the links it left removed (settle()), so the judge
-reads only that uid's own files. GRADING.md, "What the grader trusts", says why each holds.
+of their own, in the read-only sandbox, with a home made empty for each test and an environment
+that names no folder they cannot see; where Linux allows (GRADE_NAMESPACES=1), each launch also in
+namespaces of its own, seeing only what it needs (view.py). A folder is handed to that uid only
+while empty, and after each launch its processes are killed, its namespaces closed and the links it
+left removed (settle()), so the judge reads only that uid's own files; after each test, what it left
+in the shared temporary folders and its IPC objects go too. GRADING.md, "What the grader trusts",
+says why each holds.
 """
+import atexit
 import contextlib
+import ctypes
 import functools
 import importlib
 import os
@@ -21,14 +26,18 @@ import tempfile
 import time
 import types
 
-from grading import namespace, profile
+from grading import profile, view
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SANDBOX = os.path.abspath(os.environ.get("GRADE_SANDBOX") or REPO)
 SCRATCH = os.environ.get("GRADE_SCRATCH")
 UIDS = tuple(map(int, os.environ["GRADE_UIDS"].split(":"))) if os.environ.get("GRADE_UIDS") \
     else None
-MOUNT_NAMESPACE = os.environ.get("GRADE_MOUNT_NAMESPACE") == "1"  # grade.py found it possible
+# "1": grade.py found namespaces possible; "0": refused, or the fallback chosen; unset: not under
+# grade.py (a launch whose bytes are counted still tries them)
+NAMESPACES = os.environ.get("GRADE_NAMESPACES")
+# Where the judge's own state lies: never named to a child (the folder of grade.py's copies)
+WORK = os.path.dirname(SCRATCH) if SCRATCH else None
 
 # What one process of student code may use beyond the judge's own limits (file size and memory,
 # grading/runner.py): CPU seconds (the one-epoch accuracy run needs under 60), and processes
@@ -66,11 +75,66 @@ class Child:
     timeout_s = None
     handed_over = []  # the folders given to uid (home included), settled after each launch
     module_uids = {}  # test module -> uid
+    namespaces = []  # the current launch's (view.Namespaces), made at its first process
+    shm = None  # the test's /dev/shm, in its view
 
 
 def identity():
-    """(uid, home) of the current test's children, or None: what a forked child enters."""
-    return (Child.uid, Child.home) if Child.uid is not None else None
+    """(uid, home, view or None) of the current test's children, or None: what a forked child
+    enters."""
+    if Child.uid is None:
+        return None
+    return Child.uid, Child.home, view_of_the_test() if NAMESPACES == "1" else None
+
+
+def view_of_the_test():
+    """What the current launch's children see: its namespaces (made now if not yet), the sandbox
+    and the data read-only, and the folders handed to the test's user."""
+    if not Child.namespaces:
+        Child.namespaces.append(view.Namespaces(("net", "ipc", "pid")))
+    if Child.shm is None:
+        Child.shm = hand_over(tempfile.mkdtemp(prefix="shm-", dir=SCRATCH))
+    return view.View(Child.namespaces[0].joined, read_only(), tuple(Child.handed_over), Child.shm,
+                     mount_point())
+
+
+def isolated(network, folder, shm):
+    """The identity of a rank that shares `network` (view.Namespaces) with its launch's other
+    ranks, and nothing else: its IPC objects, processes and /dev/shm (`shm`) its own, and of the
+    files only `folder` (its home) writable. As the test's user, or as root where there is none."""
+    own = view.Namespaces(("ipc", "pid"))
+    Child.namespaces.append(own)
+    seen = view.View(network.joined + own.joined, read_only(), (folder,), shm, mount_point())
+    return Child.uid, folder, seen
+
+
+@functools.cache
+def mount_point():
+    """An empty folder of root's where a child mounts its new root, in its own namespace."""
+    folder = tempfile.mkdtemp(prefix="view-", dir=SCRATCH)
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
+def new_folder(path):
+    """Make the folder `path` and hand it to the test's user; returns it."""
+    os.mkdir(path)
+    return hand_over(path)
+
+
+def read_only():
+    """The folders a child reads: the sandbox, the data the environment names, and the
+    interpreter's, none of them the judge's."""
+    data = [os.environ[name] for name in ("OFFLINE_DATA_DIR",) if os.path.isdir(
+        os.environ.get(name, ""))]
+    interpreter = view.interpreter_folders(judges_folders(), os.environ.get("GRADE_INSTRUCTOR"))
+    return tuple(sorted({SANDBOX, *map(os.path.abspath, data), *interpreter}))
+
+
+def judges_folders():
+    """The folders of the judge's own: grade.py's copies and state, and the judge's code where it
+    is not the sandbox."""
+    return [folder for folder in (WORK, REPO) if folder and folder != SANDBOX]
 
 
 def begin_test(module, timeout_s=None):
@@ -88,14 +152,17 @@ def begin_test(module, timeout_s=None):
 
 
 def end_test():
-    """After a test's teardown: its children gone, its home removed."""
+    """After a test's teardown: its children gone, what they left removed, its home too."""
     Child.deadline = None
     if Child.uid is None:
         return
     settle()
     remove_files_of(Child.uid)
-    discard(Child.home)
-    Child.home = None
+    remove_ipc_objects_of(Child.uid)
+    for folder in (Child.home, Child.shm):
+        if folder:
+            discard(folder)
+    Child.home = Child.shm = None
 
 
 def hand_over(folder):
@@ -131,7 +198,11 @@ def discard(folder):
 
 
 def settle():
-    """After a launch: kill the current test's uid's processes, then remove the links it left."""
+    """After a launch: kill the current test's uid's processes, close its namespaces, then remove
+    the links it left."""
+    for namespaces in Child.namespaces:  # a PID namespace's processes die with it
+        namespaces.close()
+    Child.namespaces = []
     if Child.uid is None:
         return
     kill_processes_of(Child.uid)
@@ -201,6 +272,34 @@ def remove_files_of(*uids):
                     os.unlink(entry.path)
 
 
+IPC_KINDS = (("shm", "shmctl"), ("msg", "msgctl"), ("sem", "semctl"))
+
+
+def ipc_objects_of(*uids):
+    """[(kind, id), ...] of the System V IPC objects (shared memory, message queues, semaphores)
+    these users own or made, in the judge's IPC namespace."""
+    found = []
+    for kind, _ in IPC_KINDS:
+        try:
+            with open(f"/proc/sysvipc/{kind}") as file:
+                header, *rows = [line.split() for line in file]
+        except OSError:
+            continue
+        column = {name: index for index, name in enumerate(header)}
+        found += [(kind, int(row[1])) for row in rows
+                  if {int(row[column["uid"]]), int(row[column["cuid"]])} & set(uids)]
+    return found
+
+
+def remove_ipc_objects_of(*uids):
+    """Remove the System V IPC objects these users own or made: without IPC namespaces, one test's
+    child could leave one for a later test's."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    controls = dict(IPC_KINDS)
+    for kind, identifier in ipc_objects_of(*uids):
+        getattr(libc, controls[kind])(identifier, 0, 0)  # IPC_RMID
+
+
 def seconds_left(timeout_s=None):
     """`timeout_s`, or what is left of the current test's time where that is less."""
     if Child.deadline is None:
@@ -237,25 +336,52 @@ def descendants_of(root):
 
 def child_process(env=None):
     """subprocess's keyword arguments for a process of student code: in the sandbox, as the
-    current test's uid where there is one, TMPDIR and HOME its home."""
+    current test's uid where there is one, TMPDIR and HOME its home, in the test's view."""
     environment = dict(os.environ if env is None else env)
     arguments = {"cwd": SANDBOX, "env": environment}
-    if Child.uid is not None:
-        environment.update(TMPDIR=Child.home, HOME=Child.home)
-        arguments["preexec_fn"] = functools.partial(become, Child.uid)
+    child = identity()
+    if child is not None:
+        environment.clear()
+        environment.update(for_children(env if env is not None else os.environ, child))
+        arguments["preexec_fn"] = functools.partial(become, *child)
     return arguments
 
 
-def become(uid):
-    """As root, in the process about to become (or run) student code: its own view of the files
-    where grade.py found one possible (grading/namespace.py), its limits, then `uid`."""
-    if MOUNT_NAMESPACE:
-        namespace.private_view(SANDBOX, SCRATCH, SHARED_FOLDERS)
+def for_children(environment, child):
+    """`environment` as a child sees it: no PWD or OLDPWD, HOME and TMPDIR its home, and no
+    folder it cannot see named (a list of folders keeps those it can)."""
+    _, home, seen = child
+    folders = None if seen is None else (*seen.read_only, *seen.writable, *view.SYSTEM, "/tmp")
+    hidden = judges_folders() + [os.environ[name] for name in ("GRADE_INSTRUCTOR",)
+                                 if os.environ.get(name)]
+
+    def visible(path):
+        if any(view.within(path, folder) for folder in hidden):
+            return False
+        return folders is None or any(view.within(path, folder) for folder in folders)
+
+    cleaned = {}
+    for name, value in environment.items():
+        parts = value.split(os.pathsep)
+        kept = [part for part in parts if not os.path.isabs(part) or visible(part)]
+        if name not in ("PWD", "OLDPWD") and (kept or not value):
+            cleaned[name] = value if kept == parts else os.pathsep.join(kept)
+    cleaned.update(HOME=home, TMPDIR=home)
+    return cleaned
+
+
+def become(uid, home=None, seen=None):
+    """As root, in the process about to become (or run) student code: its view (view.py) where it
+    has one, its limits, then `uid`."""
+    if seen is not None:
+        view.enter(seen)
+        os.chdir(SANDBOX)
     resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
     resource.setrlimit(resource.RLIMIT_NPROC, (TASKS_OF_THE_CHILD_USER, TASKS_OF_THE_CHILD_USER))
-    os.setgroups([])
-    os.setgid(uid)
-    os.setuid(uid)
+    if uid is not None:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
 
 
 def run_python(arguments, timeout=None, env=None):
@@ -297,17 +423,15 @@ def bounded(file):
     return data.decode(errors="replace")
 
 
-def enter(child, module_name=None):
-    """In a forked child, before any student code: become `child` (identity() in the judge) and
-    import the project from the sandbox only. Returns the module `module_name`, where given; a
-    hidden test's, which the sandbox lacks, compiled from the judge's copy before the change of
-    user (hidden_code())."""
+def enter(child):
+    """In a forked child, before any student code: become `child` (identity() in the judge), and
+    import the project from the sandbox only."""
     elsewhere = not os.path.samefile(SANDBOX, REPO)  # asked before the judge's folder is closed
-    hidden = hidden_code(module_name) if module_name and elsewhere else None
     if child:
-        uid, home = child
-        become(uid)
-        os.environ.update(TMPDIR=home, HOME=home)
+        environment = for_children(os.environ, child)
+        become(*child)
+        os.environ.clear()
+        os.environ.update(environment)
         tempfile.tempdir = None  # chosen again, from TMPDIR
     if elsewhere:
         for name, module in list(sys.modules.items()):
@@ -316,8 +440,10 @@ def enter(child, module_name=None):
         sys.path[:] = [SANDBOX] + [entry for entry in sys.path
                                    if entry not in ("", ".") and os.path.abspath(entry) != REPO]
         os.chdir(SANDBOX)
-    if module_name is None:
-        return None
+
+
+def import_under_test(module_name, hidden=None):
+    """The module `module_name`, from the sandbox; or made of `hidden` (hidden_code()'s)."""
     if hidden is None:
         return importlib.import_module(module_name)
     module = types.ModuleType(module_name)
@@ -328,10 +454,11 @@ def enter(child, module_name=None):
 
 
 def hidden_code(module_name):
-    """The judge's copy of `module_name`, compiled, if it is a hidden test; else None. Named by no
-    path, so that a traceback shows no line of it."""
+    """The judge's copy of `module_name`, compiled, if it is a hidden test that the sandbox lacks
+    (graded elsewhere than in this repository); else None. Named by no path, so that a traceback
+    shows no line of it. Read before the change of user."""
     relative = os.path.join(*module_name.split(".")) + ".py"
-    if relative not in profile.HIDDEN_TESTS:
+    if relative not in profile.HIDDEN_TESTS or os.path.samefile(SANDBOX, REPO):
         return None
     with open(os.path.join(REPO, relative)) as file:
         return compile(file.read(), f"<hidden test {module_name}>", "exec")

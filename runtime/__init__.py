@@ -10,8 +10,11 @@
     models.py       the MLP and the CNN
     wrappers.py     the --mode wrappers: single, ddp, ddp-no-sync, manual (manual_allreduce.py),
                     sharded (sharded.py)
-    manual_ddp.py   ManualDDP: manual_allreduce.py's strategies behind DDP's interface
-    sharded.py      --mode sharded: manual_sharding.py's ZeRO-1/2/3 behind the same interface
+      wrapped_model.py  WrappedModel: the interface every wrapper has, in a module of its own
+      manual_ddp.py     ManualDDP: manual_allreduce.py's strategies behind DDP's interface
+      sharded.py        --mode sharded: manual_sharding.py's ZeRO-1/2/3 behind the same interface
+      transports.py     --transport: the library's collectives, the ring's or shared memory's
+      dtypes.py         the dtype behind each name of --compress, --amp and --compute-dtype
     trainer.py      the one training loop for every mode: Trainer.fit, run_epoch
       step.py         one optimizer step, the trainer's and the benchmarks'
       metrics.py      training loss and accuracy sums, evaluation over a split

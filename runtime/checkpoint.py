@@ -10,7 +10,7 @@ every rank takes part in gathering them whole (collectives), so its checkpoint h
 model, which loads in any mode, and the whole optimizer state, which loads at any world size;
 each rank keeps its shard of it. That state is per flat shard, not per parameter: it resumes
 with the same --shard (`optimizer_layout`), and a mismatch is one clear line. Every mode's wrapper
-says how through runtime/wrappers.WrappedModel's methods.
+says how through runtime/wrapped_model.WrappedModel's methods.
 """
 import glob
 import os
@@ -22,7 +22,7 @@ import torch
 
 from runtime.atomic import write_atomic
 from runtime.launch import LaunchError
-from runtime.wrappers import PER_PARAMETER
+from runtime.wrapped_model import PER_PARAMETER
 
 NAME = re.compile(r"ckpt-e(\d+)-s(\d+)\.pt$")
 

@@ -16,17 +16,14 @@ from manual_allreduce import (
     DEFAULT_BUCKET_MB,
     STRATEGIES,
     BucketedSync,
-    all_reduce,
+    FlatSync,
     broadcast_parameters,
     call_when_ready,
+    trainable_parameters,
 )
+from runtime import transports
 from runtime.collective_record import kept
-from runtime.wrappers import WrappedModel, all_reduce_by_ring, shared_memory_all_reduce
-
-
-def trainable_parameters(module):
-    """The parameters to synchronise: a tied (shared) one listed once, frozen ones left alone."""
-    return [param for param in module.parameters() if param.requires_grad]
+from runtime.wrapped_model import WrappedModel
 
 
 def parameters_reached(output):
@@ -48,33 +45,31 @@ def parameters_reached(output):
     return reached
 
 
-def build_strategy(params, strategy, bucket_mb=DEFAULT_BUCKET_MB, layers=()):
+def build_strategy(params, strategy, bucket_mb=DEFAULT_BUCKET_MB, layers=(), transport="library"):
     """The strategy `strategy` (a name of the lesson's STRATEGIES, or a class with their
-    constructor and methods) over `params`, given the all-reduce its --sync name sums with (the
-    library's, the ring, shared memory) inside `layers`: functions that each take an all-reduce
-    and return one doing more around it (compression, timing), the first innermost."""
+    constructor and methods) over `params`, given the all-reduce of --transport `transport`
+    (runtime/transports.py; a collective for shm: every rank calls it) inside `layers`: functions
+    that each take an all-reduce and return one doing more around it (compression, timing), the
+    first innermost."""
     strategy_class = STRATEGIES[strategy] if isinstance(strategy, str) else strategy
-    shared = None
-    if strategy == "ring":
-        collective = all_reduce_by_ring
-    elif strategy == "shm":  # a slot that holds the whole flat buffer, in 64-byte lines
-        buffer_bytes = sum(param.numel() * param.element_size() for param in params)
-        collective, shared = shared_memory_all_reduce(-(-buffer_bytes // 64) * 64)
-    else:
-        collective = all_reduce
+    buffer_bytes = sum(param.numel() * param.element_size() for param in params)
+    carried = transports.collectives(transport, "manual", buffer_bytes)
+    collective = carried.all_reduce
     for layer in layers:
         collective = layer(collective)
     options = {"bucket_mb": bucket_mb} if issubclass(strategy_class, BucketedSync) else {}
     sync = strategy_class(params, collective, **options)
-    if shared is not None:  # the flat buffer kept in this rank's slot: packing writes the slot
-        sync.buffer = shared.own_slot(sync.buffer.dtype, sync.buffer.numel())
+    if carried.shared is not None and isinstance(sync, FlatSync):
+        # the flat buffer kept in this rank's slot: packing writes the slot, and no copy is made
+        sync.buffer = carried.shared.own_slot(sync.buffer.dtype, sync.buffer.numel())
     return sync
 
 
 class ManualDDP(WrappedModel, nn.Module):
     """`ManualDDP(model, "bucketed")` where code says `DistributedDataParallel(model)`, with DDP's
-    keyword arguments, defaults and semantics; `layers` go around the strategy's all-reduce
-    (manual_allreduce.compressed, runtime/timing.py's timed: see build_strategy).
+    keyword arguments, defaults and semantics; `layers` go around the all-reduce of `transport`
+    that the strategy sums with (manual_allreduce.compressed, runtime/timing.py's timed: see
+    build_strategy).
 
     The constructor broadcasts rank 0's parameters and buffers; with `broadcast_buffers` (the
     default) `forward` broadcasts rank 0's buffers again before each forward that follows a
@@ -92,11 +87,11 @@ class ManualDDP(WrappedModel, nn.Module):
     """
 
     def __init__(self, module, strategy="bucketed", bucket_mb=DEFAULT_BUCKET_MB, layers=(),
-                 broadcast_buffers=True, find_unused_parameters=False):
+                 broadcast_buffers=True, find_unused_parameters=False, transport="library"):
         super().__init__()
         self.module = module
         broadcast_parameters(module)
-        self.params = trainable_parameters(module)
+        self.params = trainable_parameters(module.parameters())
         self.names = {param: name for name, param in module.named_parameters()}
         self.broadcast_buffers = broadcast_buffers
         self.find_unused_parameters = find_unused_parameters
@@ -105,7 +100,7 @@ class ManualDDP(WrappedModel, nn.Module):
         self.ready = set()  # parameters whose gradient arrived since the last forward
         self.unused = set()  # parameters this forward's graph does not reach (find_unused)
         self.zero_filled = set()  # parameters given zeros to send in this step
-        self.sync = build_strategy(self.params, strategy, bucket_mb, layers)
+        self.sync = build_strategy(self.params, strategy, bucket_mb, layers, transport)
         call_when_ready(self.params, self._grad_ready)
 
     def _grad_ready(self, param):

@@ -53,7 +53,7 @@ def one_cycle(total_steps, warmup_fraction=0.25, start=1 / 25, end=1 / 25e4):
 
 def build_optimizer(model, args, steps_per_epoch):
     """The --optimizer over the model's parameters, and its --lr-schedule as a Schedule. `model`
-    is the wrapped model (runtime/wrappers.WrappedModel), which builds the optimizer over what
+    is the wrapped model (runtime/wrapped_model.WrappedModel), which builds the optimizer over what
     this rank steps (a sharded one: what it owns).
 
     onecycle: warm-up to --lr over the first quarter of the run, then cosine decay (one_cycle),

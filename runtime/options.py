@@ -4,19 +4,32 @@ A bad option is one line on stderr and exit code 2, never a traceback or a usage
 """
 import argparse
 import os
+import sys
 import tempfile
 
 from manual_allreduce import DEFAULT_BUCKET_MB, STRATEGIES
+from manual_sharding import LEVELS
 from runtime import emulated_network
 from runtime.data import DATASETS
+from runtime.dtypes import DTYPES
 from runtime.optimizers import SCHEDULES
+from runtime.transports import NAMES as TRANSPORT_NAMES
 
 MODES = ("single", "ddp", "manual", "ddp-no-sync", "sharded")  # runtime/wrappers.py
+COMMUNICATING = ("manual", "ddp", "sharded")  # the modes --transport applies to
 STRATEGY_NAMES = tuple(STRATEGIES)  # --sync
-# ZeRO-1, 2, 3: manual_sharding.LEVELS, not imported here (a test checks they are the same), so
-# that a run that shards nothing never loads the sharding lesson
-SHARD_LEVELS = ("optimizer", "gradients", "parameters")
-COMPUTE_DTYPES = ("fp32", "fp16", "bf16")  # --compute-dtype: runtime/sharded.COMPUTE_DTYPES
+# The manual configurations that the sweep, the benchmarks and the design document compare, by the
+# names they go by there: (--sync, --transport). Each strategy over the library; the flat buffer
+# over each hand-written transport.
+MANUAL_CONFIGURATIONS = {"per-param": ("per-param", "library"), "flat": ("flat", "library"),
+                         "bucketed": ("bucketed", "library"), "ring": ("flat", "ring"),
+                         "shm": ("flat", "shm")}
+SIXTEEN_BIT = tuple(name for name in DTYPES if name != "fp32")  # --compress and --amp
+# Spellings that --transport replaced: (option, value or None for any) -> the new spelling
+REPLACED = {("--sync", "ring"): "--sync flat --transport ring",
+            ("--sync", "shm"): "--sync flat --transport shm",
+            ("--comm-hook", None): "--transport (--comm-hook none: library, shm: shm)",
+            ("--collectives", None): "--transport (the same values)"}
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -67,30 +80,32 @@ def build_parser(description):
         help="how gradients are synchronised (ddp-no-sync: not at all, the compute baseline "
              "for benchmarks; sharded: ZeRO, see --shard)")
     add("--sync", choices=STRATEGY_NAMES, default="bucketed",
-        help="hand-written strategy for --mode manual")
-    add("--shard", choices=SHARD_LEVELS, default=None,
+        help="--mode manual: how gradients are grouped and when they are sent: naive (the "
+             "lesson's average_gradients: the library's all-reduce per tensor, called directly, "
+             "so neither timed nor compressed), per-param (one all-reduce per tensor after "
+             "backward), flat (one of a packed buffer after backward), bucketed (buckets "
+             "during backward, as DDP)")
+    add("--transport", choices=TRANSPORT_NAMES, default=None,
+        help="what carries the bytes, in modes manual, ddp and sharded: library (gloo's or "
+             "NCCL's collectives), ring (the hand-written ring of point-to-point messages), shm "
+             "(shared memory, the ranks of one host; CPU tensors); auto, the default: library "
+             "for manual and ddp, and for sharded shm where every rank shares this host on gloo, "
+             "else library")
+    add("--shard", choices=LEVELS, default=None,
         help="what --mode sharded splits over the ranks: optimizer (ZeRO-1: its state), "
              "gradients (ZeRO-2: and the gradients), parameters (ZeRO-3 / FSDP: and the "
              "parameters, each layer gathered when used; the default)")
-    add("--compute-dtype", choices=COMPUTE_DTYPES, default=None,
+    add("--compute-dtype", choices=tuple(DTYPES), default=None,
         help="--shard parameters: gather, compute and reduce-scatter in this dtype, the "
              "optimizer's shards staying float32 (default fp32)")
     add("--no-prefetch", dest="prefetch", action="store_false", default=None,
         help="--shard parameters: gather each layer only when it is needed, not the next one "
              "early")
-    add("--collectives", choices=("auto", "library", "ring", "shm"), default=None,
-        help="--mode sharded: the reduce-scatter and all-gather of gloo/NCCL (library), the "
-             "hand-written ring of manual_sharding.py, or shared memory (manual_collectives.py; "
-             "the ranks of one host); auto, the default: shm where every rank shares this host "
-             "on gloo, else library")
-    add("--comm-hook", choices=("none", "shm"), default="none",
-        help="how --mode ddp sums its buckets: none = DDP's own all-reduce (gloo/NCCL), shm = "
-             "the hand-written shared-memory all-reduce, ranks of a host through memory")
     add("--bucket-mb", type=bounded(float, 0, low_open=True), default=DEFAULT_BUCKET_MB,
         help="bucket size (bucketed, DDP's, and --shard gradients')")
-    add("--compress", choices=("none", "fp16", "bf16"), default="none",
+    add("--compress", choices=("none", *SIXTEEN_BIT), default="none",
         help="gradient dtype on the wire")
-    add("--amp", choices=("none", "bf16", "fp16"), default="none",
+    add("--amp", choices=("none", *SIXTEEN_BIT), default="none",
         help="mixed precision: autocast (fp16 with loss scaling)")
     add("--accum-steps", type=bounded(int, 1), default=1,
         help="micro-batches per optimizer step (no_sync on all but the last)")
@@ -152,7 +167,8 @@ def build_parser(description):
     emulated_network.add_options(parser)  # --emulate-link RATE, --ranks-per-node K
     add("--results-dir", default="results")
     add("--run-name", default=None,
-        help="results file name (default: model-dataset-mode[-sync or -shard]-wN-time)")
+        help="results file name (default: model-dataset-mode[-sync or -shard][-transport]-wN-"
+             "time, the transport if one other than auto is given)")
     add("--save-model", default=None, metavar="PATH",
         help="rank 0 saves the final state_dict here")
     add("--checkpoint-dir", default=None, help="rank 0 saves a checkpoint here after every epoch")
@@ -179,9 +195,25 @@ def build_parser(description):
     return parser
 
 
+def manual_arguments(configuration):
+    """mlp_ddp.py's arguments for a name of MANUAL_CONFIGURATIONS."""
+    sync, transport = MANUAL_CONFIGURATIONS[configuration]
+    return ["--mode", "manual", "--sync", sync, "--transport", transport]
+
+
+def configuration_name(sync, transport):
+    """The name of MANUAL_CONFIGURATIONS for (--sync, --transport), auto read as the library;
+    "sync over transport" for a pair without one."""
+    transport = "library" if transport in (None, "auto") else transport
+    names = {pair: name for name, pair in MANUAL_CONFIGURATIONS.items()}
+    return names.get((sync, transport), f"{sync} over {transport}")
+
+
 def parse_args(argv=None, description=None):
     """The options, checked together and against the file system before any training."""
     parser = build_parser(description)
+    argv = sys.argv[1:] if argv is None else argv
+    refuse_replaced_spellings(parser, argv)
     args = parser.parse_args(argv)
     args.compress = None if args.compress == "none" else args.compress
     args.amp = None if args.amp == "none" else args.amp
@@ -193,8 +225,7 @@ def parse_args(argv=None, description=None):
     if args.emulate_link and (args.world_size or 1) < 2:
         parser.error("--emulate-link is for a local launch of --world-size 2 or more")
     emulated_network.check_options(parser, args)
-    if args.comm_hook != "none" and args.mode != "ddp":
-        parser.error("--comm-hook applies to --mode ddp (for --mode manual: --sync shm)")
+    check_transport(parser, args)
     check_sharding(parser, args)
     if args.resume and not args.checkpoint_dir:
         parser.error("--resume needs --checkpoint-dir")
@@ -210,14 +241,43 @@ def parse_args(argv=None, description=None):
     return args
 
 
+def refuse_replaced_spellings(parser, argv):
+    """One line naming the new spelling for an option that --transport replaced."""
+    for index, token in enumerate(argv):
+        option, equals, value = str(token).partition("=")
+        if not equals and index + 1 < len(argv):
+            value = str(argv[index + 1])
+        for (old, old_value), new in REPLACED.items():
+            if option == old and old_value in (None, value):
+                spelled = f"{old} {old_value}" if old_value else old
+                parser.error(f"{spelled} has been replaced: use {new}")
+
+
+def check_transport(parser, args):
+    """--transport only where ranks communicate (default auto there, None elsewhere), and not
+    with --sync naive, which calls the library's all-reduce itself."""
+    if args.mode not in COMMUNICATING:
+        if args.transport is not None:
+            parser.error(f"--transport applies to modes {', '.join(COMMUNICATING)}, not "
+                         f"--mode {args.mode}")
+        return
+    args.transport = args.transport or "auto"
+    if args.mode == "manual" and args.sync == "naive":
+        if args.transport not in ("auto", "library"):
+            parser.error(f"--sync naive calls the library's all-reduce itself: --transport "
+                         f"{args.transport} needs --sync per-param, flat or bucketed")
+        if args.compress:
+            parser.error("--sync naive calls the library's all-reduce itself, which --compress "
+                         "cannot wrap: use --sync per-param, flat or bucketed")
+
+
 def check_sharding(parser, args):
     """The sharding options: only with --mode sharded, the parameters level's only with it, and
     what sharding cannot be combined with. Sets the defaults of those that apply (the others stay
     None, so that a run's config says which applied)."""
     given = [option for option, value in (("--shard", args.shard),
                                           ("--compute-dtype", args.compute_dtype),
-                                          ("--no-prefetch", args.prefetch),
-                                          ("--collectives", args.collectives))
+                                          ("--no-prefetch", args.prefetch))
              if value is not None]
     if args.mode != "sharded":
         if given:
@@ -231,7 +291,6 @@ def check_sharding(parser, args):
                      "would see only this rank's shard of the gradients, so ranks could disagree "
                      "on skipping a step (use --amp bf16, or --compute-dtype bf16)")
     args.shard = args.shard or "parameters"
-    args.collectives = args.collectives or "auto"
     if args.shard != "parameters":
         for option in ("--compute-dtype", "--no-prefetch"):
             if option in given:

@@ -31,6 +31,24 @@ def overlap(hidden, busy):
     return hidden / busy if busy > 0 else None
 
 
+def current_options(config):
+    """A results file's `config` in today's option names, the measurements untouched: runs made
+    before --transport recorded --sync ring or shm (the flat buffer over that transport),
+    --comm-hook none or shm (mode ddp) and --collectives (mode sharded). A config already in
+    today's names comes back as it is."""
+    if "comm_hook" not in config and "collectives" not in config:
+        return config
+    current = {key: value for key, value in config.items()
+               if key not in ("comm_hook", "collectives")}
+    transport = {"manual": "auto", "ddp": "auto", "sharded": config.get("collectives")}
+    current["transport"] = transport.get(config["mode"])
+    if config["mode"] == "manual" and config.get("sync") in ("ring", "shm"):
+        current.update(sync="flat", transport=config["sync"])
+    if config["mode"] == "ddp" and config.get("comm_hook") == "shm":
+        current["transport"] = "shm"
+    return current
+
+
 def write_json_atomic(path, document):
     """Write `document` as indented JSON, whole or not at all (runtime/atomic.py)."""
     write_atomic(path, lambda file: json.dump(document, file, indent=1))

@@ -4,12 +4,12 @@ The wrappers of runtime/wrappers.py keep a whole model on every rank; these keep
   optimizer    ZeRO-1: manual_sharding.ShardedOptimizer, each rank stepping its shard
   gradients    ZeRO-2: the same, each bucket's gradients reduce-scattered in backward and freed
   parameters   ZeRO-3 / FSDP: manual_sharding.FullyShardedModel, each layer gathered when used
-Each is a runtime.wrappers.WrappedModel. What a run needs besides the lesson is here: the
-library's collectives (or the lesson's ring) with the timing layer around them, each named in the
-trace by the shard it carries; an optimizer that torch's learning-rate schedulers accept; and the
-model and optimizer state gathered whole for a checkpoint (collectives: every rank takes part), so
-that it loads at any world size (with the same --shard: the optimizer's state is per flat shard,
-not per parameter). no_sync() changes nothing here: ZeRO-1 averages only in
+Each is a runtime.wrapped_model.WrappedModel. What a run needs besides the lesson is here: the
+collectives of --transport (runtime/transports.py) with the timing layer around them, each named
+in the trace by the shard it carries; an optimizer that torch's learning-rate schedulers accept;
+and the model and optimizer state gathered whole for a checkpoint (collectives: every rank takes
+part), so that it loads at any world size (with the same --shard: the optimizer's state is per
+flat shard, not per parameter). no_sync() changes nothing here: ZeRO-1 averages only in
 `finish_gradient_synchronization()` anyway, and ZeRO-2 and ZeRO-3 average each backward into the
 shards' gradients, which add up.
 """
@@ -17,117 +17,38 @@ from contextlib import contextmanager, nullcontext
 from functools import partial
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.utils._pytree import tree_map
 
-from manual_allreduce import broadcast_parameters, completed
-from manual_sharding import (
-    FullyShardedModel,
-    ShardedOptimizer,
-    all_gather_by_ring,
-    reduce_scatter_by_ring,
-)
+from manual_allreduce import broadcast_parameters
+from manual_sharding import FullyShardedModel, ShardedOptimizer
+from runtime import transports
 from runtime.collective_record import recorded
+from runtime.dtypes import DTYPES
 from runtime.timing import timed
-from runtime.wrappers import WrappedModel
-
-COMPUTE_DTYPES = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}  # --compute-dtype
-
-
-# --- The collectives: (output, input) in, a future out, as manual_sharding calls them ------------
-def reduce_scatter(output, tensor):
-    """The library's reduce-scatter (gloo or NCCL), started without waiting."""
-    return future_of(dist.reduce_scatter_single(output, tensor, async_op=True), output)
-
-
-def all_gather(output, shard):
-    """The library's all-gather, started without waiting."""
-    return dist.all_gather_single(output, shard, async_op=True).get_future()
-
-
-def future_of(work, result):
-    """A future of `result`, complete when the library's `work` is. gloo's reduce-scatter offers
-    none of its own: then one that waits for `work` when waited on, in the caller's thread. A thread
-    waiting for it instead could outlive the process group and abort the process at its exit."""
-    try:
-        return work.get_future()
-    except RuntimeError:
-        return WaitedFuture(lambda: (work.wait(), result)[1])
-
-
-class WaitedFuture:
-    """The part of torch.futures.Future that the lesson and the timing layer use (wait, value,
-    then, done), computed by `compute()` when first waited on. A timed span around it ends there:
-    at most the collective's time plus the compute it overlapped."""
-
-    def __init__(self, compute):
-        self.compute = compute
-        self.result = None
-        self.finished = False
-
-    def wait(self):
-        if not self.finished:
-            self.result = self.compute()
-            self.finished = True
-        return self.result
-
-    value = wait
-
-    def done(self):
-        return self.finished
-
-    def then(self, callback):
-        # waited first: the timing layer's callback stamps the end of a collective that is over
-        return WaitedFuture(lambda: (self.wait(), callback(self))[1])
-
-
-def shared_memory_halves():
-    """manual_collectives' reduce-scatter and all-gather through shared memory, for the ranks of
-    one host; blocking, so each future is complete when it returns. A collective: every rank
-    calls it."""
-    from manual_collectives import SLOT_BYTES, SharedMemoryAllReduce
-
-    shared = SharedMemoryAllReduce(SLOT_BYTES)
-    return (lambda output, tensor: completed(shared.reduce_scatter(output, tensor)),
-            lambda output, shard: completed(shared.all_gather(output, shard)))
-
-
-COLLECTIVES = {"library": lambda: (reduce_scatter, all_gather),  # --collectives
-               "ring": lambda: (reduce_scatter_by_ring, all_gather_by_ring),
-               "shm": shared_memory_halves}
-# what carries them (runtime.timing)
-TRANSPORT = {"library": "library", "ring": "point-to-point", "shm": "shared-memory"}
-
-
-def default_collectives():
-    """--collectives auto: shared memory where every rank runs on this host and the tensors are
-    the CPU's (gloo), since it copies each byte once where gloo's reduce-scatter is a whole
-    all-reduce; the library's otherwise. A collective: every rank calls it."""
-    from manual_collectives import hosts_of_ranks
-
-    if dist.get_backend() != "gloo":
-        return "library"
-    return "shm" if len(set(hosts_of_ranks())) == 1 else "library"
+from runtime.wrapped_model import WrappedModel
 
 
 def collectives(name="auto", recorder=None, message="bucket", layers=(), record=None):
-    """{"reduce_scatter": ..., "all_gather": ...} for --collectives `name`, inside `layers`
-    (functions that take a collective and return one doing more around it, the first innermost)
-    and, given a `recorder`, the timing layer outermost: messages named `message` and numbered in
-    the order sent, unless labelled (`labelled`). Given a `record` (collective_record.Recorder),
-    each call is kept there, innermost; the ring's messages are kept by the launcher's
-    interception instead, at the lesson's own lines."""
-    if name == "auto":
-        name = default_collectives()
+    """{"reduce_scatter": ..., "all_gather": ...} of --transport `name` (runtime/transports.py),
+    inside `layers` (functions that take a collective and return one doing more around it, the
+    first innermost) and, given a `recorder`, the timing layer outermost: messages named
+    `message` and numbered in the order sent, unless labelled (`labelled`). Given a `record`
+    (collective_record.Recorder), each call is kept there, innermost; a ring's messages are kept
+    by the launcher's interception instead, at the lesson's own lines. A collective: every rank
+    calls it."""
+    name = transports.resolve(name, "sharded")
+    carried = transports.TRANSPORTS[name].make()
     made = {}
-    for kind, collective in zip(("reduce-scatter", "all-gather"), COLLECTIVES[name]()):
+    for kind, collective in (("reduce-scatter", carried.reduce_scatter),
+                             ("all-gather", carried.all_gather)):
         if record is not None and name != "ring":
             collective = recorded(collective, record, kind.replace("-", "_"))
         for layer in layers:
             collective = layer(collective)
         if recorder is not None:
-            collective = timed(collective, recorder, kind, message, TRANSPORT[name])
+            collective = timed(collective, recorder, kind, message,
+                               transports.TRANSPORTS[name].carrier)
         made[kind.replace("-", "_")] = collective
     return made
 
@@ -384,15 +305,15 @@ def layout(level, shards):
 
 
 def wrap_sharded(module, level, bucket_mb, compute_dtype="fp32", prefetch=True,
-                 collective_name="auto", recorder=None, layers=(), record=None):
-    """`module` wrapped for --shard `level`; `recorder` times every collective, inside which
-    `layers` go, and `record` keeps each (as collectives' `layers` and `record`)."""
+                 transport="auto", recorder=None, layers=(), record=None):
+    """`module` wrapped for --shard `level` over --transport `transport`; `recorder` times every
+    collective, inside which `layers` go, and `record` keeps each (as collectives' `layers` and
+    `record`)."""
     if level in ("optimizer", "gradients"):
-        made = collectives(collective_name, recorder, "bucket", layers, record)
+        made = collectives(transport, recorder, "bucket", layers, record)
         return ShardedOptimizerModel(module, level == "gradients", bucket_mb, made, recorder)
     if level == "parameters":
-        made = collectives(collective_name, recorder, "unit", layers, record)
-        return FullyShardedTraining(module, COMPUTE_DTYPES[compute_dtype], prefetch, recorder,
-                                    **made)
+        made = collectives(transport, recorder, "unit", layers, record)
+        mixed = None if compute_dtype == "fp32" else DTYPES[compute_dtype]  # fp32: no casts
+        return FullyShardedTraining(module, mixed, prefetch, recorder, **made)
     raise ValueError(f"unknown --shard level {level!r}")
-

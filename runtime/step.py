@@ -11,7 +11,7 @@ from functools import partial
 import torch
 from torch.nn.functional import cross_entropy
 
-AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+from runtime.dtypes import DTYPES
 
 
 class Precision:
@@ -19,7 +19,7 @@ class Precision:
     narrow range needs it, and an overflowed step is skipped); None: float32 throughout."""
 
     def __init__(self, amp, device):
-        dtype = AMP_DTYPES.get(amp)
+        dtype = DTYPES[amp] if amp else None
         self.autocast = partial(torch.autocast, device.type, dtype=dtype) if dtype else nullcontext
         self.scaler = torch.amp.GradScaler(device.type, enabled=amp == "fp16")
 

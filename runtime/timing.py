@@ -51,9 +51,9 @@ FIELDS = PHASES + ("compute",) + COMM_FIELDS + ("own_work", "step")
 # (`timed`), so they are measured, not predicted.
 RING_SENT = {"all-reduce": 2, "reduce-scatter": 1, "all-gather": 1}
 SENT_BY_LIBRARY = {"all-reduce": 2, "reduce-scatter": 2, "all-gather": 1}
-# what carries a timed collective's bytes; shared memory's are counted at sends as the ring's:
-# none within a host (between hosts, its library all-reduce is not counted)
-TRANSPORTS = ("library", "point-to-point", "shared-memory")
+# What carries a timed collective's bytes (`timed`'s transport) is a carrier of
+# runtime/transports.py's table; shared memory's bytes are counted at sends as the ring's: none
+# within a host (between hosts, its library all-reduce is not counted).
 
 
 class HostClock:

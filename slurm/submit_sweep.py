@@ -22,6 +22,7 @@ import sys
 import time
 
 from analysis import plots
+from runtime.options import manual_arguments
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -41,7 +42,8 @@ def parse_args(argv=None):
     parser.add_argument("--nodes", type=int_list, default=[1, 2])
     parser.add_argument("--tasks-per-node", type=int_list, default=[1, 2])
     parser.add_argument("--strategies", default="flat,bucketed,ring",
-                        help="manual strategies; ddp always runs")
+                        help="manual configurations (options.MANUAL_CONFIGURATIONS: ring is the "
+                             "flat buffer over the ring); ddp always runs")
     parser.add_argument("--model", default="mlp")
     parser.add_argument("--repeats", type=int, default=1,
                         help="run every configuration this many times, interleaved")
@@ -58,9 +60,9 @@ def parse_args(argv=None):
 
 def jobs(args):
     """(run name, sbatch command) for every point of the sweep, round after round."""
-    # (label in the run name, --mode, --sync arguments)
+    # (label in the run name, --mode, its --sync and --transport arguments)
     series = [("ddp", "ddp", [])]
-    series += [(f"manual-{strategy}", "manual", ["--sync", strategy])
+    series += [(f"manual-{strategy}", "manual", manual_arguments(strategy)[2:])
                for strategy in args.strategies.split(",") if strategy]
     shapes = [(nodes, tasks, label, mode, sync) for nodes in args.nodes
               for tasks in args.tasks_per_node for label, mode, sync in series]

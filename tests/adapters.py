@@ -7,21 +7,27 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from runtime.options import MANUAL_CONFIGURATIONS
+
+# What the tests train the strategies with, by name: (--sync, --transport). naive calls the
+# library's all-reduce itself, so it has no other transport and takes no compression layer.
+SYNCED = {"naive": ("naive", "library"), **MANUAL_CONFIGURATIONS}
+
 
 class StrategyAlone:
-    """`module` whose gradients the lesson's strategy `strategy` averages, driven as ManualDDP
-    drives it: autograd's hook reports each final gradient to `grad_ready`, and
-    `finish_gradient_synchronization()` calls `finish()`. Unlike ManualDDP it broadcasts nothing
-    (every rank must build the same model), and has no buffers, no no_sync() and no unused
-    parameters."""
+    """`module` whose gradients the lesson's strategy `strategy` averages over `transport`
+    (runtime/transports.py), driven as ManualDDP drives it: autograd's hook reports each final
+    gradient to `grad_ready`, and `finish_gradient_synchronization()` calls `finish()`. Unlike
+    ManualDDP it broadcasts nothing (every rank must build the same model), and has no buffers,
+    no no_sync() and no unused parameters."""
 
-    def __init__(self, module, strategy, bucket_mb=25.0, layers=()):
-        from manual_allreduce import call_when_ready
-        from runtime.manual_ddp import build_strategy, trainable_parameters
+    def __init__(self, module, strategy, bucket_mb=25.0, layers=(), transport="library"):
+        from manual_allreduce import call_when_ready, trainable_parameters
+        from runtime.manual_ddp import build_strategy
 
         self.module = module
-        params = trainable_parameters(module)
-        self.sync = build_strategy(params, strategy, bucket_mb, layers)
+        params = trainable_parameters(module.parameters())
+        self.sync = build_strategy(params, strategy, bucket_mb, layers, transport)
         call_when_ready(params, self.sync.grad_ready)
 
     def __call__(self, *args):

@@ -17,7 +17,7 @@ import numpy as np
 from analysis import build_design_doc as builder
 from analysis import results_folder
 from grading.launch import SANDBOX, run_alone
-from runtime.options import STRATEGY_NAMES
+from runtime.options import MANUAL_CONFIGURATIONS
 from runtime.results import SCHEMA
 from runtime.timing import FIELDS
 
@@ -98,14 +98,15 @@ def run_document(model, series, world, seed, bucket_mb=25.0):
     rng = np.random.default_rng(seed)
     timing = summarize_ranks(step_records(model, series, world, rng))
     step = timing["across_ranks"]["step"]["mean"]
-    mode, sync = ("manual", series) if series in STRATEGY_NAMES else (series, "per-param")
+    mode, (sync, transport) = ("manual", MANUAL_CONFIGURATIONS[series]) \
+        if series in MANUAL_CONFIGURATIONS else (series, ("per-param", None))
     throughput = BATCH * world / step
     quiet = world == 1 or series == "ddp-no-sync"
     timing["all_reduce_layouts"] = [] if quiet else [{"from_step": 0, "bytes": [4096]}]
     return {"schema": SCHEMA, "run_name": f"{model}-{series}-w{world}",
             "created": f"2025-01-01T00:{seed // 60:02d}:{seed % 60:02d}",
-            "config": {"mode": mode, "sync": sync, "bucket_mb": bucket_mb, "compress": None,
-                       "model": model, "batch_size": BATCH, "accum_steps": 1,
+            "config": {"mode": mode, "sync": sync, "transport": transport, "bucket_mb": bucket_mb,
+                       "compress": None, "model": model, "batch_size": BATCH, "accum_steps": 1,
                        "val_samples": 2000, "warmup_steps": 5,
                        "max_steps": STEPS_PER_EPOCH, "epochs": 1},
             "environment": {"torch": "2.13.0+cpu", "python": "3.11", "backend": "gloo",
@@ -259,7 +260,7 @@ def write_results(folder, bench=True, noise=0.0):
                 if (model, series, world) == MISSING_RUN:
                     continue
                 seed += 1
-                manual = "manual-" if series in STRATEGY_NAMES else ""
+                manual = "manual-" if series in MANUAL_CONFIGURATIONS else ""
                 name = f"sweep-{model}-{manual}{series}-w{world}-r{repeat}"
                 write(os.path.join(folder, name + ".json"),
                       run_document(model, series, world, seed))

@@ -30,9 +30,10 @@ CONFIGURATIONS = {
     "manual-bucketed-amp-accum2-w2": ["--mode", "manual", "--sync", "bucketed", "--bucket-mb",
                                       "0.2", "--world-size", "2", "--amp", "fp16",
                                       "--accum-steps", "2"],
-    "manual-ring-w3": ["--mode", "manual", "--sync", "ring", "--world-size", "3"],
-    "manual-shm-cnn-w2": ["--mode", "manual", "--sync", "shm", "--world-size", "2",
-                          "--model", "cnn"],
+    "manual-ring-w3": ["--mode", "manual", "--sync", "flat", "--transport", "ring",
+                       "--world-size", "3"],
+    "manual-shm-cnn-w2": ["--mode", "manual", "--sync", "flat", "--transport", "shm",
+                          "--world-size", "2", "--model", "cnn"],
 }
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from benchmarks import allreduce_bench, step_bench
 from grading.sandbox import run_python
-from runtime.options import STRATEGY_NAMES
+from runtime.options import MANUAL_CONFIGURATIONS
 from runtime.timing import FIELDS
 
 pytestmark = pytest.mark.rubric("core.end_to_end")
@@ -94,7 +94,7 @@ def test_step_benchmark_times_every_configuration_against_ddp_in_each_repeat(tmp
     document = json.loads(output.read_text())
     assert document["schema"] == "step-bench/3"
     assert document["environment"]["data"] == "random tensors of MNIST shape"
-    configurations = {"ddp", "ddp-shm", "ddp-no-sync", *STRATEGY_NAMES}
+    configurations = {"ddp", "ddp-shm", "ddp-no-sync", *MANUAL_CONFIGURATIONS}
     rows = {(row["repeat"], row["configuration"]): row for row in document["measurements"]}
     # every configuration once in each repeat
     assert set(rows) == {(repeat, name) for repeat in (1, 2) for name in configurations}
@@ -124,7 +124,7 @@ def test_step_benchmark_times_every_configuration_against_ddp_in_each_repeat(tmp
                                                                              max(steps))
         assert entry["mean_step_s"]["median"] == pytest.approx(sum(steps) / 2)
     verdict, = document["verdict"]["per_world_size_and_model"]
-    assert verdict["best_strategy"] in STRATEGY_NAMES
+    assert verdict["best_strategy"] in MANUAL_CONFIGURATIONS
     # the best strategy is also set against DDP on its own transport (shm: the shm comm hook)
     same = "ddp-shm" if verdict["best_strategy"] == "shm" else "ddp"
     assert verdict["against_same_transport_ddp"]["ddp"] == same

@@ -15,8 +15,8 @@ STEPS = 2
 LEVELS = ("optimizer", "gradients", "parameters")  # ZeRO-1, ZeRO-2, ZeRO-3
 
 
-def bytes_per_step(rank, world_size, level, collective_name):
-    """This rank's StepTimer.bytes_sent() after STEPS steps at `level` over `collective_name`,
+def bytes_per_step(rank, world_size, level, transport):
+    """This rank's StepTimer.bytes_sent() after STEPS steps at `level` over `transport`,
     and the padded bytes of the flat shards (P)."""
     from runtime.sharded import wrap_sharded
     from runtime.timing import StepTimer
@@ -25,8 +25,7 @@ def bytes_per_step(rank, world_size, level, collective_name):
     module = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
     timer = StepTimer()
     # 1e-4 MiB: ZeRO-2 sends each of the two layers' gradients in a bucket of its own
-    wrapped = wrap_sharded(module, level, 1e-4, collective_name=collective_name,
-                           recorder=timer.comm)
+    wrapped = wrap_sharded(module, level, 1e-4, transport=transport, recorder=timer.comm)
     optimizer = wrapped.make_optimizer(torch.optim.SGD, lr=0.1)
     for step in range(STEPS):
         generator = torch.Generator().manual_seed(100 * step + rank)

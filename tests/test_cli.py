@@ -87,6 +87,10 @@ BAD_INPUT = {
     "unknown model": ("--model", "transformer"),
     "unknown dataset": ("--dataset", "cifar10"),
     "unknown strategy": ("--sync", "tree"),
+    "unknown transport": ("--transport", "pigeon"),
+    "a transport in one process": ("--mode", "single", "--transport", "ring"),
+    "naive over the ring": ("--sync", "naive", "--transport", "ring"),
+    "naive compressed": ("--sync", "naive", "--compress", "fp16"),
     "single mode on several processes": ("--mode", "single", "--world-size", 2),
     "dropout of 1": ("--dropout", 1),
     "hidden sizes not numbers": ("--hidden-sizes", "512,x"),
@@ -105,6 +109,52 @@ def test_bad_options_exit_2_with_one_line_and_no_traceback(args, capsys):
     assert exit_.value.code == 2
     said = capsys.readouterr().err
     assert len(said.strip().splitlines()) == 1 and "Traceback" not in said, said
+
+
+REPLACED = {  # what was written before --transport -> what the one line must name instead
+    ("--sync", "ring"): "--sync flat --transport ring",
+    ("--mode", "manual", "--sync=shm"): "--sync flat --transport shm",
+    ("--mode", "ddp", "--comm-hook", "shm"): "--transport",
+    ("--mode", "sharded", "--collectives", "library"): "--transport",
+}
+
+
+@pytest.mark.parametrize("args", REPLACED, ids=[" ".join(args) for args in REPLACED])
+def test_a_replaced_spelling_exits_2_with_one_line_naming_the_new_one(args, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        mlp_ddp.main(list(args))
+    assert exit_.value.code == 2
+    said = capsys.readouterr().err
+    assert len(said.strip().splitlines()) == 1 and f"use {REPLACED[args]}" in said, said
+
+
+NAMED = {  # options -> how the default run name starts, before -wN-time
+    ("--mode", "manual", "--sync", "naive"): "mlp-mnist-manual-naive",
+    ("--mode", "manual", "--sync", "flat", "--transport", "ring"): "mlp-mnist-manual-flat-ring",
+    ("--mode", "ddp", "--transport", "shm"): "mlp-mnist-ddp-shm",
+    ("--mode", "sharded", "--shard", "optimizer"): "mlp-mnist-sharded-optimizer",
+    ("--mode", "single",): "mlp-mnist-single",
+}
+
+
+@pytest.mark.parametrize("args", NAMED, ids=NAMED.values())
+def test_the_default_run_name_says_the_sync_or_shard_and_a_transport_asked_for(args):
+    from runtime.options import parse_args
+
+    name = mlp_ddp.default_run_name(parse_args(list(args)), 2)
+    assert name.startswith(NAMED[args] + "-w2-") and name.count("-") == NAMED[args].count("-") + 3
+
+
+@pytest.mark.rubric("core.end_to_end")
+def test_sync_naive_runs_average_gradients_and_trains_as_one_process(tiny_data, tmp_path):
+    # the global batch of 32 split over 2 ranks, averaged by the lesson's first function
+    naive = trained_parameters(tmp_path, "naive", tiny_data, *SHARDING_ONLY, "--mode", "manual",
+                               "--sync", "naive", "--world-size", 2, "--batch-size", 16)
+    single = trained_parameters(tmp_path, "single", tiny_data, *SHARDING_ONLY,
+                                "--mode", "single", "--batch-size", 32)
+    assert_same_parameters(naive, single)
+    document = json.loads((tmp_path / "naive.json").read_text())
+    assert (document["config"]["sync"], document["config"]["transport"]) == ("naive", "auto")
 
 
 def test_missing_data_offline_names_the_folder_and_the_option(tmp_path):

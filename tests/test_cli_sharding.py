@@ -26,9 +26,9 @@ THREE = ("--world-size", 3, "--batch-size", 16)  # the same global batch: the sa
 LEVELS = ("optimizer", "gradients", "parameters")
 # ZeRO-1 through the lesson's ring reduce-scatter and all-gather; ZeRO-2 through gloo's, in buckets
 # of 0.5 MiB (the first layer's weight alone, the other layers together); ZeRO-3 as it comes
-# (--collectives auto: shared memory, the ranks sharing this host)
-LEVEL_OPTIONS = {"optimizer": ("--collectives", "ring"),
-                 "gradients": ("--bucket-mb", 0.5, "--collectives", "library"), "parameters": ()}
+# (--transport auto: shared memory, the ranks sharing this host)
+LEVEL_OPTIONS = {"optimizer": ("--transport", "ring"),
+                 "gradients": ("--bucket-mb", 0.5, "--transport", "library"), "parameters": ()}
 MID_RUN = "ckpt-e0000-s00000003.pt"  # after step 3 of epoch 1 (--checkpoint-every 3)
 
 
@@ -98,7 +98,7 @@ def test_each_level_trains_to_the_accuracy_and_parameters_of_mode_manual(runs, l
 def test_ranks_of_one_host_shard_through_shared_memory_by_default_and_send_nothing_on_the_wire(
         runs):
     shared, _ = runs.level("parameters")
-    assert shared["config"]["collectives"] == "auto"
+    assert shared["config"]["transport"] == "auto"
     # the ranks of one host exchange through memory: no byte leaves a rank
     for sent in shared["timing"]["bytes_sent"]["per_rank"]:
         assert sent["transport"] == "shared-memory" and sent["measured_per_step"] == 0
@@ -248,9 +248,7 @@ REFUSED = {
     "--shard without --mode sharded": ("--shard", "optimizer"),
     "--compute-dtype without --mode sharded": ("--mode", "manual", "--compute-dtype", "bf16"),
     "--no-prefetch without --mode sharded": ("--no-prefetch",),
-    "--collectives without --mode sharded": ("--mode", "ddp", "--collectives", "ring"),
     "--compress with --mode sharded": ("--mode", "sharded", "--compress", "fp16"),
-    "--comm-hook with --mode sharded": ("--mode", "sharded", "--comm-hook", "shm"),
     "--amp fp16 with --mode sharded": ("--mode", "sharded", "--amp", "fp16"),
     "--compute-dtype with ZeRO-1": ("--mode", "sharded", "--shard", "optimizer",
                                     "--compute-dtype", "bf16"),

@@ -294,7 +294,7 @@ def test_a_ring_whose_ranks_all_wait_to_receive_stops_naming_the_line_and_the_cy
     data = write_dataset(str(tmp_path / "data"), train=400, test=100)
     started = time.monotonic()
     command = [sys.executable, "mlp_ddp.py", "--mode", "sharded", "--shard", "optimizer",
-               "--collectives", "ring", "--world-size", 2, "--hang-timeout", 3, "--epochs", 1,
+               "--transport", "ring", "--world-size", 2, "--hang-timeout", 3, "--epochs", 1,
                "--data-dir", data, "--batch-size", 16, "--val-samples", 50,
                "--results-dir", tmp_path / "results"]
     done = subprocess.run(list(map(str, command)), cwd=project, capture_output=True, text=True,

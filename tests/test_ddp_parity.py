@@ -2,7 +2,8 @@
 
 Every case runs in real gloo processes (2 and 3 ranks; one launch per strategy and world size,
 so a strategy that fails fails only its own cases, and one for torch's DDP): each rank trains
-ManualDDP with the strategy, with and without fp16/bf16 on the wire, or torch's DDP, on the same
+ManualDDP with the strategy over its transport (tests/adapters.SYNCED), with
+and without fp16/bf16 on the wire, or torch's DDP, on the same
 per-rank data, each rank's model seeded differently (both wrappers start every rank from rank 0's
 parameters); every rank returns what it saw; the tests compare. ManualDDP runs with each
 strategy of the lesson (the whole job), and with the tests' own strategy (tests/adapters.py, the
@@ -26,10 +27,11 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from grading.launch import launch_once, run_in_processes
-from runtime.options import STRATEGY_NAMES
-from runtime.wrappers import WIRE_DTYPES
+from runtime.dtypes import DTYPES
+from tests.adapters import SYNCED
 
-VARIANTS = [(strategy, wire) for strategy in STRATEGY_NAMES for wire in (None, "fp16", "bf16")]
+VARIANTS = [(name, wire) for name in SYNCED for wire in (None, "fp16", "bf16")
+            if name != "naive" or wire is None]
 OWN = ("own", None)  # ManualDDP with the tests' own strategy, which has no compression
 STEPS = 3  # training steps per case
 BATCH = 4  # samples per rank and step
@@ -39,7 +41,7 @@ FEATURES = 8
 # BatchNorm over 4 samples amplifies that: 8 unit roundoffs of the wire dtype (fp16 4e-3, bf16
 # 3e-2). The exact semantics (the second backward averaged, an unused parameter untouched) are
 # pinned down uncompressed and by the tests below.
-ROUNDOFFS = {wire: 8 * torch.finfo(WIRE_DTYPES[wire]).eps / 2 for wire in ("fp16", "bf16")}
+ROUNDOFFS = {wire: 8 * torch.finfo(DTYPES[wire]).eps / 2 for wire in ("fp16", "bf16")}
 TOLERANCE = {None: dict(rtol=1e-5, atol=1e-6),
              **{wire: dict(rtol=bound, atol=bound) for wire, bound in ROUNDOFFS.items()}}
 
@@ -127,14 +129,15 @@ def wrap(model, variant, find_unused):
                                       bucket_cap_mb=0.001)
         wire = None if variant is None else variant[1]
         if wire:
-            ddp.register_comm_hook(WIRE_DTYPES[wire], compress_hook)
+            ddp.register_comm_hook(DTYPES[wire], compress_hook)
         ddp.finish_gradient_synchronization = lambda: None
         return ddp
     if variant == OWN:  # ManualDDP accepts a class with the strategies' constructor and methods
         return ManualDDP(model, AverageEachAfterBackward, find_unused_parameters=find_unused)
-    strategy, wire = variant
-    return ManualDDP(model, strategy, bucket_mb=0.001, layers=compression_layers(wire),
-                     find_unused_parameters=find_unused)
+    name, wire = variant
+    sync, transport = SYNCED[name]
+    return ManualDDP(model, sync, bucket_mb=0.001, layers=compression_layers(wire),
+                     find_unused_parameters=find_unused, transport=transport)
 
 
 def snapshot(model):
@@ -218,7 +221,7 @@ RUBRIC_ITEM = {
     "own": pytest.mark.rubric("core.manual_ddp"),  # ManualDDP's own work, no strategy of the lesson
     "ddp": pytest.mark.rubric(),  # torch's DDP alone: the tests' own reference
     # a strategy of the lesson (and its compression) inside ManualDDP: two items, the main job's
-    **{strategy: pytest.mark.rubric("core.end_to_end") for strategy in STRATEGY_NAMES},
+    **{name: pytest.mark.rubric("core.end_to_end") for name in SYNCED},
 }
 
 
@@ -286,7 +289,7 @@ def without_find_unused(rank, world_size, variant):
 
 
 @pytest.mark.parametrize("variant", cases(
-    [None] + [(strategy, None) for strategy in STRATEGY_NAMES] + [OWN]))
+    [None] + [(name, None) for name in SYNCED] + [OWN]))
 def test_an_unused_parameter_without_find_unused_parameters_is_an_error_naming_it(variant):
     for message in run_in_processes(2, without_find_unused, variant):
         assert message is not None and "find_unused_parameters" in message
@@ -387,8 +390,9 @@ def test_the_options_name_the_lessons_strategies_shard_levels_default_and_the_wi
 
     (compress,) = [action for action in options.build_parser("")._actions
                    if action.dest == "compress"]
-    assert set(compress.choices) - {"none"} == set(WIRE_DTYPES)
+    assert set(compress.choices) - {"none"} == set(DTYPES) - {"fp32"}
+    (shard,) = [action for action in options.build_parser("")._actions if action.dest == "shard"]
     # the runtime's names and default are the lesson's
     assert options.STRATEGY_NAMES == tuple(manual_allreduce.STRATEGIES)
-    assert options.SHARD_LEVELS == manual_sharding.LEVELS
+    assert shard.choices == manual_sharding.LEVELS
     assert options.DEFAULT_BUCKET_MB == manual_allreduce.DEFAULT_BUCKET_MB

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from grading.launch import launch_once, run_alone, run_in_processes
-from runtime.options import STRATEGY_NAMES
+from tests.adapters import SYNCED
 
 STEPS = 3
 BATCH_PER_RANK = 8
@@ -141,8 +141,9 @@ def train_distributed(rank, world_size, model_name, mode, strategy, compress):
         wrapped = wrap_model(model, SyncOptions(mode, bucket_mb=0.5, compress=compress),
                              CommRecorder())
     else:
-        wrapped = StrategyAlone(model, strategy, bucket_mb=0.5,
-                                layers=compression_layers(compress))
+        sync, transport = SYNCED[strategy]
+        wrapped = StrategyAlone(model, sync, bucket_mb=0.5, layers=compression_layers(compress),
+                                transport=transport)
     optimizer = torch.optim.SGD(trainable(model), lr=LR)
     images, labels = global_batches(world_size)
     history = [flat_parameters(model)]  # after construction, before any step
@@ -176,10 +177,10 @@ def run_all(rank, world_size, configurations):
 def configurations(strategy=None, compressed=None):
     """(model, mode, strategy, wire dtype) of every run; with `strategy` ("ddp" for DDP) and
     `compressed`, only those runs: what one launch trains."""
-    exact = [(model, "manual", strategy, None) for model in MODELS for strategy in STRATEGY_NAMES]
+    exact = [(model, "manual", strategy, None) for model in MODELS for strategy in SYNCED]
     exact += [(model, "ddp", None, None) for model in MODELS]
     wired = [("mlp", "manual", strategy, wire)
-             for strategy in STRATEGY_NAMES for wire in WIRE_PRECISION_BITS]
+             for strategy in SYNCED if strategy != "naive" for wire in WIRE_PRECISION_BITS]
     wired += [("mlp", "ddp", None, wire) for wire in WIRE_PRECISION_BITS]
     return [run for run in exact + wired
             if strategy is None or ((run[2] or "ddp") == strategy
@@ -224,6 +225,7 @@ COMPRESSED = [configuration for configuration in configurations() if configurati
 
 # The rubric item of each strategy's exact runs: a strategy driven alone counts for its own piece
 RUBRIC_ITEM = {
+    "naive": pytest.mark.rubric("core.per_parameter"),  # average_gradients, as the trainer runs it
     "per-param": pytest.mark.rubric("core.per_parameter"),
     "flat": pytest.mark.rubric("core.flat"),
     "shm": pytest.mark.rubric("core.flat"),  # the flat buffer, summed through shared memory

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from grading import recorded_group
-from grading.launch import run_in_processes, run_measuring_writes
+from grading.launch import ChildFailed, run_counting_bytes, run_in_processes
 
 STEPS = 2
 BUCKET_MB = 0.01  # 10 KiB: the small model below then needs five buckets
@@ -517,58 +517,98 @@ def test_compression_sends_half_the_bytes_in_the_wire_dtype():
 
 # --- What the ring moves, counted outside the ranks --------------------------------------------
 # The checks above watch the ranks from inside their own processes, where code can reach past any
-# watcher (the gloo group inside the recorded one, say). Here the kernel counts what each rank's
-# process wrote (tests/harness.py run_measuring_writes), and the ring's messages must explain it.
-RING_ELEMENTS = 2**18  # 1 MiB of float32: far above what setting up the process group writes
-# What a rank may write besides its messages' payloads: the process group's set-up and a header
-# per message, under 5 KiB with the lesson's ring at 2-4 ranks (the failure message prints it);
-# a sum outside the ring adds at least the whole buffer
+# watcher (the gloo group inside the recorded one, say). Here the kernel counts what the ranks sent
+# (grading/launch.py run_counting_bytes: over a network of their own, with nothing else shared),
+# and the ring's messages must explain it.
+RING_ELEMENTS = 2**18  # 1 MiB of float32: far above what setting up the process group sends
+# What a rank may send besides its messages' payloads: the process group's set-up and the headers
+# of its messages, about 8 KiB a rank with the lesson's ring at 3 ranks (the failure message
+# prints it); a sum outside the ring adds at least the whole buffer
 WIRE_OVERHEAD = 32 * 2**10
 
 
 def ring_on_the_wire(rank, world_size, how):
-    """The lesson's ring_all_reduce of every rank's RING_ELEMENTS (`how` "lesson"), or a cheat
-    (`how` "cheat"): the ring's messages for show, the sum through the gloo group the recorded
-    one forwards to, found among the objects of the process. Returns the sum's least and
-    greatest element."""
+    """The lesson's ring_all_reduce of every rank's RING_ELEMENTS (`how` "lesson"), or a cheat:
+    the ring's messages for show, the sum through the gloo group the recorded one forwards to
+    ("gloo"), or through sockets of its own, their ports swapped through the process group's
+    store ("sockets"). Returns the sum's least and greatest element."""
     tensor = torch.full((RING_ELEMENTS,), float(rank + 1))
     if how == "lesson":
         from manual_collectives import ring_all_reduce
 
         ring_all_reduce(tensor)
-    else:
+        return float(tensor.min()), float(tensor.max())
+    chunks = tensor.tensor_split(world_size)
+    for step in range(2 * (world_size - 1)):
+        request = dist.isend(chunks[(rank - step) % world_size], (rank + 1) % world_size)
+        dist.recv(torch.empty_like(chunks[(rank - step - 1) % world_size]),
+                  (rank - 1) % world_size)
+        request.wait()
+    if how == "gloo":
         import gc
 
-        chunks = tensor.tensor_split(world_size)
-        for step in range(2 * (world_size - 1)):
-            request = dist.isend(chunks[(rank - step) % world_size], (rank + 1) % world_size)
-            dist.recv(torch.empty_like(chunks[(rank - step - 1) % world_size]),
-                      (rank - 1) % world_size)
-            request.wait()
         recorded = next(thing for thing in gc.get_objects()
                         if isinstance(thing, recorded_group.RecordedGloo))
         recorded._gloo.allreduce([tensor]).wait()
+    else:
+        sum_over_sockets(tensor, rank, world_size)
     return float(tensor.min()), float(tensor.max())
 
 
+def sum_over_sockets(tensor, rank, world_size):
+    """Every rank's tensor summed over TCP sockets of the ranks' own: send() and its kin write
+    nothing the kernel counts as a process's writes."""
+    import socket
+
+    from torch.distributed.distributed_c10d import _get_default_store
+
+    store = _get_default_store()
+    listener = socket.create_server(("127.0.0.1", 0))
+    store.set(f"port-{rank}", str(listener.getsockname()[1]))
+    original = tensor.clone()
+    for peer in range(world_size):
+        if peer == rank:
+            continue
+        outgoing = socket.create_connection(("127.0.0.1", int(store.get(f"port-{peer}"))))
+        outgoing.sendall(original.numpy().tobytes())
+        incoming, _ = listener.accept()
+        data = bytearray()
+        while len(data) < original.numel() * 4:
+            data += incoming.recv(1 << 20)
+        tensor += torch.frombuffer(data, dtype=torch.float32)
+        outgoing.close()
+        incoming.close()
+
+
 def unexplained_bytes(world_size, how):
-    """Per rank: the bytes its process wrote beyond the ring's payload, 2(n-1)/n of the buffer;
-    and the sum's least and greatest element."""
-    payload = 2 * (world_size - 1) * RING_ELEMENTS * 4 / world_size
-    launched = run_measuring_writes(world_size, ring_on_the_wire, how, timeout_s=30,
-                                    recorded=True)
-    return [(written - payload, extremes) for extremes, written in launched]
+    """The bytes the ranks sent beyond the ring's payload (2(n-1)/n of the buffer a rank), how
+    they were counted, and each rank's sum's least and greatest element."""
+    payload = world_size * 2 * (world_size - 1) * RING_ELEMENTS * 4 / world_size
+    results, sent, counted = run_counting_bytes(world_size, ring_on_the_wire, how, timeout_s=30,
+                                                recorded=True)
+    return sent - payload, counted, results
+
+
+def caught(world_size, how):
+    """Whether a cheat `how` is caught: its bytes counted beyond the allowance, or its channel
+    refused (no new sockets where nothing would count them)."""
+    try:
+        extra, _, _ = unexplained_bytes(world_size, how)
+    except ChildFailed as error:
+        return "Operation not permitted" in str(error)
+    return extra > world_size * WIRE_OVERHEAD
 
 
 @pytest.mark.rubric("core.ring")
 @pytest.mark.parametrize("world_size", [3])  # chunks of uneven length
-def test_the_ring_writes_no_byte_its_messages_do_not_explain(world_size):
+def test_the_ring_sends_no_byte_its_messages_do_not_explain(world_size):
     total = world_size * (world_size + 1) / 2
-    for rank, (extra, extremes) in enumerate(unexplained_bytes(world_size, "lesson")):
+    extra, counted, results = unexplained_bytes(world_size, "lesson")
+    for rank, extremes in enumerate(results):
         assert extremes == (total, total), f"rank {rank}: the sum is wrong"
-        assert abs(extra) <= WIRE_OVERHEAD, (
-            f"rank {rank} wrote {extra:+,.0f} bytes (to sockets, pipes or files) beyond the "
-            "ring's messages: a sum through another channel, or messages that never went over "
-            "the wire")
-    cheats = unexplained_bytes(world_size, "cheat")  # the check must catch this
-    assert any(extra > WIRE_OVERHEAD for extra, _ in cheats), "accepts a sum outside the ring"
+    assert abs(extra) <= world_size * WIRE_OVERHEAD, (
+        f"the ranks sent {extra:+,.0f} bytes (counted: {counted}) beyond the ring's messages: a "
+        "sum through another channel, or messages that never went over the wire")
+    # the check must catch a sum outside the ring, through the library or through sockets
+    assert caught(world_size, "gloo"), "accepts a sum through the library's own group"
+    assert caught(world_size, "sockets"), "accepts a sum through sockets of the ranks' own"

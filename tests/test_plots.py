@@ -126,11 +126,13 @@ def test_only_bucketed_and_ddp_runs_at_another_bucket_size_stay_out_of_the_strat
     assert not bucket_variant(("mlp", "ddp-no-sync", 2, 1.0))
 
 
-def timed_run(sync="flat", world=2, created="2026-01-01", step=0.010, hidden=0.002, busy=0.005):
+def timed_run(sync="flat", world=2, created="2026-01-01", step=0.010, hidden=0.002, busy=0.005,
+              transport="auto"):
     """The parts of a results document that results_folder reads."""
     means = dict.fromkeys(FIELDS, 0.0)
     means.update(step=step, comm_hidden=hidden, comm_busy=busy)
-    return {"config": {"mode": "manual", "sync": sync, "model": "mlp", "bucket_mb": 25},
+    return {"config": {"mode": "manual", "sync": sync, "transport": transport, "model": "mlp",
+                       "bucket_mb": 25},
             "environment": {"world_size": world}, "created": created,
             "timing": {"across_ranks": {field: {"mean": value} for field, value in means.items()},
                        "straggler": 1.1},
@@ -153,7 +155,7 @@ def test_a_runs_overlap_is_hidden_over_busy_and_none_without_communication():
 
 
 def test_repeats_are_grouped_by_configuration_oldest_first():
-    runs = [timed_run(created="2026-01-03"), timed_run(sync="ring"), timed_run(),
+    runs = [timed_run(created="2026-01-03"), timed_run(transport="ring"), timed_run(),
             timed_run(created="2026-01-02"), timed_run(world=4)]
     by_configuration = repeats(runs)
     assert sorted(by_configuration) == [("mlp", "manual flat", 2, 25.0),
@@ -161,3 +163,43 @@ def test_repeats_are_grouped_by_configuration_oldest_first():
                                         ("mlp", "manual ring", 2, 25.0)]
     flat = by_configuration[("mlp", "manual flat", 2, 25.0)]
     assert [repeat["created"] for repeat in flat] == ["2026-01-01", "2026-01-02", "2026-01-03"]
+
+
+OLD_CONFIGS = {  # as runs made before --transport recorded them -> (sync, transport) today
+    "manual ring": ({"mode": "manual", "sync": "ring", "comm_hook": "none"}, ("flat", "ring")),
+    "manual shm": ({"mode": "manual", "sync": "shm", "comm_hook": "none"}, ("flat", "shm")),
+    "manual bucketed": ({"mode": "manual", "sync": "bucketed", "comm_hook": "none"},
+                        ("bucketed", "auto")),
+    "ddp over shm": ({"mode": "ddp", "sync": "bucketed", "comm_hook": "shm"}, ("bucketed", "shm")),
+    "sharded": ({"mode": "sharded", "sync": "bucketed", "comm_hook": "none",
+                 "collectives": "ring"}, ("bucketed", "ring")),
+    "single": ({"mode": "single", "sync": "bucketed", "comm_hook": "none"}, ("bucketed", None)),
+}
+
+
+@pytest.mark.parametrize("series", OLD_CONFIGS, ids=OLD_CONFIGS)
+def test_runs_recorded_with_the_replaced_options_are_read_in_todays_names(series):
+    from analysis.results_folder import series_name
+    from runtime.results import current_options
+
+    old, (sync, transport) = OLD_CONFIGS[series]
+    current = current_options(dict(old, model="mlp", bucket_mb=25))
+    assert (current["sync"], current["transport"]) == (sync, transport)
+    assert "comm_hook" not in current and "collectives" not in current
+    assert current["model"] == "mlp" and current["bucket_mb"] == 25  # the rest as recorded
+    # and named as the sweep and the document name them
+    assert series_name({"config": old}) == series
+
+
+def test_a_pair_without_a_configuration_name_is_named_by_both_options():
+    from analysis.results_folder import series_name
+
+    config = {"mode": "manual", "sync": "bucketed", "transport": "ring"}
+    assert series_name({"config": config}) == "manual bucketed over ring"
+
+
+def test_a_config_in_todays_names_is_read_as_it_is():
+    from runtime.results import current_options
+
+    config = {"mode": "manual", "sync": "flat", "transport": "ring", "model": "mlp"}
+    assert current_options(config) is config

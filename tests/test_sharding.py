@@ -181,7 +181,7 @@ class Run:
     """Traps (rank 0's seed on every rank) trained by `level`: "zero1", "zero2" or "zero3" of the
     lesson, or torch's "ZeroRedundancyOptimizer" (inside DDP) or "fully_shard"."""
 
-    def __init__(self, level, optimizer_name, collective_name="library", compute_dtype=None):
+    def __init__(self, level, optimizer_name, transport="library", compute_dtype=None):
         torch.manual_seed(0)
         self.level = level
         self.optimizer_name = optimizer_name
@@ -197,7 +197,7 @@ class Run:
             self.optimizer = TorchShardedOptimizer(self.module.parameters(), optimizer_class,
                                                    shard_gradients=level == "zero2",
                                                    bucket_mb=BUCKET_MB,
-                                                   **collectives(collective_name), **options)
+                                                   **collectives(transport), **options)
             self.shards = self.optimizer.shards
             self.inner = self.optimizer.optimizer
         elif level == "zero3":
@@ -206,7 +206,7 @@ class Run:
             # the lesson's FullyShardedModel, gathered for checkpoints by the runtime
             dtype = getattr(torch, compute_dtype) if compute_dtype else None
             self.model = FullyShardedTraining(self.module, compute_dtype=dtype,
-                                              **collectives(collective_name))
+                                              **collectives(transport))
             # built as torch users build it over fully_shard: over the model's parameters
             self.optimizer = optimizer_class(self.model.parameters(), **options)
             self.shards = self.model.shards

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from grading import recorded_group
-from grading.launch import launch_once, run_in_processes, run_measuring_writes
+from grading.launch import launch_once, run_counting_bytes, run_in_processes
 
 WORLD_SIZE = 3  # chunks that are not powers of two, and a neighbour on each side that differs
 STEPS = 2
@@ -774,8 +774,8 @@ def test_fsdp_gathers_each_unit_in_forward_and_in_backward_and_reduce_scatters_i
 
 
 # --- What each half moves, counted outside the ranks -------------------------------------------
-# As tests/test_integrity.py does for the ring all-reduce: the kernel counts what each rank's
-# process wrote (tests/harness.py run_measuring_writes), and the half's messages must explain it.
+# As tests/test_integrity.py does for the ring all-reduce: the kernel counts what the ranks sent
+# (grading/launch.py run_counting_bytes), and the half's messages must explain it.
 WIRE_CHUNK = 2**17  # 512 KiB of float32 per rank's chunk: far above the process group's set-up
 WIRE_OVERHEAD = 32 * 2**10  # set-up and message headers: under 5 KiB with the lesson's halves
 
@@ -817,18 +817,17 @@ def half_on_the_wire(rank, world_size, half, how):
 
 @pytest.mark.rubric("core.sharding_collectives")
 @pytest.mark.parametrize("half", ["reduce-scatter", "all-gather"])
-def test_each_half_writes_no_byte_its_messages_do_not_explain(half):
-    payload = (WORLD_SIZE - 1) * WIRE_CHUNK * 4  # (n-1)/n of the n chunks, in float32
+def test_each_half_sends_no_byte_its_messages_do_not_explain(half):
+    payload = WORLD_SIZE * (WORLD_SIZE - 1) * WIRE_CHUNK * 4  # (n-1)/n of n chunks, a rank
 
-    def extras(how):
-        launched = run_measuring_writes(WORLD_SIZE, half_on_the_wire, half, how, timeout_s=30,
-                                        recorded=True)
-        assert all(right for right, _ in launched), f"the {how}'s {half} left a wrong result"
-        return [written - payload for _, written in launched]
+    def extra(how):
+        results, sent, counted = run_counting_bytes(WORLD_SIZE, half_on_the_wire, half, how,
+                                                    timeout_s=30, recorded=True)
+        assert all(results), f"the {how}'s {half} left a wrong result"
+        return sent - payload, counted
 
-    for rank, extra in enumerate(extras("lesson")):
-        assert abs(extra) <= WIRE_OVERHEAD, (
-            f"rank {rank} wrote {extra:+,} bytes (to sockets, pipes or files) beyond the "
-            f"{half}'s messages: a result through another channel, or messages that never went "
-            "over the wire")
-    assert max(extras("cheat")) > WIRE_OVERHEAD, "accepts a result from outside the ring"
+    lesson, counted = extra("lesson")
+    assert abs(lesson) <= WORLD_SIZE * WIRE_OVERHEAD, (
+        f"the ranks sent {lesson:+,} bytes (counted: {counted}) beyond the {half}'s messages: a "
+        "result through another channel, or messages that never went over the wire")
+    assert extra("cheat")[0] > WORLD_SIZE * WIRE_OVERHEAD, "accepts a result from outside the ring"

@@ -1,7 +1,8 @@
 """The shared-memory all-reduce (manual_collectives.py, section 7): it sums as dist.all_reduce does
 for awkward lengths, dtypes and world sizes, on one host or several; DDP through its comm hook
-trains as DDP; a rank that dies or stalls ends the others within the timeout; and no segment is
-left in /dev/shm. One launch of processes per world size runs every case of that size.
+trains as DDP over its own all-reduce, and so does DDP over the hand-written ring (--transport
+ring); a rank that dies or stalls ends the others within the timeout; and no segment is left in
+/dev/shm. One launch of processes per world size runs every case of that size.
 
 The code under test is imported inside the functions that run in the child processes, never at the
 top: this module is also imported by the process that decides the tests (grading/judge.py).
@@ -161,16 +162,16 @@ DDP_WORLD_SIZE = 3
 
 
 def train_ddp(rank, world_size):
-    """Three SGD steps of DDP, with its own all-reduce and with the shm hook; the parameters after
-    each, per hook."""
+    """Three SGD steps of DDP over each --transport (library: DDP's own all-reduce); the
+    parameters after each, per transport."""
     from runtime.timing import CommRecorder
     from runtime.wrappers import SyncOptions, wrap_model
 
     histories = {}
-    for hook in ("none", "shm"):
+    for transport in ("library", "shm", "ring"):
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
-        options = SyncOptions("ddp", bucket_mb=0.001, comm_hook=hook)
+        options = SyncOptions("ddp", bucket_mb=0.001, transport=transport)
         wrapped = wrap_model(model, options, CommRecorder())
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         history = []
@@ -182,13 +183,14 @@ def train_ddp(rank, world_size):
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             history.append(torch.cat([param.detach().view(-1) for param in model.parameters()]))
-        histories[hook] = history
+        histories[transport] = history
     return histories
 
 
-def test_ddp_with_the_shm_comm_hook_trains_exactly_as_ddp():
+@pytest.mark.parametrize("transport", ["shm", "ring"])
+def test_ddp_over_a_hand_written_transport_trains_exactly_as_ddp(transport):
     for rank, (_, _, histories, _) in enumerate(outcomes(DDP_WORLD_SIZE)):
-        for step, (theirs, mine) in enumerate(zip(histories["none"], histories["shm"])):
+        for step, (theirs, mine) in enumerate(zip(histories["library"], histories[transport])):
             # float32 sums of 3 values in different orders: a few roundings apart at most
             torch.testing.assert_close(mine, theirs, rtol=1e-6, atol=1e-7,
                                        msg=f"rank {rank} step {step}")

@@ -13,14 +13,14 @@ import pytest
 
 from analysis import sweep
 from grading.launch import run_alone
-from runtime.options import STRATEGY_NAMES
+from runtime.options import MANUAL_CONFIGURATIONS
 from runtime.results import validate
 
 pytestmark = pytest.mark.rubric("core.end_to_end")
 
 TINY = ["--models", "mlp", "--world-sizes", "1,2", "--strategies", "flat", "--bucket-mbs", "1",
         "--max-steps", "5", "--epochs", "1", "--train-samples", "1024", "--repeats", "1"]
-MODES = ["ddp", "ddp-no-sync"] + [f"manual-{strategy}" for strategy in STRATEGY_NAMES]
+MODES = ["ddp", "ddp-no-sync"] + [f"manual-{strategy}" for strategy in MANUAL_CONFIGURATIONS]
 
 
 def dry_run(capsys, argv):
@@ -51,6 +51,18 @@ def test_dry_run_lists_single_then_every_mode_per_world_size_then_the_bucket_swe
                      for name in round_names]
     steps = {option(command, "--model"): option(command, "--max-steps") for command in commands}
     assert steps == {"mlp": str(sweep.DEFAULT_MLP_STEPS), "cnn": str(sweep.DEFAULT_CNN_STEPS)}
+
+
+def test_ring_and_shm_are_the_flat_buffer_over_their_transport_the_others_over_the_library(
+        capsys):
+    commands = dry_run(capsys, ["--models", "mlp", "--world-sizes", "2", "--strategies",
+                                "bucketed,ring,shm", "--bucket-mbs", "", "--repeats", "1"])
+    spelled = {option(command, "--run-name"): (option(command, "--sync"),
+                                               option(command, "--transport"))
+               for command in commands if "--sync" in command}
+    assert spelled == {"sweep-mlp-manual-bucketed-w2-r1": ("bucketed", "library"),
+                       "sweep-mlp-manual-ring-w2-r1": ("flat", "ring"),
+                       "sweep-mlp-manual-shm-w2-r1": ("flat", "shm")}
 
 
 def test_bucket_runs_set_their_bucket_size_and_extra_arguments_win(capsys):

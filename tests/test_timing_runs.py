@@ -14,7 +14,7 @@ from grading.launch import SANDBOX, run_cli, run_ok
 from grading.sandbox import run_python
 from runtime import results
 from runtime.models import build_model
-from runtime.options import STRATEGY_NAMES
+from runtime.options import MANUAL_CONFIGURATIONS, manual_arguments
 
 pytestmark = pytest.mark.rubric("core.end_to_end")
 
@@ -23,7 +23,7 @@ SMALL = ("--val-samples", 100, "--test-samples", 100, "--epochs", 1, "--warmup-s
 MODES = {"ddp": ("--mode", "ddp"), "per-param": ("--mode", "manual", "--sync", "per-param"),
          "flat": ("--mode", "manual", "--sync", "flat"),
          "bucketed": ("--mode", "manual", "--sync", "bucketed", "--bucket-mb", 0.25),
-         "ring": ("--mode", "manual", "--sync", "ring")}
+         "ring": manual_arguments("ring")}
 
 
 def run(tmp_path, tiny_data, name, *args):
@@ -64,7 +64,7 @@ def test_busy_hidden_and_exposed_keep_their_invariants_for_every_strategy_and_dd
     rows = json.loads(output.read_text())["measurements"]
     assert {(row["world_size"], row["configuration"]) for row in rows} == \
         {(world, name) for world in (2, 4)
-         for name in ("ddp", "ddp-shm", "ddp-no-sync", *STRATEGY_NAMES)}
+         for name in ("ddp", "ddp-shm", "ddp-no-sync", *MANUAL_CONFIGURATIONS)}
     for row in rows:
         where = f"{row['configuration']} at {row['world_size']} ranks"
         fields = ("data", "compute", "comm_busy", "comm_hidden", "comm_exposed", "step")

@@ -10,6 +10,7 @@ of its own, as root (the tricks that reach the grader's files through /proc are 
 there: student code then runs as an unprivileged user), here with a fake MNIST folder and a small
 budget, so each grading takes a few seconds.
 """
+import contextlib
 import json
 import os
 import shutil
@@ -20,7 +21,7 @@ import time
 
 import pytest
 
-from grading.tests.tiny_assignment import REPO, instructor_repository, write_files
+from grading.tests.tiny_assignment import REPO, instructor_repository, uids_of, write_files
 
 HIDDEN_SECRET = "the-hidden-tests-secret-7d3f"
 TESTS = {
@@ -66,6 +67,16 @@ TESTS = {
 # Right without the data, wrong with it: earns 2 marks only if the real-data test does not fail.
 WRONG_ON_DATA = "def answer(data=None):\n    return 41 if data else 42\n"
 
+# Where the tests' paths are, as a student would know them: in where.json beside student.py (the
+# children's environment names no folder they cannot see).
+WHERE = """
+import json as _json
+import os as _os
+
+with open(_os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "where.json")) as _file:
+    WHERE = _json.load(_file)
+"""
+
 # Student code's way to the grader: up its ancestors to the first whose command line holds an
 # option, and that option's value.
 ANCESTOR_WITH = """
@@ -89,11 +100,13 @@ def ancestor_with(option):
     return None, None
 """
 
-# Reads the hidden test module wherever it might be (the sandbox it runs in, and the folder of
-# each process above it: the judge's) and puts what it read, hex-encoded, into the error of every
-# answer: a visible test's failure would show it.
+# Reads the hidden test module wherever it might be (the sandbox it runs in, the folders its
+# environment names, which grade.py's own would, and the folder of each process above it: the
+# judge's) and puts what it read, hex-encoded, into the error of every answer: a visible test's
+# failure would show it.
 READ_THE_HIDDEN_TESTS = ANCESTOR_WITH + """
 folders, pid = [os.getcwd()], os.getpid()
+folders += [os.environ[name] for name in ("PWD", "OLDPWD", "HOME") if name in os.environ]
 while pid > 1:
     pid = parent_of(pid)
     try:
@@ -115,12 +128,12 @@ def answer(data=None):
 
 # A process that leaves its session, waits for grade.py to exit, then writes full marks into the
 # results.json named on grade.py's command line.
-DAEMON = ANCESTOR_WITH + """
+DAEMON = WHERE + ANCESTOR_WITH + """
 pid, results = ancestor_with("--gradescope")
 if results and os.fork() == 0:
     os.setsid()
     if os.fork() == 0:
-        with open(os.environ["DAEMON_PID_FILE"], "w") as file:
+        with open(WHERE["daemon_pid_file"], "w") as file:
             file.write(str(os.getpid()))
         while os.path.exists(f"/proc/{pid}"):
             time.sleep(0.05)
@@ -182,10 +195,10 @@ for thing in gc.get_objects():
 
 # Links a root-only file into every folder it may write: a grader that chowned such a folder's
 # contents would hand that file over. The answer is right only if the file became readable.
-LINKS_A_ROOT_FILE = """
+LINKS_A_ROOT_FILE = WHERE + """
 import os, tempfile
 
-SECRET = os.environ["ROOT_ONLY_FILE"]
+SECRET = WHERE["root_only_file"]
 for folder in (tempfile.gettempdir(), os.path.expanduser("~"), os.getcwd(), "/tmp"):
     try:
         os.symlink(SECRET, os.path.join(folder, f"link-{os.getpid()}"))
@@ -242,15 +255,52 @@ def answer(data=None):
 # Leaves a file in a folder any user may write that is none of the shared temporary folders the
 # grader empties (an image may have one: WORLD_WRITABLE, made by the test outside /tmp); the
 # child with the data is right only if an earlier one's file is there.
-LEAVES_A_FILE_IN_A_WORLD_WRITABLE_FOLDER = """
+LEAVES_A_FILE_IN_A_WORLD_WRITABLE_FOLDER = WHERE + """
 import os
 
-LEFT = os.path.join(os.environ["WORLD_WRITABLE"], "left")
+LEFT = os.path.join(WHERE["world_writable"], "left")
 EARLIER = os.path.exists(LEFT)
 try:
     open(LEFT, "w").close()
 except OSError:
     pass
+
+
+def answer(data=None):
+    return 42 if EARLIER or not data else 41
+"""
+
+# Runs the instructor's own answer, from the folder grade.py was started in ($PWD, which every
+# child inherited), or any folder its environment names: right only if it found one.
+RUNS_THE_INSTRUCTORS_ANSWER = """
+import os
+
+FOUND = None
+for name in sorted(os.environ):
+    for folder in os.environ[name].split(os.pathsep):
+        path = os.path.join(folder, "solution", "student.py")
+        if FOUND is None and os.path.isabs(folder) and os.path.isfile(path):
+            FOUND = {}
+            with open(path) as file:
+                exec(file.read(), FOUND)
+
+
+def answer(data=None):
+    return FOUND["answer"](data) if FOUND else 41 if data else 42
+"""
+
+# Leaves a System V shared memory segment that any user may read; a later child, the one with the
+# data, is right only if it finds it (a hidden test's child could leave a hidden test so).
+SYSTEM_V_KEY = 0x6b1d7e57
+LEAVES_A_SYSTEM_V_SEGMENT = f"""
+import ctypes
+
+LIBC = ctypes.CDLL(None, use_errno=True)
+LIBC.shmat.restype = ctypes.c_void_p
+EARLIER = LIBC.shmget({SYSTEM_V_KEY}, 0, 0) >= 0
+if not EARLIER:
+    segment = LIBC.shmget({SYSTEM_V_KEY}, 4096, 0o1000 | 0o666)  # IPC_CREAT
+    ctypes.memmove(LIBC.shmat(segment, None, 0), b"42", 2)
 
 
 def answer(data=None):
@@ -291,6 +341,8 @@ TRICKS = {
     "leaves a file for a later test": {"student.py": LEAVES_A_FILE_FOR_LATER},
     "leaves a file in a world-writable folder": {
         "student.py": LEAVES_A_FILE_IN_A_WORLD_WRITABLE_FOLDER},
+    "runs the instructor's answer": {"student.py": RUNS_THE_INSTRUCTORS_ANSWER},
+    "leaves a System V segment for a later test": {"student.py": LEAVES_A_SYSTEM_V_SEGMENT},
     "needs 4 GiB": {"student.py": "def answer(data=None):\n    memory = bytearray(4 * 2**30)\n"
                                   "    return 42 + memory[-1]\n"},
 }
@@ -316,11 +368,13 @@ PEAK_MEMORY = ("import resource, subprocess, sys\n"
 
 
 def instructor_and_submission(root, files):
-    """A synthetic instructor's repository with grade.py, and a submission of `files`
-    ("LINK:rubric" makes a link to the instructor's rubric); (instructor, submission, env)."""
+    """A synthetic instructor's repository with grade.py and its own answer, and a submission of
+    `files` ("LINK:rubric" makes a link to the instructor's rubric); (instructor, submission, env:
+    grade.py's, started in the instructor's folder)."""
     instructor = instructor_repository(str(root / "instructor"), TESTS,
                                        item_marks=(("core.fast", 2), ("core.fail", 4)))
     shutil.copy(os.path.join(REPO, "grade.py"), instructor)
+    write_files(instructor, {"solution/student.py": "def answer(data=None):\n    return 42\n"})
     rubric = os.path.join(instructor, "grading", "rubric.py")
     submission = root / "submission"
     write_files(str(submission), {name: text for name, text in files.items()
@@ -331,35 +385,46 @@ def instructor_and_submission(root, files):
     secret = root / "root-only"  # a file of root's that no other user may read
     secret.write_text("the grader's\n")
     secret.chmod(0o600)
-    env = dict(os.environ, OFFLINE_DATA_DIR=fake_mnist(str(root / "mnist")),
-               ROOT_ONLY_FILE=str(secret))
+    env = dict(os.environ, OFFLINE_DATA_DIR=fake_mnist(str(root / "mnist")), PWD=instructor,
+               OLDPWD=instructor)
     return instructor, submission, env
 
 
-def grade_in_a_process(root, files):
-    """grade.py, copied into a synthetic instructor's repository, on a submission of `files`
-    ("LINK:rubric" makes a link to the instructor's rubric); (report, results.json, output, the
-    largest resident set of a process of the grading, in bytes)."""
-    instructor, submission, env = instructor_and_submission(root, files)
-    report, results = root / "report.json", root / "results.json"
-    # where the daemon, run as a child user under root, can leave its pid (not in root's tmp_path)
+@contextlib.contextmanager
+def places_for_the_tricks(root, submission):
+    """Where the tricks look (where.json beside student.py): a root-only file, a folder any user
+    may write that is none of the shared temporary ones (only the child's view keeps it), and
+    where the daemon leaves its pid (not in root's tmp_path)."""
     drop = tempfile.mkdtemp(prefix="grader-security-")
     os.chmod(drop, 0o777)
-    env["DAEMON_PID_FILE"] = os.path.join(drop, "daemon.pid")
-    # outside the shared temporary folders: only the child's own view of the files keeps it
-    env["WORLD_WRITABLE"] = tempfile.mkdtemp(prefix="grader-security-", dir=WORLD_WRITABLE_IN)
-    os.chmod(env["WORLD_WRITABLE"], 0o777)
+    world_writable = tempfile.mkdtemp(prefix="grader-security-", dir=WORLD_WRITABLE_IN)
+    os.chmod(world_writable, 0o777)
+    where = {"root_only_file": str(root / "root-only"), "world_writable": world_writable,
+             "daemon_pid_file": os.path.join(drop, "daemon.pid")}
+    (submission / "where.json").write_text(json.dumps(where))
+    try:
+        yield where
+    finally:
+        time.sleep(1)  # what outlived the grading has had time to act
+        if os.path.exists(where["daemon_pid_file"]):
+            shutil.copy(where["daemon_pid_file"], root / "daemon.pid")
+        shutil.rmtree(drop)
+        shutil.rmtree(world_writable)
+
+
+def grade_in_a_process(root, files, options=()):
+    """grade.py, copied into a synthetic instructor's repository, on a submission of `files`
+    ("LINK:rubric" makes a link to the instructor's rubric), with grade.py's `options`; (report,
+    results.json, output, the largest resident set of a process of the grading, in bytes)."""
+    instructor, submission, env = instructor_and_submission(root, files)
+    report, results = root / "report.json", root / "results.json"
     grade = [sys.executable, "grade.py", str(submission), "--report", str(report),
-             "--gradescope", str(results), "--timeout-per-test", "20", "--budget", "60"]
-    done = subprocess.run([sys.executable, "-c", PEAK_MEMORY, *grade], cwd=instructor, env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stdout + done.stderr
+             "--gradescope", str(results), "--timeout-per-test", "20", "--budget", "60", *options]
+    with places_for_the_tricks(root, submission):
+        done = subprocess.run([sys.executable, "-c", PEAK_MEMORY, *grade], cwd=instructor,
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
     peak_bytes = int(done.stderr.splitlines()[-1]) * 1024
-    time.sleep(1)  # what outlived grade.py has had time to act
-    if os.path.exists(os.path.join(drop, "daemon.pid")):
-        shutil.copy(os.path.join(drop, "daemon.pid"), root / "daemon.pid")
-    shutil.rmtree(drop)
-    shutil.rmtree(env["WORLD_WRITABLE"])
     return (json.loads(report.read_text()), json.loads(results.read_text()),
             done.stdout + done.stderr, peak_bytes)
 
@@ -377,36 +442,33 @@ def another_user_can_run_python():
     return True
 
 
-def mount_namespace_refused():
-    """Why grade.py's children cannot have a mount namespace of their own here; None if they
-    can."""
+def namespaces_refused():
+    """Why grade.py's children cannot have namespaces of their own here; None if they can."""
     if os.geteuid() != 0:
-        return "only root makes one"
-    from grading import namespace
-    from grading.sandbox import SHARED_FOLDERS
+        return "only root makes them"
+    import grade
     work = tempfile.mkdtemp()
     try:
-        for name in ("submission", "scratch", "judge"):
+        for name in ("submission", "scratch"):
             os.mkdir(os.path.join(work, name))
-        return namespace.refused(os.path.join(work, "submission"), os.path.join(work, "scratch"),
-                                 SHARED_FOLDERS)
+        return grade.namespaces_refused(2**24 + 1, os.path.join(work, "submission"),
+                                        os.path.join(work, "scratch"), work, REPO)
     finally:
         shutil.rmtree(work)
 
 
-def files_of_the_grading(report):
+def left_by_the_grading(report):
     """What a user of this grading's children (the range its report names: another grading on
-    the machine has its own) left in the shared temporary folders."""
-    from grading.sandbox import SHARED_FOLDERS
-    notes = [note for note in report["notes"] if note.startswith("student code ran as uids ")]
-    if not notes:
-        return []
-    first = int(notes[0].split()[5])
-    found = []
-    for folder in SHARED_FOLDERS:
+    the machine has its own) left behind: files in the shared temporary folders, System V IPC
+    objects, processes."""
+    from grading import sandbox
+    uids = set(uids_of(report))
+    found = [f"process {pid}" for pid in sandbox.processes_of(uids)]
+    found += [f"{kind} {identifier}" for kind, identifier in sandbox.ipc_objects_of(*uids)]
+    for folder in sandbox.SHARED_FOLDERS:
         if os.path.isdir(folder):
             found += [entry.path for entry in os.scandir(folder)
-                      if first <= entry.stat(follow_symlinks=False).st_uid < first + 256]
+                      if entry.stat(follow_symlinks=False).st_uid in uids]
     return found
 
 
@@ -420,27 +482,41 @@ def test_the_honest_submission_earns_its_marks(tmp_path):
 # Stopped only where student code runs as another user than the grader's (as root).
 AS_ROOT_ONLY = ("forges the grade report", "reads the hidden tests",
                 "links a root file into its folders", "writes the instructor's tests",
-                "leaves a file for a later test")
-
-
-# Stopped only where each child has a mount namespace of its own (as root, where Linux allows).
-WITH_A_MOUNT_NAMESPACE_ONLY = ("leaves a file in a world-writable folder",)
+                "leaves a file for a later test", "runs the instructor's answer",
+                "leaves a System V segment for a later test")
+# Stopped only where each launch has namespaces of its own (as root, where Linux allows).
+WITH_NAMESPACES_ONLY = ("leaves a file in a world-writable folder",)
 WORLD_WRITABLE_IN = "/var/lib"  # none of the shared temporary folders
+# The tricks that reach for the instructor's checkout, the hidden tests, or a later test, graded
+# with the fallback too, as where Linux refuses namespaces (grade.py --no-namespaces).
+IN_THE_FALLBACK_TOO = ("reads the hidden tests", "runs the instructor's answer",
+                       "leaves a System V segment for a later test",
+                       "leaves a file for a later test", "a daemon rewrites the results")
+CONTAINMENTS = {"namespaces": (), "fallback": ("--no-namespaces",)}
 
 
-@pytest.mark.parametrize("trick", TRICKS)
-def test_a_trick_earns_nothing_and_results_json_says_what_was_refused(tmp_path, trick):
-    if trick in AS_ROOT_ONLY + WITH_A_MOUNT_NAMESPACE_ONLY and not another_user_can_run_python():
+def skip_unless_contained(trick, containment):
+    """Skip where this machine cannot contain student code the way `trick` needs."""
+    if trick in AS_ROOT_ONLY + WITH_NAMESPACES_ONLY and not another_user_can_run_python():
         why = ("grade.py stops this only as root, where another user can run this Python (see "
                ".ci/run): student code then runs as users of the grading's own")
         if os.environ.get("CI"):
             pytest.fail(f"CI must run this test; {why}")
         pytest.skip(why)
-    if trick in WITH_A_MOUNT_NAMESPACE_ONLY and mount_namespace_refused():
-        pytest.skip(f"grade.py stops this only in a mount namespace: {mount_namespace_refused()}")
+    if containment == "namespaces" and trick in WITH_NAMESPACES_ONLY and namespaces_refused():
+        pytest.skip(f"grade.py stops this only with namespaces: {namespaces_refused()}")
+
+
+@pytest.mark.parametrize("trick, containment",
+                         [(trick, "namespaces") for trick in TRICKS]
+                         + [(trick, "fallback") for trick in IN_THE_FALLBACK_TOO])
+def test_a_trick_earns_nothing_and_results_json_says_what_was_refused(tmp_path, trick,
+                                                                      containment):
+    skip_unless_contained(trick, containment)
     if os.path.lexists(LEFT_FOR_LATER):
         os.unlink(LEFT_FOR_LATER)
-    report, results, output, peak_bytes = grade_in_a_process(tmp_path, TRICKS[trick])
+    report, results, output, peak_bytes = grade_in_a_process(tmp_path, TRICKS[trick],
+                                                             CONTAINMENTS[containment])
     # nothing earned, in the report and in what Gradescope reads
     assert report["total_earned"] == 0 and results["score"] == 0, output
     assert [test["name"] for test in results["tests"]][0].startswith("core.fast")
@@ -462,29 +538,37 @@ def test_a_trick_earns_nothing_and_results_json_says_what_was_refused(tmp_path, 
         assert "found nothing" in shown
     if trick == "prints 600 MiB":  # what comes back of a stream is at most a MiB
         assert peak_bytes < 600 * 2**20, f"a process of the grading held {peak_bytes} bytes"
-    if trick == "a daemon rewrites the results":
-        with open(tmp_path / "daemon.pid") as file:
+    if trick == "a daemon rewrites the results" and os.path.exists(tmp_path / "daemon.pid"):
+        with open(tmp_path / "daemon.pid") as file:  # where it could leave its pid at all
             assert not os.path.exists(f"/proc/{int(file.read())}")  # killed and reaped
     secret = os.stat(tmp_path / "root-only")  # handed to no other user, whatever the trick
     assert (secret.st_uid, secret.st_gid, secret.st_mode & 0o777) == (0, 0, 0o600)
-    if trick in WITH_A_MOUNT_NAMESPACE_ONLY:  # and the report says how the children were held
-        assert any(note.startswith("mount namespace: yes") for note in report["notes"])
+    # the report says how the children were held
+    expected = "namespaces: yes" if containment == "namespaces" and not namespaces_refused() \
+        else "namespaces: no"
+    assert any(note.startswith(expected) for note in report["notes"]), report["notes"]
     if trick == "leaves a file for a later test":  # nor left behind by the grading
         assert not os.path.lexists(LEFT_FOR_LATER)
-    assert not files_of_the_grading(report)
+    # no file, IPC object or process of the grading's users outlives it
+    assert not left_by_the_grading(report)
     if trick in ("writes 1.1 GiB", "needs 4 GiB"):  # right answers, past the limits
         lost = [test for test in report["tests"] if test["outcome"] == "failed"]
         assert ("File too large" if "writes" in trick else "MemoryError") in lost[0]["output"]
 
 
-# The tricks that reach for the grader's state, the results, or a root file: where the layout
-# differs from grade.py's own (the others act in the same grade.py, graded above).
+# The tricks that reach for the grader's state, the results, a root file, the instructor's
+# folder or a later test: where the layout differs from grade.py's own (the others act in the
+# same grade.py, graded above).
 IN_THE_LAYOUT = ("forges the grade report", "a daemon rewrites the results",
-                 "links a root file into its folders")
+                 "links a root file into its folders", "runs the instructor's answer",
+                 "reads the hidden tests", "leaves a System V segment for a later test")
 
 
-@pytest.mark.parametrize("trick", IN_THE_LAYOUT)
-def test_a_trick_earns_nothing_through_run_autograder_in_gradescopes_layout(tmp_path, trick):
+@pytest.mark.parametrize("trick, containment",
+                         [(trick, containment) for trick in IN_THE_LAYOUT
+                          for containment in CONTAINMENTS])
+def test_a_trick_earns_nothing_through_run_autograder_in_gradescopes_layout(tmp_path, trick,
+                                                                            containment):
     if not another_user_can_run_python():
         pytest.skip("as root only: Gradescope runs the autograder as root")
     instructor, submission, env = instructor_and_submission(tmp_path, TRICKS[trick])
@@ -493,14 +577,18 @@ def test_a_trick_earns_nothing_through_run_autograder_in_gradescopes_layout(tmp_
     shutil.copy(os.path.join(REPO, "grading", "handout", "run_autograder"), root / "source")
     shutil.copytree(submission, root / "submission", symlinks=True)
     shutil.copytree(env["OFFLINE_DATA_DIR"], root / "data")
-    env.update(AUTOGRADER_ROOT=str(root), PYTHON=sys.executable,
-               DAEMON_PID_FILE=str(tmp_path / "daemon.pid"))
-    done = subprocess.run([str(root / "source" / "run_autograder"), "--timeout-per-test", "20",
-                           "--budget", "60"], env=env, timeout=120, capture_output=True, text=True)
-    time.sleep(1)  # what outlived run_autograder has had time to act
+    # as Gradescope starts it: in the autograder's source folder
+    env.update(AUTOGRADER_ROOT=str(root), PYTHON=sys.executable, PWD=str(root / "source"))
+    with places_for_the_tricks(tmp_path, root / "submission"):
+        done = subprocess.run([str(root / "source" / "run_autograder"), "--timeout-per-test",
+                               "20", "--budget", "60", *CONTAINMENTS[containment]], env=env,
+                              timeout=120, capture_output=True, text=True)
     results = json.loads((root / "results" / "results.json").read_text())
     assert done.returncode == 0 and results["score"] == 0, done.stdout + done.stderr
     assert results["tests"][0]["name"].startswith("core.fast"), results["output"]
+    shown = json.dumps([results["output"]] + [test for test in results["tests"]
+                                              if test["visibility"] != "hidden"])
+    assert HIDDEN_SECRET not in shown and HIDDEN_SECRET.encode().hex() not in shown
     secret = os.stat(tmp_path / "root-only")
     assert (secret.st_uid, secret.st_mode & 0o777) == (0, 0o600)
 
@@ -569,10 +657,39 @@ def test_settling_kills_the_users_processes_and_removes_the_links_it_left():
     as_root_with_a_child_user(check)
 
 
-def test_a_childs_own_view_shows_the_grading_folders_empty_and_writes_only_its_scratch(
+# What a child in its view reports of itself: its folders, what it can write, its processes,
+# network and IPC objects, and its environment.
+LOOKS_AROUND = """
+import errno, json, os, socket, sys
+
+
+def attempt(action, path):
+    try:
+        return action(path)
+    except OSError as error:
+        return errno.errorcode[error.errno]
+
+
+print(json.dumps({
+    "work": sorted(os.listdir(os.path.dirname(os.getcwd()))),
+    "instructor": sorted(os.listdir(sys.argv[1])) if os.path.isdir(sys.argv[1]) else [],
+    "root": attempt(os.mkdir, "/made-by-a-child"),
+    "sandbox": attempt(os.mkdir, "made-by-a-child"),
+    "home": attempt(os.mkdir, os.environ["HOME"] + "/x"),
+    "tmp": attempt(os.mkdir, "/tmp/x"),
+    "processes": sorted(int(name) for name in os.listdir("/proc") if name.isdigit()),
+    "interfaces": [name for _, name in socket.if_nameindex()],
+    "ipc": open("/proc/sysvipc/shm").read().splitlines()[1:],
+    "environment": {name: value for name, value in os.environ.items()
+                    if name in ("PWD", "OLDPWD") or sys.argv[1] in value},
+}))
+"""
+
+
+def test_a_childs_view_holds_the_sandbox_read_only_its_own_folders_and_nothing_of_the_grader(
         monkeypatch):
-    if mount_namespace_refused():
-        pytest.skip(f"no mount namespace here: {mount_namespace_refused()}")
+    if namespaces_refused():
+        pytest.skip(f"no namespaces here: {namespaces_refused()}")
 
     def check(sandbox, uid):
         work = tempfile.mkdtemp()  # grade.py's layout: entered by the child user, not listed
@@ -583,25 +700,68 @@ def test_a_childs_own_view_shows_the_grading_folders_empty_and_writes_only_its_s
             open(os.path.join(work, "judge", "rubric.py"), "w").close()
             monkeypatch.setattr(sandbox, "SANDBOX", os.path.join(work, "submission"))
             monkeypatch.setattr(sandbox, "SCRATCH", os.path.join(work, "scratch"))
-            monkeypatch.setattr(sandbox, "MOUNT_NAMESPACE", True)
+            monkeypatch.setattr(sandbox, "REPO", os.path.join(work, "judge"))
+            monkeypatch.setattr(sandbox, "WORK", work)
+            monkeypatch.setattr(sandbox, "NAMESPACES", "1")
             monkeypatch.setattr(sandbox.Child, "home", sandbox.hand_over(
                 tempfile.mkdtemp(dir=sandbox.SCRATCH)))
-            looks = ("import errno, json, os\n"
-                     "def attempt(action, path):\n"
-                     "    try:\n"
-                     "        return action(path)\n"
-                     "    except OSError as error:\n"
-                     "        return errno.errorcode[error.errno]\n"
-                     "print(json.dumps([attempt(os.listdir, '../judge'),\n"
-                     "                  attempt(os.mkdir, '/made-by-a-child'),\n"
-                     "                  attempt(os.mkdir, 'made-by-a-child'),\n"
-                     "                  attempt(os.mkdir, os.environ['HOME'] + '/x')]))\n")
-            done = sandbox.run_python(["-c", looks])
+            monkeypatch.setattr(sandbox.Child, "handed_over", [sandbox.Child.home])
+            monkeypatch.setenv("PWD", REPO)  # as grade.py started in the instructor's checkout
+            monkeypatch.setenv("GRADE_INSTRUCTOR", REPO)
+            sandbox.mount_point.cache_clear()
+            done = sandbox.run_python(["-c", LOOKS_AROUND, REPO])
             assert done.returncode == 0, done.stderr
-            # the judge's folder is an empty one; the file system and the sandbox are read-only
-            # by their mounts (without the namespace: EACCES, by the folders' owners); the
-            # child's home is written
-            assert json.loads(done.stdout) == [[], "EROFS", "EROFS", None]
+            seen = json.loads(done.stdout)
+            # of the grading's folders, only the sandbox and the folders on the way to the
+            # child's home; of the instructor's checkout, only the interpreter it may hold
+            assert seen["work"] == ["scratch", "submission"]
+            interpreter = os.path.relpath(sys.prefix, REPO).split(os.sep)[0]
+            assert set(seen["instructor"]) <= {interpreter}, seen["instructor"]
+            # the file system and the sandbox read-only by their mounts; its home and /tmp its own
+            assert (seen["root"], seen["sandbox"], seen["home"], seen["tmp"]) == \
+                ("EROFS", "EROFS", None, None)
+            # its own processes (its stand-in's PID namespace), loopback alone, no IPC object
+            assert len(seen["processes"]) <= 2 and seen["interfaces"] == ["lo"]
+            assert seen["ipc"] == []
+            # no folder outside the view named
+            assert seen["environment"] == {}, seen["environment"]
         finally:
+            sandbox.settle()
+            sandbox.mount_point.cache_clear()
             shutil.rmtree(work)
     as_root_with_a_child_user(check)
+
+
+def test_a_counted_launch_counts_what_its_ranks_send_through_their_own_sockets():
+    if namespaces_refused():
+        pytest.skip(f"no namespaces here: {namespaces_refused()}")
+    from grading.launch import run_counting_bytes
+    # a plain all-reduce of 1 KiB, and the same plus 1 MiB each way over sockets of the ranks' own
+    _, quiet, counted = run_counting_bytes(2, sends_over_sockets, 0)
+    _, loud, _ = run_counting_bytes(2, sends_over_sockets, 2**20)
+    assert counted == "network"
+    assert loud - quiet >= 2 * 2**20, (quiet, loud)
+
+
+def sends_over_sockets(rank, world_size, size):
+    """An all-reduce, then `size` bytes to the other rank over a socket pair of their own (their
+    ports swapped through the process group's store)."""
+    import socket
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _get_default_store
+
+    dist.all_reduce(torch.ones(256))
+    if not size:
+        return 0
+    store = _get_default_store()
+    listener = socket.create_server(("127.0.0.1", 0))
+    store.set(f"port-{rank}", str(listener.getsockname()[1]))
+    with socket.create_connection(("127.0.0.1", int(store.get(f"port-{1 - rank}")))) as out:
+        out.sendall(bytes(size))
+        incoming, _ = listener.accept()
+        received = 0
+        while received < size:
+            received += len(incoming.recv(1 << 20))
+    return received
