@@ -286,6 +286,7 @@ class FullyShardedModel(nn.Module):
         self.module, self.prefetch = module, prefetch
         self.compute_dtype = None  # float32; runtime/sharded.py's mixed precision sets another
         self.reduce_scatter, self.all_gather = reduce_scatter, all_gather
+        refuse_freed_from_now_on()
         units = units if units is not None else layer_units(module)
         listed = {param for modules in units for each in modules for param in each.parameters()}
         rest = [each for each in module.modules() if any(  # the modules holding the others
@@ -444,7 +445,15 @@ def refuse_freed(optimizer, args, kwargs):
                          "model.parameters() after wrapping the model")
 
 
-register_optimizer_step_pre_hook(refuse_freed)  # every optimizer's; it only reads a flag
+_REFUSING = []  # the handle of refuse_freed's registration, once a model has freed parameters
+
+
+def refuse_freed_from_now_on():
+    """Have every optimizer run refuse_freed before its step, from the first FullyShardedModel
+    on: torch offers no hook on the optimizers over given parameters, and importing this module
+    must leave torch's optimizers as they are."""
+    if not _REFUSING:
+        _REFUSING.append(register_optimizer_step_pre_hook(refuse_freed))
 
 
 def layer_units(module):

@@ -31,7 +31,7 @@ import time
 
 import torch
 
-from runtime import checkpoint, collective_record, data, device, faults
+from runtime import checkpoint, collective_record, data, device, faults, hang_verdict
 from runtime.across_ranks import gather, sum_over_ranks
 from runtime.guards import TrainingDiverged
 from runtime.launch import (
@@ -93,7 +93,7 @@ def main(argv=None):
         with tempfile.TemporaryDirectory(prefix="collective-record-") as record:
             os.environ[collective_record.FOLDER_VARIABLE] = record  # the ranks inherit it
             failure = launch_local(run_rank, world_size, args, args.master_port, fork=fork)
-            verdict = collective_record.verdict_once(record) if failure else ""
+            verdict = hang_verdict.verdict_once(record) if failure else ""
     except (data.DataError, LaunchError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -156,14 +156,14 @@ def train_rank(placement, args):
         raise LaunchError("--transport shm sums CPU tensors; NCCL takes only GPU ones (--backend "
                           "gloo stages them through the host)")
     rank_device = plan.for_rank(placement.local_rank)  # before NCCL starts: its GPU
-    with process_group(placement, backend, args.timeout):
+    with process_group(placement, backend, args.timeout, record=True) as record:
         dataset = prepare_data(placement, args, rank_device)
-        record_collectives(placement, args)  # from here on: a download is no hang
+        record_collectives(record, placement, args)  # from here on: a download is no hang
         model = build_model(args.model, args.hidden_sizes, args.dropout).to(rank_device)
         parameters = count_parameters(model)  # before a sharded wrapper cuts it up
         timer = StepTimer(rank_device, args.warmup_steps, args.trace_steps if args.trace else 0)
         device_ids = [rank_device.index] if rank_device.type == "cuda" else None
-        wrapped = wrap_model(model, sync_options, timer.comm, device_ids)
+        wrapped = wrap_model(model, sync_options, timer.comm, device_ids, record)
         if args.debug_unsynced_parameter:
             faults.leave_out_of_sync(wrapped, args.debug_unsynced_parameter)
         steps = steps_per_epoch(len(dataset.train), args, placement.world_size)
@@ -181,12 +181,12 @@ def train_rank(placement, args):
                 checkpoint.save_atomic(final_state, args.save_model)
 
 
-def record_collectives(placement, args):
-    """Every collective this rank starts goes into its record (runtime/collective_record.py),
-    and a hang longer than --hang-timeout ends the run with the record's verdict."""
-    if placement.world_size == 1:
+def record_collectives(record, placement, args):
+    """A collective in `record` (runtime/collective_record.py, the launcher's) in flight for
+    longer than --hang-timeout ends the run with the records' verdict (runtime/hang_verdict.py)."""
+    if record is None:
         return
-    collective_record.install(collective_record.run_folder(), placement.rank, args.hang_timeout)
+    hang_verdict.watch_from_now_on(record, args.hang_timeout)
     if args.debug_skip_all_reduce and placement.rank == args.debug_exit_rank:
         faults.skip_an_all_reduce(args.debug_skip_all_reduce, placement.rank)
 

@@ -66,7 +66,7 @@ from benchmarks.step_bench import (
     spread,
     world_size_orders,
 )
-from runtime import torch_compat
+from runtime import collective_record, torch_compat
 from runtime.launch import threads_per_rank
 from runtime.memory import CATEGORIES, MemoryWatch
 from runtime.models import build_model, count_parameters
@@ -324,6 +324,7 @@ def bench_rank(placement, args):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{placement.master_port}",
                             rank=placement.rank, world_size=world,
                             timeout=timedelta(seconds=args.timeout))
+    collective_record.intercept()  # the ring's bytes are counted at its sends (said in main)
     try:
         rows = [bench_model(model_name, args, placement.rank, world)
                 for model_name in args.models]
@@ -485,6 +486,7 @@ def main(argv=None):
     environment = machine()
     environment["peak_rss"] = ("the high-water mark of the process, reset before each model "
                                "(/proc/self/clear_refs): the interpreter and torch included")
+    print(collective_record.INTERCEPTION, flush=True)  # what every rank installs
     measured = run_repeats(args)
     if measured is None:
         return 1

@@ -127,7 +127,7 @@ class Configuration:
     """One wrapped model copy with its optimizer, its own timer (so its own comm recorder), and
     the trainer's step."""
 
-    def __init__(self, name, model_name, args):
+    def __init__(self, name, model_name, args, record=None):
         torch.manual_seed(args.seed)  # every copy starts from the same weights (as rank 0's)
         self.name = name
         strategy = name.removesuffix(RECORDED)
@@ -139,7 +139,8 @@ class Configuration:
         else:
             mode, (sync, transport) = "manual", MANUAL_CONFIGURATIONS[strategy]
         options = SyncOptions(mode, sync, args.bucket_mb, transport=transport)
-        wrapped = wrap_model(self.model, options, self.timer.comm)
+        wrapped = wrap_model(self.model, options, self.timer.comm,
+                             record=record if self.recorded else None)
         # mlp_ddp.py's optimizer, at a constant rate
         optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3, fused=True)
         precision = Precision(None, torch.device("cpu"))
@@ -162,7 +163,7 @@ def bench_model(model_name, args, rank):
     # installed once; switched on for the recorded configurations' steps only
     recorder = collective_record.install(tempfile.mkdtemp(prefix="step-bench-record-"),
                                          rank) if args.record else None
-    configurations = [Configuration(name, model_name, args) for name in names]
+    configurations = [Configuration(name, model_name, args, recorder) for name in names]
     generator = torch.Generator().manual_seed(args.seed + rank)  # each rank its own slice
     images = torch.randn(BATCH_POOL, args.batch_size, 1, 28, 28, generator=generator)
     labels = torch.randint(0, 10, (BATCH_POOL, args.batch_size), generator=generator)
@@ -191,6 +192,7 @@ def bench_rank(placement, args):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{placement.master_port}",
                             rank=placement.rank, world_size=placement.world_size,
                             timeout=timedelta(seconds=args.timeout))
+    collective_record.intercept()  # the ring's bytes are counted at its sends (said in main)
     try:
         rows = []
         for model_name in args.models:
@@ -373,6 +375,7 @@ def main(argv=None):
     if args.plain_loop:
         return plain_loop.run(args)
     environment = machine()
+    print(collective_record.INTERCEPTION, flush=True)  # what every rank installs
     measured = run_repeats(args)
     if measured is None:
         return 1

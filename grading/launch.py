@@ -204,13 +204,13 @@ def wait_for(context, ranks, count_writes):
 
 
 def verdict(ranks):
-    """Where the ranks' collectives parted ways (runtime/collective_record.py), as a line to add
-    to a failure; "" where they agree."""
-    from runtime import collective_record
+    """Where the ranks' collectives parted ways (runtime/hang_verdict.py), as lines to add to a
+    failure; "" where they agree."""
+    from runtime import hang_verdict
     records = {}
     for rank_folder in ranks:
-        records.update(collective_record.read_records(rank_folder))
-    found = collective_record.compare(records)
+        records.update(hang_verdict.read_records(rank_folder))
+    found = hang_verdict.compare(records)
     return f"\nthe ranks' collectives: {found}" if found else ""
 
 
@@ -308,9 +308,9 @@ def destroy_process_group():
 
 def record_collectives(folder, rank):
     """Each rank's collectives into its record in `folder`, for verdict(): the runtime's recorder,
-    where the code under test has it."""
+    where the code under test has it, over every operation (a test calls the library itself)."""
     try:
         from runtime import collective_record
     except ImportError:
         return
-    collective_record.install(folder, rank)
+    collective_record.install(folder, rank, operations=collective_record.OPERATIONS)

@@ -6,7 +6,8 @@
     torch_compat.py the older torch names where a cluster's torch lacks the newer ones
       emulated_network.py  --emulate-link, and the command that takes a cluster's network up/down
         shaped_links.py    the network: ranks or nodes in namespaces behind links shaped by tc
-    collective_record.py  each rank's last collectives; where the ranks part ways on a hang
+    collective_record.py  each rank's last collectives, and the line that started each
+    hang_verdict.py       a hang ends the rank, naming where each rank waits and why
     data.py         MNIST / FashionMNIST in memory, offline copies, each rank's shard
     models.py       the MLP and the CNN
     wrappers.py     the --mode wrappers: single, ddp, ddp-no-sync, manual (manual_allreduce.py),

@@ -5,12 +5,15 @@ Both work unchanged in one process, where there is no process group.
 import torch
 import torch.distributed as dist
 
+from runtime.collective_record import kept
+
 
 def sum_over_ranks(values, device):
     """{name: value summed over ranks} for a dict of numbers (as floats: one float64 all-reduce)."""
     tensor = torch.tensor(list(values.values()), dtype=torch.float64, device=device)
     if dist.is_initialized():
-        dist.all_reduce(tensor)
+        with kept("all_reduce", tensor):
+            dist.all_reduce(tensor)
     return dict(zip(values, tensor.tolist(), strict=True))
 
 
@@ -19,5 +22,6 @@ def gather(value):
     if not dist.is_initialized():
         return [value]
     gathered = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, value)
+    with kept("all_gather_object"):
+        dist.all_gather_object(gathered, value)
     return gathered

@@ -1,38 +1,35 @@
-"""Every rank's collectives, kept where a hang can be read back, and where the ranks part ways.
+"""Every rank's collectives, kept where a hang can be read back (runtime/hang_verdict.py).
 
-Each rank writes every collective it starts (the library's and the hand-written ones'
-point-to-point messages alike, called through torch.distributed) into the last RING entries of a
-file mapped into memory, FOLDER/rank-R.record: its number, operation, elements, dtype, peer, and
-when it started and finished. The file outlives a rank that is killed or stuck in C++, so the
-records can be compared whenever a run fails: the first collective where the ranks disagree, or
-wait, is the verdict, as in
-
-    collective #7: rank 0 waits in recv (1,024 float32 from rank 1); rank 1 waits in
-    reduce_scatter_tensor (3,072 float32)
-
-A thread of each rank watches its own record: a collective in flight for longer than the hang
-timeout ends the rank (exit code 4) with the verdict of the records it can see, instead of a wait
-until the process group's timeout. Point-to-point messages are compared by operation only (a
-ring's chunks differ in size from rank to rank); collectives by operation, elements and dtype.
-
-    python -m runtime.collective_record FOLDER   # the verdict of the records in FOLDER
+Each rank writes every collective it starts into the last RING entries of a file mapped into
+memory, FOLDER/rank-R.record: its number, operation, elements, dtype, peer, when it started and
+finished, and the line that started it (`where_called`). The file outlives a rank that is killed
+or stuck in C++. Nothing is replaced when a module is imported; collectives come in three ways:
+  - `recorded`, a layer the runtime composes around each collective it hands a strategy (the
+    library's, shared memory's), as it composes timing and compression around them;
+  - `kept`, around the runtime's own few (sums and gathers of small values, a barrier);
+  - `intercept`, the one interception, which the launcher installs as it starts a rank
+    (`install`) and says so (INTERCEPTION): torch.distributed's send, isend, recv and irecv
+    wrapped, for the messages of hand-written collectives (the ring). torch 2.13 records them
+    nowhere on gloo: its Flight Recorder keeps what ProcessGroupGloo::enqueue queues, with the
+    Python stack, but send and recv are not queued ("p2p does not call enqueue"). The same
+    interception counts the bytes sent (`counting_sends`, for the timing layer). The tests'
+    launcher intercepts every operation, since a test calls the library itself.
 """
 import contextlib
 import functools
-import glob
 import os
-import stat
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
+import types
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
 RING = 256  # entries kept per rank: the verdict needs the last few
-HUNG_EXIT_CODE = 4
 FOLDER_VARIABLE = "COLLECTIVE_RECORD_DIR"  # set by a local launch for its ranks
 OPERATIONS = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor",
               "all_gather_single", "reduce_scatter", "reduce_scatter_tensor",
@@ -40,18 +37,28 @@ OPERATIONS = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_int
               "barrier", "all_gather_object", "broadcast_object_list", "send", "recv", "isend",
               "irecv")
 RECORDER = None  # this process's, once installed
-POINT_TO_POINT = {"send", "recv", "isend", "irecv"}
+POINT_TO_POINT = ("send", "recv", "isend", "irecv")
+INTERCEPTION = ("collective record: torch.distributed's send, isend, recv and irecv are wrapped "
+                "in every rank, to record and count the point-to-point messages torch does not "
+                "record on gloo (runtime/collective_record.py)")
 DTYPES = (None, torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64,
           torch.int32, torch.int8, torch.uint8, torch.bool)
 HEADER = np.dtype([("rank", "<i8"), ("count", "<i8")])
 ENTRY = np.dtype([("number", "<i8"), ("operation", "<i2"), ("dtype", "<i2"), ("peer", "<i4"),
-                  ("elements", "<i8"), ("started", "<f8"), ("finished", "<f8")])
+                  ("elements", "<i8"), ("started", "<f8"), ("finished", "<f8"),
+                  ("where", "S160")])
+RUNTIME_FOLDER = os.path.dirname(os.path.abspath(__file__))
+PROJECT_FOLDER = os.path.dirname(RUNTIME_FOLDER)
+# frames that only carry a collective, this module's among them: the line that matters called them
+CARRIERS = (os.path.dirname(torch.__file__) + os.sep, sysconfig.get_paths()["stdlib"] + os.sep,
+            os.path.abspath(__file__))
 
 
 class Recorder:
     """This rank's record: a ring of ENTRY in a file mapped into memory."""
 
     def __init__(self, folder, rank):
+        self.folder, self.rank = folder, rank
         self.path = os.path.join(folder, f"rank-{rank}.record")
         descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         os.ftruncate(descriptor, HEADER.itemsize + RING * ENTRY.itemsize)  # no bytes written
@@ -60,11 +67,24 @@ class Recorder:
         self.entries = np.memmap(self.path, ENTRY, "r+", offset=HEADER.itemsize, shape=(RING,))
         self.header[0] = (rank, 0)
         self.lock = threading.Lock()
-        self.inside = threading.local()  # a recorded call's own collectives are not recorded
+        self.calls = threading.local()  # .depth: recorded calls in progress in this thread
         self.enabled = True  # off: every call goes straight through (the step benchmark's)
 
-    def start(self, operation, tensor, peer):
-        """Record the start of a collective; returns its slot."""
+    def busy(self):
+        """Whether this thread is inside a recorded call, whose own collectives are not kept."""
+        return getattr(self.calls, "depth", 0) > 0
+
+    @contextlib.contextmanager
+    def inside(self):
+        """A recorded call in progress in this thread."""
+        self.calls.depth = getattr(self.calls, "depth", 0) + 1
+        try:
+            yield
+        finally:
+            self.calls.depth -= 1
+
+    def start(self, operation, tensor, peer=None):
+        """Record the start of a collective, at the line that called it; returns its slot."""
         with self.lock:
             number = int(self.header[0]["count"])
             self.header[0]["count"] = number + 1
@@ -72,17 +92,44 @@ class Recorder:
         elements = tensor.numel() if tensor is not None else 0
         slot = number % RING
         self.entries[slot] = (number, OPERATIONS.index(operation), dtype,
-                              -1 if peer is None else peer, elements, time.time(), 0.0)
+                              -1 if peer is None else peer, elements, time.time(), 0.0,
+                              where_called().encode(errors="replace")[:ENTRY["where"].itemsize])
         return slot
 
     def finish(self, slot):
         self.entries[slot]["finished"] = time.time()
 
     def oldest_in_flight(self):
-        """How long the collective in flight the longest has been, in seconds; None if none is."""
-        started = self.entries["started"][(self.entries["finished"] == 0)
-                                          & (self.entries["started"] > 0)]
-        return time.time() - started.min() if started.size else None
+        """(seconds, where) of the collective in flight the longest; None if none is."""
+        waiting = (self.entries["finished"] == 0) & (self.entries["started"] > 0)
+        if not waiting.any():
+            return None
+        oldest = self.entries[waiting][self.entries["started"][waiting].argmin()]
+        return time.time() - oldest["started"], oldest["where"].decode(errors="replace")
+
+
+def where_called():
+    """'ring_all_gather (manual_sharding.py:73)': the innermost frame of this thread outside torch,
+    the standard library and this runtime, short of the entry script (for the runtime's own
+    collectives, the runtime's own line is the better one); "" if there is none."""
+    frame, innermost = sys._getframe(1), None
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith(CARRIERS):
+            innermost = innermost or frame
+            if not path.startswith(RUNTIME_FOLDER + os.sep):
+                entry = frame.f_globals.get("__name__") in ("__main__", "__mp_main__")
+                return described(innermost if entry else frame)
+        frame = frame.f_back
+    return described(innermost) if innermost else ""
+
+
+def described(frame):
+    """'function (path:line)', the path relative to the project where it is inside it."""
+    path = os.path.abspath(frame.f_code.co_filename)
+    if path.startswith(PROJECT_FOLDER + os.sep):
+        path = os.path.relpath(path, PROJECT_FOLDER)
+    return f"{frame.f_code.co_name} ({path}:{frame.f_lineno})"
 
 
 def run_folder():
@@ -97,43 +144,103 @@ def run_folder():
     return folder
 
 
-def install(folder, rank, hang_timeout_s=None):
-    """Record every collective this process starts from now on, in `folder`; with
-    `hang_timeout_s`, end the rank when one is in flight for longer. Returns the Recorder."""
+def install(folder, rank, operations=POINT_TO_POINT):
+    """Record this rank's collectives in `folder` from now on: those the layers `recorded` make
+    carry, the runtime's own (`kept`), and `operations` of torch.distributed, intercepted
+    (`intercept`). For a launcher to call as it starts a rank. Returns the Recorder."""
     global RECORDER
     recorder = RECORDER = Recorder(folder, rank)
-    for operation in OPERATIONS:
-        if hasattr(dist, operation):
-            setattr(dist, operation, recorded(recorder, operation, getattr(dist, operation)))
-    if hang_timeout_s:
-        threading.Thread(target=watch, args=(recorder, folder, rank, hang_timeout_s),
-                         daemon=True, name="collective-record-watch").start()
+    intercept(recorder, operations)
     return recorder
 
 
-def recorded(recorder, operation, function):
-    """`function` (torch.distributed's `operation`), recording each call made outside another."""
-    if getattr(function, "recorded_by", None) is not None:
-        function = function.__wrapped__  # installed before: record once
+@contextlib.contextmanager
+def kept(operation, tensor=None):
+    """The runtime's own collective in the block (a sum, a gather, a barrier around training),
+    kept in this process's record where one is installed."""
+    recorder = RECORDER
+    if recorder is None or not recorder.enabled or recorder.busy():
+        yield
+        return
+    slot = recorder.start(operation, tensor)
+    with recorder.inside():
+        yield
+    recorder.finish(slot)  # not on an error: the collective never completed
 
+
+def recorded(collective, recorder, operation):
+    """A layer around a collective called with tensors and returning a future (the ones the
+    runtime hands a strategy): each call recorded in `recorder` as `operation`, with its
+    largest tensor, from the call to the future's completion."""
+    def recorded_collective(*tensors):
+        if not recorder.enabled or recorder.busy():
+            return collective(*tensors)
+        slot = recorder.start(operation, max(tensors, key=torch.Tensor.numel))
+
+        def finish(done):
+            recorder.finish(slot)
+            return done.value()  # raises the collective's error again, if it failed
+
+        with recorder.inside():
+            return collective(*tensors).then(finish)
+
+    return recorded_collective
+
+
+SENDING = threading.local()  # .count: what counting_sends yielded, in this thread
+
+
+@contextlib.contextmanager
+def counting_sends():
+    """Count the bytes this thread sends point-to-point inside the block, in `.total` of what it
+    yields (counted by the interception: 0 where none is installed)."""
+    SENDING.count = count = types.SimpleNamespace(total=0)
+    try:
+        yield count
+    finally:
+        SENDING.count = None
+
+
+def intercept(recorder=None, operations=POINT_TO_POINT):
+    """Wrap torch.distributed's `operations` so that the bytes of each send are counted
+    (`counting_sends`) and, given a `recorder`, each call is recorded there: once, replacing an
+    earlier interception. The runtime's launcher intercepts the point-to-point messages only, which
+    no layer sees (say so: INTERCEPTION); the tests' launcher every operation, since a test calls
+    the library directly."""
+    for operation in operations:
+        if hasattr(dist, operation):
+            function = getattr(dist, operation)
+            function = getattr(function, "intercepted", function)  # torch's own, not ours again
+            setattr(dist, operation, intercepted(recorder, operation, function))
+
+
+def intercepting():
+    """Whether this process's point-to-point messages are intercepted (counted, maybe recorded)."""
+    return all(hasattr(getattr(dist, operation), "intercepted") for operation in POINT_TO_POINT)
+
+
+def intercepted(recorder, operation, function):
+    """torch.distributed's `function` (`operation`), each send counted and each call made outside
+    another recorded."""
     @functools.wraps(function)
     def call(*args, **kwargs):
-        if not recorder.enabled or getattr(recorder.inside, "depth", 0):
+        count = getattr(SENDING, "count", None)
+        if count is not None and operation in ("send", "isend"):
+            sent = first_tensor(args, kwargs)
+            count.total += sent.numel() * sent.element_size()
+        if recorder is None or not recorder.enabled or recorder.busy():
             return function(*args, **kwargs)
-        slot = recorder.start(operation, first_tensor(args, kwargs), peer_of(operation, args,
-                                                                              kwargs))
-        recorder.inside.depth = 1
-        try:
+        slot = recorder.start(operation, first_tensor(args, kwargs),
+                              peer_of(operation, args, kwargs))
+        with recorder.inside():
             result = function(*args, **kwargs)
-        finally:
-            recorder.inside.depth = 0
         if result is None or operation in ("isend", "send"):
             recorder.finish(slot)  # done, or a send that needs nobody to wait
         else:
             finish_when_done(recorder, slot, result)
         return result
 
-    call.recorded_by = recorder
+    call.intercepted = function
     return call
 
 
@@ -163,114 +270,9 @@ def peer_of(operation, args, kwargs):
     return peer if isinstance(peer, int) else None
 
 
-def watch(recorder, folder, rank, hang_timeout_s):
-    """End this rank once a collective has been in flight for longer than `hang_timeout_s`."""
-    while True:
-        time.sleep(min(1.0, hang_timeout_s / 4))
-        waited = recorder.oldest_in_flight()
-        if waited is not None and waited > hang_timeout_s:
-            print(f"error: rank {rank}: a collective has waited {waited:.0f} s (--hang-timeout "
-                  f"{hang_timeout_s:g}): the ranks took different paths", file=sys.stderr)
-            print(verdict_once(folder) or "", file=sys.stderr, end="", flush=True)
-            os._exit(HUNG_EXIT_CODE)
-
-
-def verdict_once(folder):
-    """The verdict of the records in `folder` as a line, for the first process to ask; else ""."""
-    try:
-        os.close(os.open(os.path.join(folder, "verdict-given"), os.O_CREAT | os.O_EXCL))
-    except OSError:
-        return ""
-    verdict = compare(read_records(folder))
-    return f"{verdict}\n" if verdict else ""
-
-
 def discard():
     """After a clean end: this rank's record, and its folder once empty, are not needed."""
     if RECORDER is not None:
         with contextlib.suppress(OSError):
             os.unlink(RECORDER.path)
             os.rmdir(os.path.dirname(RECORDER.path))
-
-
-def read_records(folder):
-    """{rank: [entries in order]} of the records in `folder`."""
-    records = {}
-    size = HEADER.itemsize + RING * ENTRY.itemsize
-    for path in glob.glob(os.path.join(folder, "rank-*.record")):
-        try:  # a regular file only, read without blocking: a test reads its children's records
-            descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            try:
-                if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-                    continue
-                data = os.read(descriptor, size)
-            finally:
-                os.close(descriptor)
-            header = np.frombuffer(data, HEADER, count=1)[0]
-            entries = np.frombuffer(data, ENTRY, offset=HEADER.itemsize)
-        except (OSError, IndexError, ValueError):
-            continue
-        count = int(header["count"])
-        kept = sorted((entry for entry in entries if entry["started"] > 0
-                       and count - RING <= entry["number"] < count
-                       and 0 <= entry["operation"] < len(OPERATIONS)
-                       and 0 <= entry["dtype"] < len(DTYPES)), key=lambda entry: entry["number"])
-        records[int(header["rank"])] = kept
-    return records
-
-
-def compare(records):
-    """Where the ranks' records first disagree, or wait, in a line; None when they agree and
-    nothing waits."""
-    if not records:
-        return None
-    ranks = sorted(records)
-    by_number = {rank: {int(entry["number"]): entry for entry in records[rank]}
-                 for rank in ranks}
-    # from the first number every rank still keeps
-    first = max(min(numbers, default=0) for numbers in by_number.values())
-    for number in sorted({number for numbers in by_number.values() for number in numbers}):
-        if number < first:
-            continue
-        entries = [by_number[rank].get(number) for rank in ranks]
-        if all(entry is not None and entry["finished"] > 0 for entry in entries) and \
-                len({signature(entry) for entry in entries}) == 1:
-            continue
-        states = "; ".join(state(rank, entry, by_number[rank])
-                           for rank, entry in zip(ranks, entries))
-        return f"collective #{number}: {states}"
-    return None
-
-
-def signature(entry):
-    """What must match across ranks: the operation, and for a collective its size and dtype."""
-    operation = OPERATIONS[entry["operation"]]
-    if operation in POINT_TO_POINT:
-        return operation.lstrip("i")  # isend and send are one message
-    return operation, int(entry["elements"]), int(entry["dtype"])
-
-
-def state(rank, entry, numbers):
-    """'rank 0 waits in recv (1,024 float32 from rank 1)', or where a rank without it stands."""
-    if entry is None:
-        done = max(numbers, default=None)
-        after = "" if done is None else f" after {OPERATIONS[numbers[done]['operation']]} #{done}"
-        return f"rank {rank} started no collective{after}"
-    verb = "waits in" if entry["finished"] == 0 else "did"
-    return f"rank {rank} {verb} {OPERATIONS[entry['operation']]} ({describe(entry)})"
-
-
-def describe(entry):
-    """'1,024 float32 from rank 1'."""
-    dtype = DTYPES[entry["dtype"]]
-    text = f"{int(entry['elements']):,} {str(dtype).removeprefix('torch.')}" if dtype else "-"
-    if entry["peer"] >= 0:
-        way = "from" if OPERATIONS[entry["operation"]] in ("recv", "irecv") else "to"
-        text += f" {way} rank {int(entry['peer'])}"
-    return text
-
-
-if __name__ == "__main__":
-    if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
-        sys.exit("usage: python -m runtime.collective_record FOLDER")
-    print(compare(read_records(sys.argv[1])) or "the records agree and nothing waits")

@@ -5,7 +5,7 @@ import hashlib
 import torch
 import torch.distributed as dist
 
-from runtime import checkpoint
+from runtime import checkpoint, collective_record
 
 NO_STEP = torch.iinfo(torch.int64).max  # "no bad step", the identity of a MIN all-reduce
 
@@ -33,7 +33,8 @@ class DivergenceGuard:
         """Raise TrainingDiverged on every rank if any rank's loss went bad (a small all-reduce)."""
         bad = torch.where(self.first_bad_step < 0, NO_STEP, self.first_bad_step)
         if dist.is_initialized():
-            dist.all_reduce(bad, op=dist.ReduceOp.MIN)
+            with collective_record.kept("all_reduce", bad):
+                dist.all_reduce(bad, op=dist.ReduceOp.MIN)
         if bad.item() == NO_STEP:
             return
         kept = checkpoint.existing(self.checkpoint_dir) if self.checkpoint_dir else []
@@ -76,7 +77,8 @@ def check_in_sync(named_tensors, step, device):
     mine = torch.tensor(fingerprints(tensor for _, tensor in named_tensors), dtype=torch.int64,
                         device=device)
     everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
-    dist.all_gather(everyone, mine)
+    with collective_record.kept("all_gather", mine):
+        dist.all_gather(everyone, mine)
     table = torch.stack(everyone).cpu()
     differs = (table != table[0]).any(dim=0).nonzero()
     if differs.numel():

@@ -21,7 +21,7 @@ from datetime import timedelta
 import torch.distributed as dist
 from torch import multiprocessing
 
-from runtime import emulated_network, shaped_links, torch_compat
+from runtime import collective_record, emulated_network, shaped_links, torch_compat
 
 
 class LaunchError(Exception):
@@ -135,10 +135,12 @@ def threads_per_rank(requested, local_world_size):
 
 
 @contextmanager
-def process_group(placement, backend, timeout_s):
-    """Join the job's process group for the duration of the block (none for one process)."""
+def process_group(placement, backend, timeout_s, record=False):
+    """Join the job's process group for the duration of the block (none for one process). With
+    `record`, this rank's collectives are recorded (runtime/collective_record.py), for the
+    verdict of a hang. Yields the collective_record.Recorder, or None."""
     if placement.launcher == "single":
-        yield
+        yield None
         return
     address = f"{placement.master_addr}:{placement.master_port}"
     if placement.rank != 0:
@@ -160,8 +162,13 @@ def process_group(placement, backend, timeout_s):
     except (RuntimeError, ValueError) as error:
         raise LaunchError(f"rank {placement.rank} could not join the process group at {address} "
                           f"within {timeout_s:g} s: {first_line(error)}") from None
+    recorder = None
+    if record and placement.world_size > 1:  # the run's one interception, said first
+        recorder = collective_record.install(collective_record.run_folder(), placement.rank)
+        if placement.rank == 0:
+            print(collective_record.INTERCEPTION, flush=True)
     try:
-        yield
+        yield recorder
     finally:
         torch_compat.destroy_process_group()
 

@@ -22,6 +22,7 @@ from manual_allreduce import (
     trainable_parameters,
 )
 from runtime import transports
+from runtime.collective_record import kept
 from runtime.wrapped_model import WrappedModel
 
 
@@ -192,5 +193,6 @@ class ManualDDP(WrappedModel, nn.Module):
         locally_unused = set(missing) | self.unused
         flags = [param not in locally_unused for param in self.params]
         used = torch.tensor(flags, dtype=torch.int32, device=self.params[0].device)
-        dist.all_reduce(used)
+        with kept("all_reduce", used):
+            dist.all_reduce(used)
         return [param for param, count in zip(self.params, used.tolist()) if count == 0]

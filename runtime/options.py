@@ -161,8 +161,9 @@ def build_parser(description):
              "stopping at the first that differs (0: never; default 100 in modes manual and "
              "sharded, else 0)")
     add("--hang-timeout", type=bounded(float, 0), default=30.0,
-        help="seconds a collective may be in flight before the rank stops, naming where the "
-             "ranks' collectives part ways (0: never; runtime/collective_record.py)")
+        help="seconds a collective may be in flight before the rank stops, naming the line "
+             "each rank waits at and where the ranks part ways (0: never; "
+             "runtime/hang_verdict.py)")
     add("--threads", type=bounded(int, 0), default=0,
         help="torch threads per rank (0: cores / local ranks)")
     add("--master-port", type=bounded(int, 1, 65535), default=None,

@@ -23,22 +23,27 @@ from torch.utils._pytree import tree_map
 from manual_allreduce import broadcast_parameters
 from manual_sharding import FullyShardedModel, ShardedOptimizer
 from runtime import transports
+from runtime.collective_record import recorded
 from runtime.dtypes import DTYPES
 from runtime.timing import timed
 from runtime.wrapped_model import WrappedModel
 
 
-def collectives(name="auto", recorder=None, message="bucket", layers=()):
+def collectives(name="auto", recorder=None, message="bucket", layers=(), record=None):
     """{"reduce_scatter": ..., "all_gather": ...} of --transport `name` (runtime/transports.py),
     inside `layers` (functions that take a collective and return one doing more around it, the
     first innermost) and, given a `recorder`, the timing layer outermost: messages named
-    `message` and numbered in the order sent, unless labelled (`labelled`). A collective: every
-    rank calls it."""
+    `message` and numbered in the order sent, unless labelled (`labelled`). Given a `record`
+    (collective_record.Recorder), each call is kept there, innermost; a ring's messages are kept
+    by the launcher's interception instead, at the lesson's own lines. A collective: every rank
+    calls it."""
     name = transports.resolve(name, "sharded")
     carried = transports.TRANSPORTS[name].make()
     made = {}
     for kind, collective in (("reduce-scatter", carried.reduce_scatter),
                              ("all-gather", carried.all_gather)):
+        if record is not None and name != "ring":
+            collective = recorded(collective, record, kind.replace("-", "_"))
         for layer in layers:
             collective = layer(collective)
         if recorder is not None:
@@ -300,14 +305,15 @@ def layout(level, shards):
 
 
 def wrap_sharded(module, level, bucket_mb, compute_dtype="fp32", prefetch=True,
-                 transport="auto", recorder=None, layers=()):
+                 transport="auto", recorder=None, layers=(), record=None):
     """`module` wrapped for --shard `level` over --transport `transport`; `recorder` times every
-    collective, inside which `layers` go (as collectives' `layers`)."""
+    collective, inside which `layers` go, and `record` keeps each (as collectives' `layers` and
+    `record`)."""
     if level in ("optimizer", "gradients"):
-        made = collectives(transport, recorder, "bucket", layers)
+        made = collectives(transport, recorder, "bucket", layers, record)
         return ShardedOptimizerModel(module, level == "gradients", bucket_mb, made, recorder)
     if level == "parameters":
-        made = collectives(transport, recorder, "unit", layers)
+        made = collectives(transport, recorder, "unit", layers, record)
         mixed = None if compute_dtype == "fp32" else DTYPES[compute_dtype]  # fp32: no casts
         return FullyShardedTraining(module, mixed, prefetch, recorder, **made)
     raise ValueError(f"unknown --shard level {level!r}")

@@ -20,11 +20,10 @@ So 0 <= comm_hidden <= comm_busy <= step, comm_exposed <= comm_busy, and
 data + compute + comm_exposed == step, exactly.
 The recorder also keeps the bytes of each collective, so a run records the bucket layout that
 actually went over the wire (DDP rebuilds its buckets after the first step; see `LayoutLog`), and
-the bytes that left the rank, counted where they are sent (`SENT_BY_LIBRARY`, `count_sends`).
+the bytes that left the rank, counted where they are sent (`SENT_BY_LIBRARY`, `timed`).
 On CUDA the stamps are CUDA events on the current stream, read after the epoch: no device-wide
 synchronize per mark, which would also wait for the communication streams.
 """
-import functools
 import statistics
 import threading
 import time
@@ -32,6 +31,8 @@ from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
+
+from runtime.collective_record import counting_sends, intercepting
 
 PHASES = ("data", "forward", "backward", "sync", "optimizer")
 # A trace span's name starts with its collective, then what it sends: "all-reduce bucket 0"
@@ -47,7 +48,7 @@ FIELDS = PHASES + ("compute",) + COMM_FIELDS + ("own_work", "step")
 # under c10d::_reduce_scatter_base_); all_gather_single is gloo:all_gather, a ring. The library's
 # sends happen inside the process group, out of Python's sight: they are counted by this table at
 # the launch. The hand-written collectives' point-to-point messages are counted at each send
-# (`count_sends`), so they are measured, not predicted.
+# (`timed`), so they are measured, not predicted.
 RING_SENT = {"all-reduce": 2, "reduce-scatter": 1, "all-gather": 1}
 SENT_BY_LIBRARY = {"all-reduce": 2, "reduce-scatter": 2, "all-gather": 1}
 # What carries a timed collective's bytes (`timed`'s transport) is a carrier of
@@ -183,28 +184,6 @@ class LayoutLog:
             self.layouts.append({"from_step": step, "bytes": list(sizes)})
 
 
-COUNTING = threading.local()  # .total: bytes sent by this thread's timed collective, or None
-
-
-def count_sends():
-    """Wrap torch.distributed's send and isend, once, so that each message's bytes are added to
-    the count of the timed collective that sends it (as runtime/collective_record.py wraps them):
-    a hand-written collective is measured at its sends, whoever wrote it."""
-    for name in ("send", "isend"):
-        function = getattr(dist, name)
-        if getattr(function, "counts_sends", False):
-            continue
-
-        def counted(tensor, *args, function=function, **kwargs):
-            if getattr(COUNTING, "total", None) is not None:
-                COUNTING.total += tensor.numel() * tensor.element_size()
-            return function(tensor, *args, **kwargs)
-
-        functools.update_wrapper(counted, function, updated=())
-        counted.counts_sends = True
-        setattr(dist, name, counted)
-
-
 def bytes_sent(table, kind, nbytes, world):
     """Bytes a rank sends in a `kind` of `nbytes` over `world` ranks, by `table` (RING_SENT,
     SENT_BY_LIBRARY)."""
@@ -218,9 +197,12 @@ def timed(collective, recorder, kind="all-reduce", message="message", transport=
     completion, with the bytes of its largest tensor (the buffer all-reduced, a reduce-scatter's
     input, an all-gather's output), named `kind` and what it sends (CommRecorder.next_name), and
     the bytes that left the rank: the library's by SENT_BY_LIBRARY, a "point-to-point" one's
-    counted at its sends, all of which happen inside the call (a hand-written ring blocks)."""
-    if transport == "point-to-point":
-        count_sends()
+    counted at its sends, all of which happen inside the call (a hand-written ring blocks), by
+    the interception the launcher installs (collective_record.counting_sends)."""
+    if transport == "point-to-point" and not intercepting():
+        raise RuntimeError("a point-to-point collective's bytes are counted at its sends, by the "
+                           "interception a launcher installs (collective_record.intercept): "
+                           "none is installed in this process")
 
     def timed_collective(*tensors):
         nbytes = max(tensor.numel() * tensor.element_size() for tensor in tensors)
@@ -235,12 +217,11 @@ def timed(collective, recorder, kind="all-reduce", message="message", transport=
         if transport == "library":
             recorder.left_rank(transport, bytes_sent(SENT_BY_LIBRARY, kind, nbytes, world), ring)
             return collective(*tensors).then(record_end)
-        COUNTING.total = 0
-        try:
-            future = collective(*tensors)
-        finally:
-            recorder.left_rank(transport, COUNTING.total, ring)
-            COUNTING.total = None
+        with counting_sends() as sent:
+            try:
+                future = collective(*tensors)
+            finally:
+                recorder.left_rank(transport, sent.total, ring)
         return future.then(record_end)
 
     return timed_collective

@@ -11,6 +11,7 @@ import torch.distributed as dist
 
 from runtime import checkpoint
 from runtime.across_ranks import gather, sum_over_ranks
+from runtime.collective_record import kept
 from runtime.data import shard_indices
 from runtime.faults import FaultInjection
 from runtime.guards import DivergenceGuard, check_in_sync
@@ -57,7 +58,8 @@ class Trainer:
         "memory": {"per_rank": each rank's MemoryWatch record}}."""
         self.resume()
         if dist.is_initialized():
-            dist.barrier()  # the trace's common origin
+            with kept("barrier"):
+                dist.barrier()  # the trace's common origin
         trace_origin = time.perf_counter()
         for epoch in range(self.progress.epoch, self.args.epochs):
             self.run_epoch(epoch)

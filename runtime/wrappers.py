@@ -13,7 +13,8 @@ training loop and one checkpoint format serve them all:
   sharded      runtime/sharded.py: manual_sharding.py's ZeRO-1, 2 or 3 (--shard), over --transport,
                which also builds the optimizer and gathers the model for checkpoints
 What each --transport is, and what `auto` means in each mode: runtime/transports.py. Every
-collective goes through the timing layer (timing.timed). --compress is the lesson's compression
+collective goes through the timing layer (timing.timed) and the record's
+(collective_record.recorded), composed around it here. --compress is the lesson's compression
 layer for mode manual and torch's fp16_compress_wrapper design for mode ddp: a reference mode runs
 no code of the lesson's but the hand-written transport it is asked for.
 """
@@ -27,6 +28,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from manual_allreduce import DEFAULT_BUCKET_MB, compressed
 from runtime import transports
+from runtime.collective_record import recorded
 from runtime.dtypes import DTYPES
 from runtime.manual_ddp import ManualDDP
 from runtime.sharded import wrap_sharded
@@ -128,9 +130,11 @@ class NoSyncDDP(DistributedDataParallel, WrappedModel):
 MESSAGES = {"per-param": "param", "bucketed": "bucket"}
 
 
-def wrap_model(model, options, recorder=None, device_ids=None):
+def wrap_model(model, options, recorder=None, device_ids=None, record=None):
     """`model` wrapped for `options.mode` (see above); `recorder` (a timing.CommRecorder), if
-    given, records the collectives' spans and bytes and when each gradient was accumulated."""
+    given, records the collectives' spans and bytes and when each gradient was accumulated;
+    `record` (a collective_record.Recorder), if given, keeps each collective for a hang's
+    verdict (a ring's messages it sees at the launcher's interception instead)."""
     if options.mode == "single":  # no collective for the gradients' stamps to split
         return SingleProcess(model)
     if recorder:
@@ -139,11 +143,16 @@ def wrap_model(model, options, recorder=None, device_ids=None):
         return NoSyncDDP(model, device_ids=device_ids, bucket_cap_mb=options.bucket_mb)
     if options.mode == "sharded":
         return wrap_sharded(model, options.shard, options.bucket_mb, options.compute_dtype,
-                            options.prefetch, options.transport, recorder)
+                            options.prefetch, options.transport, recorder, record=record)
     transport = transports.resolve(options.transport, options.mode)
     carrier = transports.TRANSPORTS[transport].carrier
+    # a ring's messages are recorded by the launcher's interception, at the lesson's own lines
+    recording = [partial(recorded, recorder=record, operation="all_reduce")
+                 ] if record and carrier != "point-to-point" else []
     if options.mode == "ddp":
         collective = transports.TRANSPORTS[transport].make().all_reduce
+        for layer in recording:
+            collective = layer(collective)
         if recorder:  # DDP's buckets, in index order
             collective = timed(collective, recorder, message="bucket", transport=carrier)
         return HookedDDP(model, collective, options.bucket_mb, options.compress, device_ids)
@@ -151,7 +160,8 @@ def wrap_model(model, options, recorder=None, device_ids=None):
     timing = [partial(timed, recorder=recorder, message=message, transport=carrier)
               ] if recorder else []
     return ManualDDP(model, options.sync, options.bucket_mb,
-                     timing + compression_layers(options.compress), transport=transport)
+                     recording + timing + compression_layers(options.compress),
+                     transport=transport)
 
 
 def compression_layers(compress):

@@ -439,3 +439,20 @@ def test_on_cuda_marks_are_events_read_once_per_epoch_not_a_synchronize_per_mark
     assert step["step"] == pytest.approx(0.057) and step["comm_busy"] == pytest.approx(0.020)
     assert step["comm_hidden"] == pytest.approx(0.015)
     assert step["comm_exposed"] == pytest.approx(0.005)
+
+
+def time_a_ring_without_the_interception():
+    """What timing a hand-written collective's bytes says in a process that counts no send."""
+    from runtime import timing
+
+    try:
+        timing.timed(lambda tensor: tensor, timing.CommRecorder(), transport="point-to-point")
+    except RuntimeError as error:
+        return str(error)
+    return "timed, its bytes counted as 0"
+
+
+def test_timing_a_ring_where_no_send_is_counted_is_refused_rather_than_counted_as_zero():
+    # run_alone: a fresh process, where no launcher has installed the interception
+    said = run_alone(time_a_ring_without_the_interception)
+    assert "none is installed in this process" in said, said
