@@ -1,9 +1,9 @@
 """What a process of student code can see, where Linux allows: namespaces made for each launch.
 
 As root, every launch of student code (a command, or the ranks of a function) gets a network with
-only loopback and IPC objects of its own, shared by its ranks (`Namespaces`, held by a process that
-does nothing, so the judge can read the network's counters from outside), and each process a PID
-namespace and a file system of its own (`enter`): a new root holding only the interpreter and its
+only loopback, IPC objects and a PID namespace of its own, shared by its ranks (`Namespaces`, held
+by a process that does nothing, so the judge can read the network's counters from outside), and
+each process a file system of its own (`enter`): a new root holding only the interpreter and its
 libraries, the system's read-only folders, the sandbox and the data (read-only), the folders the
 grader handed to this test's user, and a private /tmp and /dev/shm. Nothing of the instructor's
 checkout, the judge's state or another test's files is in it. Where the system refuses, grade.py
