@@ -18,8 +18,14 @@ def test_the_newer_name_is_taken_where_torch_has_it_else_the_older():
 
     assert torch_compat.either(SimpleNamespace(new=newer, old=older), "new", "old") is newer
     assert torch_compat.either(SimpleNamespace(old=older), "new", "old") is older
-    assert torch_compat.all_gather_single is getattr(dist, "all_gather_single",
-                                                     dist.all_gather_into_tensor)
+
+
+def test_the_collectives_are_looked_up_at_each_call_where_a_watch_sees_them(monkeypatch):
+    calls = []
+    monkeypatch.setattr(dist, "all_gather_single", lambda *args: calls.append(args),
+                        raising=False)
+    torch_compat.all_gather_single("output", "shard")
+    assert calls == [("output", "shard")]
 
 
 def test_without_process_group_shutdown_the_group_is_kept_alive_then_destroyed(monkeypatch):
