@@ -1,6 +1,6 @@
 """The torch a cluster already has: the names this project uses that older releases lack, taken
 from the older name where the newer one is missing. Supported: torch 2.6 to 2.15.
-(`./test_oldest_torch.sh` runs the suite's core on the oldest.)
+(`.ci/test_oldest_torch.sh` runs the suite's core on the oldest.)
 """
 import torch.distributed as dist
 

@@ -1,7 +1,7 @@
 """runtime/torch_compat.py: the older torch's names where a newer one is missing, and a process
 group's end that cannot hang on torch 2.6. (The collectives themselves are checked against each
 other on real ranks in tests/test_sharding.py and tests/test_shared_memory.py, which call them
-through this module; ./test_oldest_torch.sh runs the suite's core on torch 2.6.)"""
+through this module; .ci/test_oldest_torch.sh runs the suite's core on torch 2.6.)"""
 from types import SimpleNamespace
 
 import torch.distributed as dist

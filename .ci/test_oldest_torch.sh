@@ -2,14 +2,14 @@
 # The suite's core on the oldest torch the code runs on (torch 2.6; runtime/torch_compat.py takes
 # the older names where 2.6 lacks the newer ones), in a virtual environment of its own:
 #
-#   ./test_oldest_torch.sh              # makes .venv-torch2.6 the first time, then runs the core
-#   ./test_oldest_torch.sh -x -k ring   # extra arguments go to pytest
+#   .ci/test_oldest_torch.sh              # makes .venv-torch2.6 the first time, then runs the core
+#   .ci/test_oldest_torch.sh -x -k ring   # extra arguments go to pytest
 #
 # PyPI's torch 2.6.0 is a CUDA build: the install is about 5 GB and took 81 s here. A test that
 # hangs ends the run after 300 s with every thread's stack (faulthandler), not never.
 # Settings: PYTHON (default python3), VENV (default .venv-torch2.6).
 set -euo pipefail
-cd "$(dirname "$0")"
+cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv-torch2.6}
 if [ ! -x "$VENV/bin/python" ]; then
