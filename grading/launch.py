@@ -228,8 +228,8 @@ def _worker(rank, world_size, port, folder, child, target, args, timeout_s, back
     # the child user, and the code under test: before any of it is imported
     function = functools.reduce(getattr, name.split("."), sandbox.enter(child, module))
     torch.set_num_threads(1)  # up to 5 ranks share 2 cores
-    if backend == "recorded":  # before any student code: tests/recorded_group.py
-        from tests import recorded_group
+    if backend == "recorded":  # before any student code: grading/recorded_group.py
+        from grading import recorded_group
         backend = recorded_group.register()
     if backend:
         dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
