@@ -8,6 +8,7 @@ grade.py, every test and the student's Python modules, which the judge imports
 """
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import zipfile
@@ -27,6 +28,10 @@ GRADING_FILES = ("requirements.txt", "pyproject.toml")
 RESULTS_README = ("Your runs write their results files here: see ASSIGNMENT.md, "
                   "\"The design document\".\n")
 OUTPUTS = ("student", "autograder", "autograder.zip")
+# The student's pytest options: short tracebacks, so that a failure's message is within its first
+# lines; no list of the slowest tests (the solution's --durations), which buried the marks.
+STUDENT_ADDOPTS = 'addopts = "-ra --tb=short"'
+ADDOPTS = re.compile(r"^addopts = .*$", re.MULTILINE)
 
 
 class BuildError(Exception):
@@ -90,8 +95,19 @@ def read(repo, path):
         return File(file.read(), os.access(full, os.X_OK))
 
 
+def student_pyproject(file):
+    """pyproject.toml with the student's pytest options in place of the solution's."""
+    text, count = ADDOPTS.subn(STUDENT_ADDOPTS, file.data.decode())
+    if count != 1:
+        raise BuildError("pyproject.toml must have one line 'addopts = ...' (pytest's options), "
+                         f"not {count}: the student's copy replaces it")
+    return File(text.encode(), file.executable)
+
+
 def student_copy(path, file, titles):
     """The student's version of one file, and the regions replaced in it."""
+    if path == "pyproject.toml":
+        return student_pyproject(file), []
     if not path.endswith((".py", ".md")):
         try:
             error = regions.stray_marker(path, file.data.decode())

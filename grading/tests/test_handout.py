@@ -13,6 +13,7 @@ import zipfile
 import pytest
 
 import make_handout
+from grading.handout.build import STUDENT_ADDOPTS
 from grading.profile import HIDDEN_TESTS, TASK_FILES
 from grading.rubric import ITEMS
 from tests.harness import REPO
@@ -267,6 +268,29 @@ def test_a_good_region_in_another_checkout_becomes_its_prompt(tmp_path):
     student = (tmp_path / "out" / "student" / "a.py").read_text()
     assert student == ('def f():\n    # Say hello.\n'
                        '    raise NotImplementedError("Task 2: hello")\n')
+
+
+def test_the_students_pytest_shows_short_tracebacks_and_no_slowest_durations(out):
+    with open(os.path.join(out, "student", "pyproject.toml")) as file:
+        student = file.read()
+    with open(os.path.join(out, "autograder", "pyproject.toml")) as file:
+        autograder = file.read()
+    assert STUDENT_ADDOPTS in student.splitlines() and "--durations" not in student
+    # the grader runs with the solution's own options
+    with open(os.path.join(REPO, "pyproject.toml")) as file:
+        assert autograder == file.read()
+
+
+def test_a_pyproject_without_pytests_options_stops_the_build(tmp_path, capsys):
+    source = make_source(tmp_path, "a.py", "x = 1\n")
+    pyproject = os.path.join(source, "pyproject.toml")
+    with open(pyproject) as file:
+        text = file.read()
+    with open(pyproject, "w") as file:
+        file.write("\n".join(line for line in text.splitlines()
+                             if not line.startswith("addopts")))
+    assert make_handout.main([str(tmp_path / "out"), "--source", source]) == 2
+    assert "must have one line 'addopts = ...'" in capsys.readouterr().err
 
 
 def test_a_folder_that_is_not_empty_is_refused_unless_forced(tmp_path):
