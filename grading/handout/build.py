@@ -104,8 +104,9 @@ def student_pyproject(file):
     return File(text.encode(), file.executable)
 
 
-def student_copy(path, file, titles):
-    """The student's version of one file, and the regions replaced in it."""
+def student_copy(path, file, titles, hints=regions.DEFAULT_HINTS):
+    """The student's version of one file, with its prompts at hint level `hints`, and the regions
+    replaced in it."""
     if path == "pyproject.toml":
         return student_pyproject(file), []
     if not path.endswith((".py", ".md")):
@@ -120,7 +121,7 @@ def student_copy(path, file, titles):
     found = regions.find_regions(path, text, len(titles))
     if not found:
         return file, []
-    replaced = regions.replace_regions(text, found, titles)
+    replaced = regions.replace_regions(text, found, titles, hints)
     if path.endswith(".py"):
         try:
             compile(replaced, path, "exec")
@@ -130,8 +131,8 @@ def student_copy(path, file, titles):
     return File(replaced.encode(), file.executable), found
 
 
-def make(repo):
-    """The Handout of the solution checked out at `repo`."""
+def make(repo, hints=regions.DEFAULT_HINTS):
+    """The Handout of the solution checked out at `repo`, its prompts at hint level `hints`."""
     rubric = load_module(repo, "grading/rubric.py")
     profile = load_module(repo, "grading/profile.py")
     # the hidden modules, and the file that names them
@@ -143,7 +144,7 @@ def make(repo):
     for path in tracked_files(repo):
         if is_instructors(path, instructors + hidden) or is_generated(path):
             continue
-        student[path], found = student_copy(path, read(repo, path), titles)
+        student[path], found = student_copy(path, read(repo, path), titles, hints)
         replaced += found
     student["results/README.md"] = File(RESULTS_README.encode())
     hidden_items = {item_id for path in profile.HIDDEN_TESTS

@@ -13,6 +13,7 @@ import zipfile
 import pytest
 
 import make_handout
+from grading.handout import build, regions
 from grading.handout.build import STUDENT_ADDOPTS
 from grading.profile import HIDDEN_TESTS, TASK_FILES
 from grading.rubric import ITEMS
@@ -247,6 +248,16 @@ MARKER_ERRORS = {
     "markdown misspelt": ("a.md", "<!-- BEGIN PROMPT\nSay hello.\nEND PROMPT -->\n"
                           "<!-- BEGIN SOLUTION Task 5 -->\nHello.\n<!-- END SOLUTON -->\n",
                           "a.md:6: misspelt marker '<!-- END SOLUTON -->'"),
+    "hint misspelt": ("a.py", PROMPT.replace("# END", "# HINTS outlines\n# Go.\n# END")
+                      + "# BEGIN SOLUTION Task 1\nx = 1\n# END SOLUTION\n",
+                      "a.py:3: '# HINTS outlines': the hint markers are 'HINTS outline' then"),
+    "hints out of order": ("a.py", PROMPT.replace("# END", "# HINTS steps\n# Go.\n"
+                                                  "# HINTS outline\n# Go.\n# END")
+                           + "# BEGIN SOLUTION Task 1\nx = 1\n# END SOLUTION\n",
+                           "a.py:5: '# HINTS outline': the hint markers are"),
+    "hints before the contract": ("a.py", "# BEGIN PROMPT\n# HINTS outline\n# Go.\n# END PROMPT\n"
+                                  "# BEGIN SOLUTION Task 1\nx = 1\n# END SOLUTION\n",
+                                  "a.py:2: a prompt opens with its contract, before its hints"),
 }
 
 
@@ -291,6 +302,48 @@ def test_a_pyproject_without_pytests_options_stops_the_build(tmp_path, capsys):
                              if not line.startswith("addopts")))
     assert make_handout.main([str(tmp_path / "out"), "--source", source]) == 2
     assert "must have one line 'addopts = ...'" in capsys.readouterr().err
+
+
+LAYERED = ("def f():\n    # BEGIN PROMPT\n    # Return 1.\n    # HINTS outline\n    # A constant."
+           "\n    # HINTS steps\n    # Write return 1.\n    # END PROMPT\n"
+           "    # BEGIN SOLUTION Task 2: one\n    return 1\n    # END SOLUTION\n")
+SHOWN = {"none": "    # Return 1.\n",
+         "outline": "    # Return 1.\n    # The approach:\n    # A constant.\n",
+         "steps": "    # Return 1.\n    # The approach:\n    # A constant.\n"
+                  "    # Step by step:\n    # Write return 1.\n"}
+
+
+@pytest.mark.parametrize("hints", SHOWN)
+def test_each_hint_level_keeps_the_contract_and_the_hint_layers_up_to_it(hints, tmp_path):
+    source = make_source(tmp_path, "a.py", LAYERED)
+    assert make_handout.main([str(tmp_path / "out"), "--source", source, "--hints", hints]) == 0
+    student = (tmp_path / "out" / "student" / "a.py").read_text()
+    assert student == f'def f():\n{SHOWN[hints]}    raise NotImplementedError("Task 2: one")\n'
+
+
+def test_the_default_hint_level_is_the_outline():
+    assert regions.DEFAULT_HINTS == "outline"
+    assert "outline (the default" in make_handout.__doc__
+
+
+@pytest.mark.parametrize("hints", ["none", "steps"])
+def test_the_handout_builds_at_hint_levels_none_and_steps_with_every_prompt_a_contract(
+        hints, tmp_path):
+    out = tmp_path / "out"
+    assert make_handout.main([str(out), "--hints", hints]) == 0
+    handout = build.make(REPO, hints)
+    for region in handout.regions:
+        # a prompt, where there is one, opens with its contract: not with a hint
+        if region.prompt:
+            assert any(line.strip("# ") for line in region.layers["none"]), region
+    student = {path: text_of(os.path.join(out, "student", path))
+               for path in files_under(os.path.join(out, "student")) if path.endswith(".py")}
+    for path, text in student.items():
+        compile(text, path, "exec")
+    said = "".join(student.values())
+    assert ("Step by step:" in said) == (hints == "steps")
+    assert ("The approach:" in said) == (hints == "steps")
+    assert "When it returns, rank r's `output` holds chunk r" in student["manual_sharding.py"]
 
 
 def test_a_folder_that_is_not_empty_is_refused_unless_forced(tmp_path):
