@@ -149,13 +149,14 @@ def make(repo, hints=regions.DEFAULT_HINTS):
     student["results/README.md"] = File(RESULTS_README.encode())
     hidden_items = {item_id for path in profile.HIDDEN_TESTS
                     for item_id in items_named_in(os.path.join(repo, path))}
-    text = assignment.render(text_of(HERE, "ASSIGNMENT.md.in"), rubric, hidden_items, replaced)
+    text = assignment.render(text_of(HERE, "ASSIGNMENT.md.in"), rubric, hidden_items, replaced,
+                             hints)
     student["ASSIGNMENT.md"] = File(text.encode())
     # the student's own README and GRADING.md: the solution's are the instructor's
     text = student_docs.readme(text_of(HERE, "README.md.in"), rubric, text_of(repo, "README.md"))
     student["README.md"] = File(text.encode())
-    student["GRADING.md"] = File(student_docs.grading(text_of(HERE, "GRADING.md.in"),
-                                                      rubric).encode())
+    student["GRADING.md"] = File(student_docs.grading(text_of(HERE, "GRADING.md.in"), rubric,
+                                                      hints).encode())
     return Handout(student, autograder_files(repo, instructors, student), replaced)
 
 

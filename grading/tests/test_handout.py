@@ -4,6 +4,7 @@ marker or a folder in use stops the build with one line."""
 import json
 import os
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -14,9 +15,11 @@ import pytest
 
 import make_handout
 from grading.handout import build, regions
+from grading.handout.assignment import PROMPTS_GIVE, tasks_text
 from grading.handout.build import STUDENT_ADDOPTS
 from grading.profile import HIDDEN_TESTS, TASK_FILES
 from grading.rubric import ITEMS
+from runtime.options import build_parser
 from tests.harness import REPO
 
 # Lines that say nothing about a solution: they may appear anywhere.
@@ -344,6 +347,45 @@ def test_the_handout_builds_at_hint_levels_none_and_steps_with_every_prompt_a_co
     assert ("Step by step:" in said) == (hints == "steps")
     assert ("The approach:" in said) == (hints == "steps")
     assert "When it returns, rank r's `output` holds chunk r" in student["manual_sharding.py"]
+    # the student's documents say what the prompts give: the reader judges the code against it
+    for name in ("ASSIGNMENT.md", "GRADING.md"):
+        document = " ".join(text_of(os.path.join(out, "student", name)).split())
+        assert PROMPTS_GIVE[hints] in document and "@PROMPTS_GIVE@" not in document
+
+
+def test_each_task_of_the_code_says_how_the_main_job_runs_it_and_what_it_needs_first(out):
+    with open(os.path.join(out, "student", "ASSIGNMENT.md")) as file:
+        assignment = file.read()
+    numbers = {item.id: number for number, item in enumerate(ITEMS, start=1)}
+    sections = assignment.split("\n### Task ")[1:]
+    for number, item in enumerate(ITEMS, start=1):
+        section = sections[number - 1]
+        tested_code = item.id.startswith("core.") and item.id != "core.end_to_end"
+        assert bool(item.main_job) == tested_code, item.id
+        assert ("    python mlp_ddp.py " in section) == tested_code, section
+        if not tested_code:
+            continue
+        assert f"\n    python mlp_ddp.py {item.main_job}\n" in section
+        assert item.id not in item.main_job_needs
+        needed = " ".join(section.split("**Running it end to end.**")[1].split(":")[0].split())
+        assert tasks_text(numbers[other] for other in item.main_job_needs) in needed
+    # the main job's default transport never calls the ring: its tasks name the flag that does
+    by_id = {item.id: item for item in ITEMS}
+    for ring in ("core.ring", "core.sharding_collectives"):
+        assert "--transport ring" in by_id[ring].main_job
+
+
+def test_each_tasks_main_job_options_are_the_main_jobs():
+    for item in ITEMS:
+        if not item.main_job:
+            continue
+        _, unknown = build_parser("the main job").parse_known_args(shlex.split(item.main_job))
+        # --transport replaces --sync ring|shm and --collectives in a change made beside this
+        # one: until the parser has it, it is the only option allowed to be unknown
+        if "--transport" in unknown:
+            at = unknown.index("--transport")
+            del unknown[at:at + 2]
+        assert unknown == [], (item.id, unknown)
 
 
 def test_a_folder_that_is_not_empty_is_refused_unless_forced(tmp_path):
