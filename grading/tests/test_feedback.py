@@ -102,6 +102,12 @@ def test_tests_failing_with_the_same_error_show_its_traceback_once(pytester):
         @pytest.mark.parametrize("world_size", [1, 2, 3])
         def test_ring(world_size): ring_all_reduce(world_size)
 
+        @pytest.mark.rubric("core.sync")
+        @pytest.mark.parametrize("rank", [0, 1])
+        def test_a_childs_error(rank):  # as tests/test_sharding.py reports a rank's error
+            pytest.fail(f"rank {rank} raised:\\nTraceback\\nNotImplementedError: Task 11: ZeRO",
+                        pytrace=False)
+
         @pytest.mark.rubric("core.model")
         def test_model_learns(): assert 1 == 2
     """, "-ra", "--tb=short", rubric=RUBRIC)
@@ -109,7 +115,9 @@ def test_tests_failing_with_the_same_error_show_its_traceback_once(pytester):
     failures = output[output.index("= FAILURES ="):output.index(" short test summary info ")]
     assert failures.count("NotImplementedError: Task 6") == 1, failures
     assert "2 more tests failed with it" in failures
+    assert failures.count("NotImplementedError: Task 11") == 1, failures
+    assert "1 more test failed with it" in failures
     assert "assert 1 == 2" in failures  # another error keeps its own
     # each still counted, and listed in the summary
     assert output.count("FAILED test_graded.py::test_ring") == 3
-    assert "4 failed" in output
+    assert "6 failed" in output
