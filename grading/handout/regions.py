@@ -241,13 +241,14 @@ def hint_layers(path, first_number, prompt):
     layers = {level: [] for level in HINT_LEVELS}
     level = "none"
     for number, line in enumerate(prompt, start=first_number):
-        match = HINT_MARKER.fullmatch(line.strip().lstrip("#").strip())
+        text = line.strip().lstrip("#").strip()
+        match = HINT_MARKER.fullmatch(text)
         if match is None:
             layers[level].append(line)
             continue
         name = match.group(1)
         later = HINT_LEVELS[HINT_LEVELS.index(level) + 1:]
-        if name not in later or line.strip().lstrip("#").strip() != f"HINTS {name}":
+        if name not in later or text != f"HINTS {name}":
             raise MarkerError(path, number, f"'{line.strip()}': the hint markers are 'HINTS "
                                             "outline' then 'HINTS steps', each once, in order")
         if not any(text.strip("# ") for text in layers["none"]):
