@@ -268,7 +268,7 @@ class Grading:
                 session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
         terminal = config.pluginmanager.get_plugin("terminalreporter")
         if terminal is not None:
-            hide_repeats(terminal.stats.get("failed", []))
+            hide_repeats(terminal.stats)
         try:
             return (yield)
         finally:

@@ -108,16 +108,32 @@ def test_tests_failing_with_the_same_error_show_its_traceback_once(pytester):
             pytest.fail(f"rank {rank} raised:\\nTraceback\\nNotImplementedError: Task 11: ZeRO",
                         pytrace=False)
 
+        @pytest.fixture
+        def launch():  # as tests/harness.launch_once reports a launch that failed before
+            raise RuntimeError("launch(2) failed in an earlier test: NotImplementedError: Task 6: "
+                               "the ring all-reduce")
+
+        @pytest.mark.rubric("core.sync")
+        @pytest.mark.parametrize("world_size", [2, 3])
+        def test_ring_again(launch, world_size): pass
+
         @pytest.mark.rubric("core.model")
         def test_model_learns(): assert 1 == 2
     """, "-ra", "--tb=short", rubric=RUBRIC)
     output = result.stdout.str()
+    shown = output[output.index("= ERRORS ="):output.index(" short test summary info ")]
+    # the first of Task 6's five (in ERRORS, which pytest prints first) in full, once
+    assert shown.count("raise RuntimeError") == 1, shown
+    assert "4 more tests failed with it" in shown
+    assert "ring_all_reduce(world_size)" not in shown  # the failures' tracebacks left out
+    # pytest prints every error in set-up: a repeat there shrinks to a line naming the first
+    assert shown.count("NotImplementedError: Task 6: the ring all-reduce (as in "
+                       "test_graded.py::test_ring_again[2], shown in full)") == 1, shown
     failures = output[output.index("= FAILURES ="):output.index(" short test summary info ")]
-    assert failures.count("NotImplementedError: Task 6") == 1, failures
-    assert "2 more tests failed with it" in failures
     assert failures.count("NotImplementedError: Task 11") == 1, failures
     assert "1 more test failed with it" in failures
     assert "assert 1 == 2" in failures  # another error keeps its own
     # each still counted, and listed in the summary
     assert output.count("FAILED test_graded.py::test_ring") == 3
-    assert "6 failed" in output
+    assert output.count("ERROR test_graded.py::test_ring_again") == 2
+    assert "6 failed" in output and "2 errors" in output
