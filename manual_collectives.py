@@ -29,8 +29,17 @@ def ring_all_reduce(tensor):
     of the buffer, whatever n is: the bandwidth-optimal all-reduce (Patarasuk & Yuan 2009).
     """
     # BEGIN PROMPT
-    # Only point-to-point messages (dist.isend, dist.recv through _exchange), no collective;
-    # receive into receive_buffer's scratch tensor.
+    # When it returns, `tensor` holds the sum over the ranks, in place, for any length (zero, or
+    # fewer elements than ranks, included) and any world size; it returns `tensor`. Only
+    # point-to-point messages (dist.isend, dist.recv, through _exchange), no collective.
+    # HINTS outline
+    # The docstring's two phases, each n-1 exchanges with the neighbours; receive into
+    # receive_buffer's scratch tensor, not a new one per call.
+    # HINTS steps
+    # Chunk i is flat[len * i // n : len * (i + 1) // n]. Reduce-scatter step s (0 to n-2): send
+    # chunk (r - s) mod n to the right, receive into the scratch from the left and add it into
+    # chunk (r - s - 1) mod n. All-gather step s: send chunk (r + 1 - s) mod n, receive into
+    # chunk (r - s) mod n.
     # END PROMPT
     # BEGIN SOLUTION Task 6: the ring all-reduce
     world, rank = dist.get_world_size(), dist.get_rank()
@@ -68,6 +77,9 @@ def _exchange(send, right, receive, left):
     """Send to the right while receiving from the left; posting the send first keeps the ring
     from deadlocking. Both ends know when a chunk is empty, and skip it."""
     # BEGIN PROMPT
+    # When it returns, `send` has been delivered to rank `right` and `receive` holds what rank
+    # `left` sent; an empty chunk is neither sent nor received.
+    # HINTS outline
     # Post the send without waiting, receive, then wait for the send.
     # END PROMPT
     # BEGIN SOLUTION Task 6: one exchange of the ring

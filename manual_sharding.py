@@ -34,11 +34,18 @@ def ring_reduce_scatter(output, tensor):
     dist.reduce_scatter_single, around a ring (`tensor` is scratch): each chunk travels the ring
     once, summed on the way, ending on its owner: (n-1)/n of the tensor sent per rank."""
     # BEGIN PROMPT
-    # Only point-to-point messages, no collective; chunk i is tensor.view(n, -1)[i]. At step s
-    # (0 to n-2) rank r sends chunk (r - s - 1) mod n to rank (r + 1) mod n with dist.isend (no
-    # waiting yet), receives from rank (r - 1) mod n into a scratch tensor of a chunk's size with
-    # dist.recv, waits for its send, and adds what came into chunk (r - s - 2) mod n. Chunk r then
-    # holds the whole sum: copy it into output, and return output.
+    # When it returns, rank r's `output` holds chunk r (tensor.view(n, -1)[r]) of the sum over the
+    # ranks, as dist.reduce_scatter_single gives, and it returns `output`. Only point-to-point
+    # messages, no collective: each rank sends n-1 chunks, all to rank (r + 1) mod n.
+    # HINTS outline
+    # n-1 steps around the ring: send a chunk right, add the chunk that comes from the left into
+    # the one you send next. Each partial sum gains one rank per step and ends whole on its owner.
+    # HINTS steps
+    # Chunk i is tensor.view(n, -1)[i]. At step s (0 to n-2) rank r sends chunk (r - s - 1) mod n
+    # to rank (r + 1) mod n with dist.isend (no waiting yet), receives from rank (r - 1) mod n into
+    # a scratch tensor of a chunk's size with dist.recv, waits for its send, and adds what came
+    # into chunk (r - s - 2) mod n. Chunk r then holds the whole sum: copy it into output, and
+    # return output.
     # END PROMPT
     # BEGIN SOLUTION Task 10: the ring reduce-scatter
     world, rank = dist.get_world_size(), dist.get_rank()
@@ -59,10 +66,16 @@ def ring_all_gather(output, shard):
     """Every rank's `shard` into chunk r of `output` on every rank, as dist.all_gather_single,
     around the ring: (n-1)/n of `output` sent per rank. `shard` may be `output`'s chunk r."""
     # BEGIN PROMPT
-    # Only point-to-point messages, no collective; chunk i is output.view(n, -1)[i]. Copy your
-    # shard into chunk r; at step s (0 to n-2) send chunk (r - s) mod n to rank (r + 1) mod n with
-    # dist.isend, receive chunk (r - s - 1) mod n from rank (r - 1) mod n with dist.recv, then
-    # wait for the send. Return output.
+    # When it returns, chunk i of `output` (output.view(n, -1)[i]) holds rank i's `shard` on every
+    # rank, as dist.all_gather_single gives, and it returns `output`; `shard` may already be
+    # output's chunk r. Only point-to-point messages: n-1 chunks sent, all to rank (r + 1) mod n.
+    # HINTS outline
+    # Your shard goes into chunk r; then n-1 steps, each passing on to the right the chunk that
+    # arrived last (your own first) while the next arrives from the left.
+    # HINTS steps
+    # Chunk i is output.view(n, -1)[i]. Copy your shard into chunk r; at step s (0 to n-2) send
+    # chunk (r - s) mod n to rank (r + 1) mod n with dist.isend, receive chunk (r - s - 1) mod n
+    # from rank (r - 1) mod n with dist.recv, then wait for the send. Return output.
     # END PROMPT
     # BEGIN SOLUTION Task 10: the ring all-gather
     world, rank = dist.get_world_size(), dist.get_rank()
@@ -185,6 +198,13 @@ class ShardedOptimizer:
         """Divide shard `index`'s flat gradient (before the sum, as DDP), start its reduce-scatter:
         ZeRO-1 in place, into its own shard; ZeRO-2 into a new tensor, the bucket then freed."""
         # BEGIN PROMPT
+        # When it returns, the reduce-scatter of grad_flat, divided by the world size, is started
+        # (not waited for) into `output`, this rank's averaged shard to come, and (index, future,
+        # output) is in self.pending. self.reduce_scatter(output, tensor) returns a future.
+        # HINTS outline
+        # Average before the sum, as DDP does. ZeRO-1 reduces into its own shard of grad_flat, in
+        # place; ZeRO-2, whose bucket is freed after, into a tensor of its own.
+        # HINTS steps
         # Divide grad_flat by the world size in place. The output: ZeRO-1 (not
         # self.shard_gradients) this rank's own shard of grad_flat (FlatShard.own), ZeRO-2 a new
         # tensor of the shard's shard_numel elements (self.shards[index]). Start
@@ -217,6 +237,13 @@ class ShardedOptimizer:
         """Every shard's averaged gradient into its master's `.grad`, after backward (the training
         loop's sync phase; `step()` calls it if not called)."""
         # BEGIN PROMPT
+        # When it returns, every master shard's .grad holds its averaged gradient (added to one
+        # already there), every bucket's included, and self.pending is empty.
+        # HINTS outline
+        # ZeRO-1 starts a reduce-scatter per flat gradient buffer here; ZeRO-2's hooks started
+        # most during backward: start only the buckets a gradient of which never came. Then wait
+        # for each in order.
+        # HINTS steps
         # ZeRO-1 (not self.shard_gradients): start_reduce_scatter of each flat gradient buffer,
         # self.flat_grads[index]. ZeRO-2: each bucket's hook (_grad_ready) has started it, unless
         # a gradient of the bucket never came (self.ready[index] is not 0) or none did (no entry
@@ -249,6 +276,11 @@ class ShardedOptimizer:
         if not self.reduced:
             self.reduce_gradients()
         # BEGIN PROMPT
+        # When it returns, the inner optimizer has stepped this rank's shards, and every rank's
+        # flat parameter buffers hold every rank's updated shard.
+        # HINTS outline
+        # A step, then an all-gather per flat buffer, each waited for.
+        # HINTS steps
         # Step the inner optimizer (self.optimizer), then all-gather each master shard (detached)
         # into its flat parameter buffer, self.flat_params[index], waiting for each.
         # END PROMPT
@@ -327,6 +359,13 @@ class FullyShardedModel(nn.Module):
         """Start the all-gather of unit `index` into a new flat buffer, unless one is in flight or
         it is whole already."""
         # BEGIN PROMPT
+        # When it returns, unit `index` is whole, or an all-gather of its master shard in `dtype`
+        # into a new padded flat buffer is in flight, kept as (future, buffer) in
+        # self.gathering[index]; never two at once.
+        # HINTS outline
+        # free() leaves a unit's parameters without elements: that tells a freed unit from a whole
+        # one.
+        # HINTS steps
         # Nothing to do if self.gathering[index] is set or the unit is whole (its first parameter
         # has elements: free() leaves none). Otherwise: a new flat buffer of the shard's
         # padded_numel elements in `dtype` (default: self.compute_dtype, else float32) on the
@@ -347,6 +386,12 @@ class FullyShardedModel(nn.Module):
         """Unit `index`'s parameters whole: wait for its gather (starting it if need be) and point
         every parameter at its piece of the gathered buffer."""
         # BEGIN PROMPT
+        # When it returns, every parameter of unit `index` is whole (its .data a view of the
+        # gathered buffer) and self.gathering[index] is None.
+        # HINTS outline
+        # Start the gather unless one is in flight, wait for it, point each parameter at its
+        # piece of the buffer.
+        # HINTS steps
         # start_gather; if no gather is then in flight, the unit was whole: return. Otherwise wait
         # for the future, set each parameter's .data to its view of the buffer (FlatShard.views),
         # and set self.gathering[index] back to None.
@@ -406,6 +451,13 @@ class FullyShardedModel(nn.Module):
         """Unit `index`'s backward is done: average its gradients into a shard (a reduce-scatter
         started without waiting), and free the unit's gradients and parameters."""
         # BEGIN PROMPT
+        # When it returns, the reduce-scatter of the unit's averaged gradients (in the compute
+        # dtype, float32 without one) into a new tensor of a shard's size is started, (index,
+        # future, output) is in self.pending, and the unit's gradients and parameters are freed.
+        # HINTS outline
+        # Average before the sum; free without waiting for the reduce-scatter, so that it
+        # overlaps the rest of backward.
+        # HINTS steps
         # Flatten the unit's gradients (FlatShard.flatten, in the compute dtype, float32 without
         # one), divide by the world size, start self.reduce_scatter into a new tensor of the
         # shard's shard_numel elements, and append (index, future, output) to self.pending; then

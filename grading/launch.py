@@ -265,7 +265,7 @@ def _worker(rank, world_size, port, folder, children, target, args, timeout_s, b
     hidden = sandbox.hidden_code(module)  # read while the judge's folder is still there
     sandbox.enter(children[rank])  # the child user, its view: before any code under test runs
     torch.set_num_threads(1)  # up to 5 ranks share 2 cores
-    if backend == "recorded":
+    if backend == "recorded":  # before any student code: grading/recorded_group.py
         from grading import recorded_group
         backend = recorded_group.register()
     if backend:

@@ -17,6 +17,7 @@ import time
 import pytest
 
 from grading.profile import collects, in_profile, is_hidden
+from grading.repeats import hide_repeats
 from grading.report import (
     BY_PERSON,
     OUTCOMES,
@@ -250,11 +251,14 @@ class Grading:
         if outcome and self.outcomes.get(nodeid) != "failed":
             self.outcomes[nodeid] = outcome
 
+    # outermost: pytest's summary, printed on the way out, comes before the marks table
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_sessionfinish(self, session, exitstatus):
-        """Grade the run and write the report (not under --collect-only)."""
+        """Grade the run and write the report (not under --collect-only); show each error's
+        failures once; after pytest's summary, print the marks table."""
         config = session.config
         if config.option.collectonly or exitstatus == pytest.ExitCode.USAGE_ERROR:
-            return
+            return (yield)
         self.report = self.grade(incomplete_because(session, exitstatus))
         if self.report_path:
             try:
@@ -262,6 +266,14 @@ class Grading:
             except OSError as error:
                 self.write_error = f"could not write the grade report: {error}"
                 session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        terminal = config.pluginmanager.get_plugin("terminalreporter")
+        if terminal is not None:
+            hide_repeats(terminal.stats)
+        try:
+            return (yield)
+        finally:
+            if terminal is not None:
+                write_table(terminal, self.report, self.report_path, self.write_error)
 
     def grade(self, reasons):
         """The grade report: every item graded, the totals, and why it may be incomplete."""
@@ -330,11 +342,9 @@ class Grading:
                 "checks": item.checks, "needs_human": item.needs_human}
 
     def pytest_terminal_summary(self, terminalreporter, config):
-        """Print the rubric tests (--rubric-tests) and the grades."""
+        """Print the rubric tests (--rubric-tests); the grades come last (pytest_sessionfinish)."""
         if config.getoption("rubric_tests"):
             self.list_tests(terminalreporter)
-        if self.report is not None:
-            write_table(terminalreporter, self.report, self.report_path, self.write_error)
 
     def list_tests(self, terminal):
         """Each rubric item with its tests, then the tests outside it or in none."""

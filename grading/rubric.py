@@ -23,6 +23,15 @@ class Item(NamedTuple):
     needs_human: str  # what a human reader must still judge
     graded_by: str = "tests"  # or "person": no test earns it; the grader reads it
     builds_on: tuple = ()  # the items whose code its tests also run
+    main_job: str = ""  # the options of `python mlp_ddp.py` with which the main job runs its code
+    main_job_needs: tuple = ()  # the items the main job runs before it reaches this one
+
+
+# What every run of the main job calls: the MLP, the data's shards, the step's timing record; and
+# in modes manual and sharded the start-up broadcast (manual_allreduce.broadcast_parameters).
+RUN = ("core.mlp", "core.minibatch", "core.timing")
+MANUAL = RUN + ("core.manual_ddp",)
+TWO_RANKS = "--world-size 2 --epochs 1"
 
 
 ITEMS = [
@@ -31,7 +40,8 @@ ITEMS = [
          "The MLP is 784-512-256-128-10 with ReLU and dropout, Glorot-initialised, its hidden "
          "sizes configurable; it fits a small labelled set, and reaches 96% test accuracy on the "
          "real MNIST after one epoch of plain mini-batch training (skipped without the data).",
-         "Read runtime/models.py: layers chosen and initialised by the student, not imported."),
+         "Read runtime/models.py: layers chosen and initialised by the student, not imported.",
+         main_job="--mode single --epochs 1", main_job_needs=("core.minibatch", "core.timing")),
     Item("core.minibatch", "Each rank's share of the data", 1,
          "Each rank's shard equals DistributedSampler's; shards are disjoint and cover every full "
          "global batch; set_epoch reshuffles; a step sees the same global batch at any world "
@@ -39,48 +49,61 @@ ITEMS = [
          "the same parameters at world sizes 1, 2 and 4, with gradient accumulation, and for the "
          "same seed.",
          "Read runtime/data.py: the batch size is per process (--batch-size); the global batch is "
-         "batch size x accumulation steps x world size."),
+         "batch size x accumulation steps x world size.",
+         main_job=f"--mode ddp {TWO_RANKS}", main_job_needs=("core.mlp", "core.timing")),
     Item("core.per_parameter", "Per-parameter all-reduce", 1,
          "average_gradients and PerParameterSync give every rank the parameters of one process "
          "trained on the global batch, after every step, at 1-4 gloo ranks (a frozen and a shared "
          "parameter included), equal to torch's DDP.",
-         "Read manual_allreduce.py: average_gradients, at the top, and section 2."),
+         "Read manual_allreduce.py: average_gradients, at the top, and section 2.",
+         main_job=f"--mode manual --sync per-param {TWO_RANKS}", main_job_needs=MANUAL),
     Item("core.flat", "One flat buffer", 1,
          "FlatSync (and the shared-memory strategy built on it) trains exactly as one process "
          "and as torch's DDP, after every step, at 1-4 ranks; one all-reduce of every gradient.",
-         "Read manual_allreduce.py, section 3."),
+         "Read manual_allreduce.py, section 3.",
+         main_job=f"--mode manual --sync flat {TWO_RANKS}", main_job_needs=MANUAL),
     Item("core.bucketed", "Buckets all-reduced while backward runs", 3,
          "The bucket layout takes parameters in reverse, respects the cap and the small first "
          "bucket; BucketedSync starts its first all-reduce before backward ends, launches the "
          "buckets in the same order on every rank, and trains exactly as one process and DDP.",
-         "Read manual_allreduce.py, section 4: why buckets, why in index order."),
+         "Read manual_allreduce.py, section 4: why buckets, why in index order.",
+         main_job=f"--mode manual --sync bucketed {TWO_RANKS}", main_job_needs=MANUAL),
     Item("core.ring", "A ring all-reduce from messages", 2,
          "ring_all_reduce equals dist.all_reduce for awkward lengths and dtypes at 1-5 ranks, "
          "sending 2(n-1)/n of the buffer to its neighbours only.",
-         "Read manual_collectives.py: the reduce-scatter and all-gather phases, readable."),
+         "Read manual_collectives.py: the reduce-scatter and all-gather phases, readable.",
+         main_job=f"--mode manual --sync flat --transport ring {TWO_RANKS}",
+         main_job_needs=MANUAL + ("core.flat",)),
     Item("core.compression", "Compressed gradients", 1,
          "The compression layer sums in the wire dtype (float16 or bfloat16) and leaves the "
          "result in the tensor, within the wire's precision of the exact sum.",
-         "Read manual_allreduce.py, section 5: what float16 and bfloat16 cost."),
+         "Read manual_allreduce.py, section 5: what float16 and bfloat16 cost.",
+         main_job=f"--mode manual --sync bucketed --compress bf16 {TWO_RANKS}",
+         main_job_needs=MANUAL + ("core.bucketed",)),
     Item("core.manual_ddp", "The wrapper: start-up, buffers and no_sync", 2,
          "ManualDDP, with a strategy of the tests' own, starts differently seeded ranks from rank "
          "0's parameters, broadcasts buffers before each forward as DDP does, accumulates "
          "gradients under no_sync() as one step on the larger batch, and handles unused "
          "parameters as DDP does.",
-         "Read runtime/manual_ddp.py."),
+         "Read runtime/manual_ddp.py.",
+         main_job=f"--mode manual --sync flat --accum-steps 2 {TWO_RANKS}",
+         main_job_needs=RUN + ("core.flat",)),
     Item("core.timing", "The timing of a step", 2,
          "union_length and step_record follow the definitions of runtime/timing.py: phases, "
          "busy, hidden and exposed communication split where the last gradient was accumulated; "
          "results files pass the schema.",
          "Judge whether the timing is honest: what each phase measures, and how communication "
-         "hidden behind backward is counted."),
+         "hidden behind backward is counted.",
+         main_job=f"--mode ddp {TWO_RANKS}", main_job_needs=("core.mlp", "core.minibatch")),
     Item("core.sharding_collectives", "The ring's two halves: reduce-scatter and all-gather", 1,
          "ring_reduce_scatter and ring_all_gather equal dist.reduce_scatter_single and "
          "dist.all_gather_single at 2 to 4 gloo ranks, in float32, float16 and bfloat16, "
          "each sending (n-1)/n of the buffer by point-to-point messages to its right neighbour "
          "only.",
          "Read manual_sharding.py, section 1: the two halves, and how they make the ring "
-         "all-reduce of manual_collectives.py."),
+         "all-reduce of manual_collectives.py.",
+         main_job=f"--mode sharded --shard optimizer --transport ring {TWO_RANKS}",
+         main_job_needs=MANUAL + ("core.zero",)),
     Item("core.zero", "ZeRO-1 and ZeRO-2: the optimizer state and the gradients sharded", 2,
          "ShardedOptimizer, through the library's collectives, trains as torch's "
          "ZeroRedundancyOptimizer and as one process on the global batch, after every step (a "
@@ -91,7 +114,8 @@ ITEMS = [
          "start while backward runs, and it keeps no full gradient.",
          "Read manual_sharding.py, sections 2 to 4: what each rank keeps, and what ZeRO-2 frees, "
          "and when.",
-         builds_on=("core.bucketed",)),  # ZeRO-2's buckets are Task 5's layout
+         builds_on=("core.bucketed",),  # ZeRO-2's buckets are Task 5's layout
+         main_job=f"--mode sharded --shard optimizer {TWO_RANKS}", main_job_needs=MANUAL),
     Item("core.fsdp", "ZeRO-3: the parameters sharded too", 3,
          "FullyShardedModel, through the library's collectives, trains as torch's fully_shard and "
          "as one process on the global batch, after every step (the same traps), in float32 and "
@@ -99,7 +123,8 @@ ITEMS = [
          "uses; each step all-gathers every unit twice (forward and backward) and "
          "reduce-scatters its gradients once, with no all-reduce the size of a unit.",
          "Read manual_sharding.py, section 5: when a unit is whole, when it is freed, and what "
-         "the prefetch overlaps."),
+         "the prefetch overlaps.",
+         main_job=f"--mode sharded --shard parameters {TWO_RANKS}", main_job_needs=MANUAL),
     Item("core.end_to_end", "The main job", 2,
          "Everything together: mlp_ddp.py trains the MLP to 96% (real MNIST), manual mode on two "
          "processes writes results that pass the schema with the timing invariants for every "

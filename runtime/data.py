@@ -223,6 +223,9 @@ def shard_indices(num_samples, batch_size, rank, world_size, epoch, seed):
     that does not fill a global batch is dropped.
     """
     # BEGIN PROMPT
+    # When it returns: this rank's indices as the docstring says, a [steps, batch_size] tensor
+    # equal to DistributedSampler's, rows in step order.
+    # HINTS outline
     # One permutation seeded by seed + epoch, shared by every rank; keep only whole global batches;
     # this rank's share, shaped [steps, batch_size].
     # END PROMPT

@@ -252,9 +252,10 @@ def step_record(marks, spans, compute_end=None):
     takes the end of the last backward.
     """
     # BEGIN PROMPT
-    # Fill every field of FIELDS as the module docstring defines it: the phases summed from the
-    # marks; busy, hidden and exposed communication as union_length of the spans, split where
-    # compute ended.
+    # Return a dict with every field of FIELDS as the module docstring defines it.
+    # HINTS outline
+    # The phases summed from the marks; busy, hidden and exposed communication as union_length of
+    # the spans, split where compute ended.
     # END PROMPT
     # BEGIN SOLUTION Task 9: one step's timing record
     record = dict.fromkeys(PHASES, 0.0)

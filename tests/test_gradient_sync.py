@@ -24,6 +24,7 @@ from torch import nn
 
 from grading.launch import launch_once, run_alone, run_in_processes
 from tests.adapters import SYNCED
+from tests.differences import assert_same
 
 STEPS = 3
 BATCH_PER_RANK = 8
@@ -97,11 +98,9 @@ def flattened(parameters):
 def assert_parameters_close(got, want, when):
     """Each parameter as the reference's, to float32 summation-order tolerance; a failure names
     the step and the first parameter that differs, expected against got."""
+    __tracebackhide__ = True  # the failure points at the test's line
     for name in want:
-        torch.testing.assert_close(got[name], want[name], rtol=1e-5, atol=1e-6,
-                                   msg=lambda detail, name=name: f"{when}, parameter '{name}' "
-                                                                 f"(expected: the reference): "
-                                                                 f"{detail}")
+        assert_same(got[name], want[name], f"{when}, parameter '{name}'", atol=1e-6, rtol=1e-5)
 
 
 def trainable(model):

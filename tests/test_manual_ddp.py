@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from grading.launch import run_in_processes
+from tests.differences import assert_same
 
 pytestmark = pytest.mark.rubric("core.manual_ddp")
 
@@ -84,8 +85,7 @@ def test_no_sync_accumulates_locally_and_the_next_backward_averages_the_sum(worl
         assert reported_inside == 0, f"rank {rank}: no_sync() still reported gradients"
         for index, (got, want) in enumerate(zip(gradients, expected)):
             where = f"rank {rank}, parameter {index}: against one process on the larger batch"
-            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6,
-                                       msg=lambda detail, where=where: f"{where}: {detail}")
+            assert_same(got, want, where, atol=1e-6, rtol=1e-5)
         assert not accumulating, "no_sync() left accumulating on after an error inside it"
 
 

@@ -38,6 +38,7 @@ from torch import nn
 
 from grading import recorded_group
 from grading.launch import launch_once, run_alone, run_in_processes
+from tests.differences import assert_same
 
 WORLD_SIZES = (2, 3, 4)
 STEPS = 3
@@ -404,10 +405,6 @@ def values(kind, length, dtype, rank, salt):
     return drawn.to(getattr(torch, dtype))
 
 
-def largest_difference(got, want):
-    return (got.to(torch.float64) - want.to(torch.float64)).abs().max().item()
-
-
 def compare_halves(rank, world_size, half):
     """For each dtype, kind of values and padded length, one half's largest differences from the
     library's: the ring's reduce-scatter's; or its all-gather's (a separate shard, and output's
@@ -500,12 +497,17 @@ def all_reduce_by_ring(tensor):
     return ring_all_reduce(tensor)
 
 
+def largest_difference(got, want):
+    return (got.to(torch.float64) - want.to(torch.float64)).abs().max().item()
+
+
 def difference(got, want):
-    """largest_difference, or the error of whichever raised."""
+    """(got, want) for the test to compare (tests/differences.py), or the error of whichever
+    raised."""
     for value in (got, want):
         if isinstance(value, str):
             return value
-    return largest_difference(got[0] if isinstance(got, tuple) else got, want)
+    return got[0] if isinstance(got, tuple) else got, want
 
 
 def carried(outcome):
@@ -557,18 +559,22 @@ def assert_parameters_close(got, want, when, rtol=1e-5, atol=1e-6):
     """Each parameter as the reference's, to float32 summation-order tolerance after a few steps
     (the same sums in another order differ by a few ulps; 1e-6 absolute near zero); a failure names
     the step and the parameter."""
+    __tracebackhide__ = True  # the failure points at the test's line
     assert set(got) == set(want), f"{when}: parameters {sorted(got)}, not {sorted(want)}"
     for key in want:
-        torch.testing.assert_close(got[key], want[key], rtol=rtol, atol=atol,
-                                   msg=lambda detail, key=key: f"{when}, parameter '{key}' "
-                                                               f"(expected: the reference): "
-                                                               f"{detail}")
+        assert_same(got[key], want[key], f"{when}, parameter '{key}'", atol=atol, rtol=rtol)
 
 
 # --- The tests: the halves ------------------------------------------------------------------------
 def summation_tolerance(dtype, world_size, largest):
     """n numbers summed in two orders: each sum may differ by a few ulps of the largest term."""
     return world_size * torch.finfo(getattr(torch, dtype)).eps * max(largest, 1) * 4
+
+
+def allowed(kind, dtype, world_size, case):
+    """Integer values sum exactly in every order; random ones within summation order."""
+    return 0.0 if kind == "integers" else summation_tolerance(dtype, world_size,
+                                                              case["largest_sum"])
 
 
 @pytest.mark.rubric("core.sharding_collectives")
@@ -578,14 +584,20 @@ def test_ring_reduce_scatter_equals_dist_reduce_scatter_single(dtype, world_size
     """Rank r's output is chunk r of the sum: exactly the library's on integer values, whose sums
     are exact in every order; within summation order on random ones."""
     for rank, cases in enumerate(halves(world_size, "reduce_scatter")):
-        for (case_dtype, kind, length), case in cases.items():
-            if case_dtype != dtype:
-                continue
-            where = f"rank {rank}, {kind} of length {length}"
-            difference = succeeded(case["reduce_scatter"], f"ring_reduce_scatter ({where})")
-            allowed = 0.0 if kind == "integers" else summation_tolerance(
-                dtype, world_size, case["largest_sum"])
-            assert difference <= allowed, f"{where}: differs by {difference:.3g}"
+        check_reduce_scatter(rank, cases, dtype, world_size)
+
+
+def check_reduce_scatter(rank, cases, dtype, world_size):
+    """Each of one rank's cases in `dtype`: its ring_reduce_scatter output against the library's;
+    a failure names the rank, the case, the chunk and the first index that differs."""
+    __tracebackhide__ = True  # the failure points at the test's line
+    for (case_dtype, kind, length), case in cases.items():
+        if case_dtype != dtype:
+            continue
+        where = f"rank {rank}, {kind} of length {length} in {dtype}"
+        got, want = succeeded(case["reduce_scatter"], f"ring_reduce_scatter ({where})")
+        assert_same(got, want, f"{where}: ring_reduce_scatter's output, chunk {rank} of the sum",
+                    atol=allowed(kind, dtype, world_size, case))
 
 
 @pytest.mark.rubric("core.sharding_collectives")
@@ -598,10 +610,13 @@ def test_ring_all_gather_equals_dist_all_gather_single_bit_for_bit(dtype, world_
         for (case_dtype, kind, length), case in cases.items():
             if case_dtype != dtype:
                 continue
-            where = f"rank {rank}, {kind} of length {length}"
-            assert succeeded(case["all_gather"], f"ring_all_gather ({where})") == 0.0, where
-            in_place = succeeded(case["all_gather_in_place"], f"ring_all_gather ({where})")
-            assert in_place == 0.0, f"{where}, the shard in output's own chunk"
+            where = f"rank {rank}, {kind} of length {length} in {dtype}"
+            chunk = length // world_size
+            got, want = succeeded(case["all_gather"], f"ring_all_gather ({where})")
+            assert_same(got, want, f"{where}: ring_all_gather's output", chunk=chunk)
+            got, want = succeeded(case["all_gather_in_place"], f"ring_all_gather ({where})")
+            assert_same(got, want, f"{where}: ring_all_gather's output, the shard in its own "
+                                   "chunk", chunk=chunk)
 
 
 @pytest.mark.rubric("core.end_to_end")  # against core.ring's ring_all_reduce: two items
@@ -615,11 +630,10 @@ def test_reduce_scatter_then_all_gather_is_the_ring_all_reduce(dtype, world_size
         for (case_dtype, kind, length), case in cases.items():
             if case_dtype != dtype:
                 continue
-            where = f"rank {rank}, {kind} of length {length}"
-            difference = succeeded(case["composed"], f"the ring's halves or all-reduce ({where})")
-            allowed = 0.0 if kind == "integers" else summation_tolerance(
-                dtype, world_size, case["largest_sum"])
-            assert difference <= allowed, f"{where}: differs by {difference:.3g}"
+            where = f"rank {rank}, {kind} of length {length} in {dtype}"
+            got, want = succeeded(case["composed"], f"the ring's halves or all-reduce ({where})")
+            assert_same(got, want, f"{where}: the halves composed, against ring_all_reduce",
+                        atol=allowed(kind, dtype, world_size, case), chunk=length // world_size)
 
 
 @pytest.mark.rubric("core.sharding_collectives")

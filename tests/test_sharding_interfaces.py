@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from grading.launch import launch_once, run_in_processes
+from tests.differences import assert_same
 
 STEPS = 3
 
@@ -85,10 +86,10 @@ def test_a_trainable_layer_in_no_unit_is_sharded_in_a_last_unit_and_alike_on_eve
     assert set(first) == set(reference)
     for name, value in first.items():
         # the ranks never drift apart
-        torch.testing.assert_close(second[name], value, rtol=0, atol=0, msg=name)
+        assert_same(second[name], value, f"rank 1, parameter '{name}', against rank 0")
         # and they train what one process trains
-        torch.testing.assert_close(value, reference[name].detach(), rtol=1e-5, atol=1e-6,
-                                   msg=name)
+        assert_same(value, reference[name].detach(),
+                    f"rank 0, parameter '{name}', against one process", atol=1e-6, rtol=1e-5)
 
 
 def optimizer_over_freed(rank, world_size):

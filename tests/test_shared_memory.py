@@ -21,6 +21,7 @@ from torch import multiprocessing, nn
 from grading import sandbox
 from grading.launch import START_METHOD, launch_once, run_in_processes
 from runtime.launch import free_port
+from tests.differences import assert_none, difference_message
 
 SLOT_BYTES = 64 * 2**10  # small slots, so that the large prime goes through in several pieces
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -83,9 +84,9 @@ def compare_with_library(rank, world_size):
 
 
 def compare_halves_with_library(rank, world_size):
-    """[(half, dtype, chunk, what differs)] of the shared-memory reduce-scatter and all-gather
-    against the library's, on one host, for chunks that fit a slot and chunks that take several
-    pieces; and what the halves say across two hosts."""
+    """What differs (difference_message's lines) of the shared-memory reduce-scatter and
+    all-gather against the library's, on one host, for chunks that fit a slot and chunks that take
+    several pieces; and what the halves say across two hosts."""
     from manual_collectives import SharedMemoryAllReduce
     from runtime.torch_compat import all_gather_single, reduce_scatter_single
 
@@ -93,32 +94,34 @@ def compare_halves_with_library(rank, world_size):
     found = []
     for dtype in DTYPES:
         for chunk in (1, 7, 20_011):
+            where = f"rank {rank}, chunks of {chunk} {dtype}"
             generator = torch.Generator().manual_seed(rank * 1000 + chunk)
             # small integers: every order of addition gives the library's bits
             tensor = torch.randint(-8, 9, (chunk * world_size,), generator=generator).to(dtype)
             library = tensor.new_empty(chunk)
             reduce_scatter_single(library, tensor.clone())
-            if not torch.equal(shared.reduce_scatter(tensor.new_empty(chunk), tensor), library):
-                found.append(("reduce_scatter", str(dtype), chunk, "differs"))
+            found.append(difference_message(shared.reduce_scatter(tensor.new_empty(chunk), tensor),
+                                            library, f"{where}: reduce_scatter's output"))
             shard = torch.randn(chunk, generator=generator).to(dtype)
             library = shard.new_empty(chunk * world_size)
             all_gather_single(library, shard)
-            if not torch.equal(shared.all_gather(shard.new_empty(chunk * world_size), shard),
-                               library):
-                found.append(("all_gather", str(dtype), chunk, "differs"))
+            found.append(difference_message(shared.all_gather(shard.new_empty(chunk * world_size),
+                                                              shard),
+                                            library, f"{where}: all_gather's output", chunk=chunk))
             in_place = shard.new_zeros(chunk * world_size)
             own = in_place.view(world_size, -1)[rank]
             own.copy_(shard)
-            if not torch.equal(shared.all_gather(in_place, own), library):
-                found.append(("all_gather", str(dtype), chunk, "differs with the shard in place"))
+            found.append(difference_message(shared.all_gather(in_place, own), library,
+                                            f"{where}: all_gather's output, the shard in place",
+                                            chunk=chunk))
     two_hosts = SharedMemoryAllReduce(SLOT_BYTES, host=f"host{rank % 2}")
     try:
         two_hosts.all_gather(torch.empty(world_size), torch.ones(1))
-        found.append(("all_gather", "", 1, "took ranks of two hosts"))
+        found.append(f"rank {rank}: all_gather took ranks of two hosts")
     except RuntimeError as error:
         if "one host" not in str(error):
-            found.append(("all_gather", "", 1, str(error)))
-    return found
+            found.append(f"rank {rank}: all_gather across two hosts: {error}")
+    return [line for line in found if line]
 
 
 def all_cases(rank, world_size):
@@ -145,10 +148,10 @@ def test_shm_all_reduce_equals_dist_all_reduce_for_awkward_lengths_dtypes_and_ho
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_shm_reduce_scatter_and_all_gather_equal_the_librarys_on_one_host_only(world_size):
-    for rank, (_, _, _, halves) in enumerate(outcomes(world_size)):
+    for _, _, _, halves in outcomes(world_size):
         # to the bit (integer sums; an all-gather only copies), in one piece or several; two
         # hosts refused in one line
-        assert halves == [], f"rank {rank}: (half, dtype, chunk, problem) {halves}"
+        assert_none(halves)
 
 
 @pytest.mark.parametrize("world_size", [2, 3])

@@ -3,7 +3,18 @@ solution regions replaced, so the numbering, the marks and the places to write c
 what is graded."""
 import textwrap
 
+from grading.handout.regions import DEFAULT_HINTS
+
 PERSON = "read by a person against the rubric; no test earns it"
+# What the prompts give at each hint level (make_handout.py --hints), as the student's documents
+# say it: the reader of "is the code your own" judges against it.
+PROMPTS_GIVE = {
+    "none": "the contract alone (what must hold when your code returns, and the interface)",
+    "outline": "the contract (what must hold when your code returns, and the interface), then "
+               "the approach in a sentence or two, after \"The approach:\"",
+    "steps": "the contract (what must hold when your code returns, and the interface), then the "
+             "approach (\"The approach:\") and each step (\"Step by step:\")",
+}
 
 
 def by_person(item):
@@ -66,6 +77,21 @@ def dependencies(rubric):
     return " ".join(clauses) + "."
 
 
+def main_job_lines(item, numbers):
+    """How to run a task's code end to end: the tasks the main job needs first, and the command
+    that reaches it, in a block of its own (a command is never cut); none where the task has no
+    such command."""
+    options = getattr(item, "main_job", "")
+    if not options:
+        return []
+    needs = getattr(item, "main_job_needs", ())
+    first = (f", once {tasks_text(numbers[other] for other in needs)} "
+             f"{'is' if len(needs) == 1 else 'are'} written too (it runs them first)"
+             if needs else "")
+    return [paragraph(f"**Running it end to end.** The main job calls this task's code with these "
+                      f"options{first}:"), "", f"    python mlp_ddp.py {options}", ""]
+
+
 def fill_in(template, placeholder, text):
     """`template` with `placeholder` replaced by `text`, and the paragraph that held it wrapped
     again at 100 columns (a paragraph: lines between blank lines)."""
@@ -87,6 +113,7 @@ def task_section(number, item, regions, hidden_items, numbers):
         lines += [paragraph(f"Its tests also run the code of {others}: they pass once those "
                             "are written too."), ""]
     lines += [places(number, regions), ""]
+    lines += main_job_lines(item, numbers)
     if by_person(item):
         lines.append(paragraph("**What the reader looks for.** " + item.needs_human))
     else:
@@ -98,14 +125,16 @@ def task_section(number, item, regions, hidden_items, numbers):
     return "\n".join(lines)
 
 
-def render(template, rubric, hidden_items, regions):
+def render(template, rubric, hidden_items, regions, hints=DEFAULT_HINTS):
     """ASSIGNMENT.md from its template: @TASKS@ becomes the tasks, @MARKS@ a paragraph with the
-    marks in all, @DEPENDENCIES@ the tasks whose tests run the code of others; `hidden_items`:
-    the items hidden tests also grade."""
+    marks in all, @DEPENDENCIES@ the tasks whose tests run the code of others, @PROMPTS_GIVE@
+    what the prompts give at hint level `hints`; `hidden_items`: the items hidden tests also
+    grade."""
     numbers = numbers_of(rubric)
     sections = [task_section(numbers[item.id], item, regions, hidden_items, numbers)
                 for item in rubric.ITEMS]
     template = fill_in(template, "@DEPENDENCIES@", dependencies(rubric))
+    template = fill_in(template, "@PROMPTS_GIVE@", PROMPTS_GIVE[hints])
     return template.replace("@TASKS@", "\n\n".join(sections)).replace("@MARKS@", marks(rubric))
 
 

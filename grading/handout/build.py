@@ -8,6 +8,7 @@ grade.py, every test and the student's Python modules, which the judge imports
 """
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import zipfile
@@ -27,6 +28,10 @@ GRADING_FILES = ("requirements.txt", "pyproject.toml")
 RESULTS_README = ("Your runs write their results files here: see ASSIGNMENT.md, "
                   "\"The design document\".\n")
 OUTPUTS = ("student", "autograder", "autograder.zip")
+# The student's pytest options: short tracebacks, so that a failure's message is within its first
+# lines; no list of the slowest tests (the solution's --durations), which buried the marks.
+STUDENT_ADDOPTS = 'addopts = "-ra --tb=short"'
+ADDOPTS = re.compile(r"^addopts = .*$", re.MULTILINE)
 
 
 class BuildError(Exception):
@@ -90,8 +95,20 @@ def read(repo, path):
         return File(file.read(), os.access(full, os.X_OK))
 
 
-def student_copy(path, file, titles):
-    """The student's version of one file, and the regions replaced in it."""
+def student_pyproject(file):
+    """pyproject.toml with the student's pytest options in place of the solution's."""
+    text, count = ADDOPTS.subn(STUDENT_ADDOPTS, file.data.decode())
+    if count != 1:
+        raise BuildError("pyproject.toml must have one line 'addopts = ...' (pytest's options), "
+                         f"not {count}: the student's copy replaces it")
+    return File(text.encode(), file.executable)
+
+
+def student_copy(path, file, titles, hints=regions.DEFAULT_HINTS):
+    """The student's version of one file, with its prompts at hint level `hints`, and the regions
+    replaced in it."""
+    if path == "pyproject.toml":
+        return student_pyproject(file), []
     if not path.endswith((".py", ".md")):
         try:
             error = regions.stray_marker(path, file.data.decode())
@@ -104,7 +121,7 @@ def student_copy(path, file, titles):
     found = regions.find_regions(path, text, len(titles))
     if not found:
         return file, []
-    replaced = regions.replace_regions(text, found, titles)
+    replaced = regions.replace_regions(text, found, titles, hints)
     if path.endswith(".py"):
         try:
             compile(replaced, path, "exec")
@@ -114,8 +131,8 @@ def student_copy(path, file, titles):
     return File(replaced.encode(), file.executable), found
 
 
-def make(repo):
-    """The Handout of the solution checked out at `repo`."""
+def make(repo, hints=regions.DEFAULT_HINTS):
+    """The Handout of the solution checked out at `repo`, its prompts at hint level `hints`."""
     rubric = load_module(repo, "grading/rubric.py")
     profile = load_module(repo, "grading/profile.py")
     # the hidden modules, and the file that names them
@@ -127,18 +144,19 @@ def make(repo):
     for path in tracked_files(repo):
         if is_instructors(path, instructors + hidden) or is_generated(path):
             continue
-        student[path], found = student_copy(path, read(repo, path), titles)
+        student[path], found = student_copy(path, read(repo, path), titles, hints)
         replaced += found
     student["results/README.md"] = File(RESULTS_README.encode())
     hidden_items = {item_id for path in profile.HIDDEN_TESTS
                     for item_id in items_named_in(os.path.join(repo, path))}
-    text = assignment.render(text_of(HERE, "ASSIGNMENT.md.in"), rubric, hidden_items, replaced)
+    text = assignment.render(text_of(HERE, "ASSIGNMENT.md.in"), rubric, hidden_items, replaced,
+                             hints)
     student["ASSIGNMENT.md"] = File(text.encode())
     # the student's own README and GRADING.md: the solution's are the instructor's
     text = student_docs.readme(text_of(HERE, "README.md.in"), rubric, text_of(repo, "README.md"))
     student["README.md"] = File(text.encode())
-    student["GRADING.md"] = File(student_docs.grading(text_of(HERE, "GRADING.md.in"),
-                                                      rubric).encode())
+    student["GRADING.md"] = File(student_docs.grading(text_of(HERE, "GRADING.md.in"), rubric,
+                                                      hints).encode())
     return Handout(student, autograder_files(repo, instructors, student), replaced)
 
 

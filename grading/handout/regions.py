@@ -25,6 +25,18 @@ and the handout shows the prompt as a quotation: `> **Task 5: the modules.** Wha
 "Task N" is the rubric's N-th item; the label after the colon is optional (the item's title by
 default). A marker that is misspelt, nested, unclosed or out of place is a MarkerError naming the
 file and the line.
+
+A prompt opens with its contract: what must hold when the code returns, and the interface. Hints
+may follow in two layers, each opened by a line of its own, which the instructor keeps or drops
+(make_handout.py --hints; HINT_LEVELS):
+
+    # BEGIN PROMPT
+    # The contract, always shown.
+    # HINTS outline
+    # The approach in a sentence or two: shown at --hints outline and steps.
+    # HINTS steps
+    # Step by step: shown at --hints steps only.
+    # END PROMPT
 """
 import io
 import json
@@ -44,6 +56,11 @@ MARKDOWN_BEGIN = (re.compile(r"<!-- BEGIN SOLUTION Task (\d+)(?:: (\S.*?))? -->"
                   "<!-- BEGIN SOLUTION Task N[: label] -->")
 LOOKS_LIKE_A_MARKER = re.compile(r"\b(BEGIN|END)|(?i:\b(begin|end)[\s_]*(solution|prompt))")
 ANYWHERE = re.compile(r"^\s*(#+|<!--)\s*(BEGIN|END) (SOLUTION|PROMPT)")  # in other files
+# How much of each prompt the student sees: the contract alone, and each hint layer up to one.
+HINT_LEVELS = ("none", "outline", "steps")
+DEFAULT_HINTS = "outline"  # the approach, not the lines: the code is then the student's own
+HINT_MARKER = re.compile(r"HINTS? *(\S*)")  # "HINTS outline" or "HINTS steps", as a prompt line
+HINT_HEADINGS = {"outline": "The approach:", "steps": "Step by step:"}  # in the marker's place
 
 
 class MarkerError(Exception):
@@ -71,6 +88,7 @@ class Region(NamedTuple):
     prompt: list  # the prompt's lines as written
     indent: str  # the markers' indentation
     where: str  # Class.function in Python, the section's heading in Markdown
+    layers: dict  # {hint level: the prompt's lines it adds}: hint_layers'
 
 
 def read_marker(path, number, text, exact, begin):
@@ -214,7 +232,36 @@ def make_region(path, lines, prompt_start, begin, end):
                                                    f"share the indentation of line {start + 1}")
     prompt = lines[prompt_start + 1:start - 1] if prompt_start < start else []
     return Region(path, marker.task, marker.label, prompt_start, start, end, prompt, indent,
-                  enclosing(path, lines, start))
+                  enclosing(path, lines, start), hint_layers(path, prompt_start + 2, prompt))
+
+
+def hint_layers(path, first_number, prompt):
+    """{level: lines} of a prompt: its contract under "none", each hint layer under its level.
+    `first_number`: the prompt's first line's number, for a MarkerError naming a wrong marker."""
+    layers = {level: [] for level in HINT_LEVELS}
+    level = "none"
+    for number, line in enumerate(prompt, start=first_number):
+        text = line.strip().lstrip("#").strip()
+        match = HINT_MARKER.fullmatch(text)
+        if match is None:
+            layers[level].append(line)
+            continue
+        name = match.group(1)
+        later = HINT_LEVELS[HINT_LEVELS.index(level) + 1:]
+        if name not in later or text != f"HINTS {name}":
+            raise MarkerError(path, number, f"'{line.strip()}': the hint markers are 'HINTS "
+                                            "outline' then 'HINTS steps', each once, in order")
+        if not any(text.strip("# ") for text in layers["none"]):
+            raise MarkerError(path, number, "a prompt opens with its contract, before its hints")
+        level = name
+        layers[level].append(line.replace(f"HINTS {name}", HINT_HEADINGS[name]))
+    return layers
+
+
+def shown_prompt(region, hints):
+    """The lines of the region's prompt the student sees at hint level `hints`."""
+    levels = HINT_LEVELS[:HINT_LEVELS.index(hints) + 1]
+    return [line for level in levels for line in region.layers[level]]
 
 
 def indentation(line):
@@ -237,22 +284,25 @@ def enclosing(path, lines, index):
     return ".".join(names) or "module level"
 
 
-def student_lines(region, titles):
-    """What the student sees in the region's place: its prompt, and 'Task N: label' (the item's
-    title where the marker gives no label) raised in Python, in bold in Markdown."""
+def student_lines(region, titles, hints=DEFAULT_HINTS):
+    """What the student sees in the region's place: its prompt at hint level `hints`, and 'Task
+    N: label' (the item's title where the marker gives no label) raised in Python, in bold in
+    Markdown."""
     message = f"Task {region.task}: {region.label or titles[region.task - 1]}"
+    prompt = shown_prompt(region, hints)
     if region.path.endswith(".py"):
         raise_line = f"{region.indent}raise NotImplementedError({json.dumps(message)})"
-        return list(region.prompt) + [raise_line]
-    prompt = " ".join(line.strip() for line in region.prompt)
+        return prompt + [raise_line]
+    prompt = " ".join(line.strip() for line in prompt)
     return ["> " + line for line in textwrap.wrap(f"**{message}.** {prompt}", 97)]
 
 
-def replace_regions(text, regions, titles):
-    """`text` with every region (of this file, in order) replaced by what the student sees."""
+def replace_regions(text, regions, titles, hints=DEFAULT_HINTS):
+    """`text` with every region (of this file, in order) replaced by what the student sees at
+    hint level `hints`."""
     lines = text.split("\n")
     for region in reversed(regions):
-        lines[region.prompt_start:region.end + 1] = student_lines(region, titles)
+        lines[region.prompt_start:region.end + 1] = student_lines(region, titles, hints)
     return "\n".join(lines)
 
 

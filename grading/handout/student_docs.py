@@ -4,6 +4,7 @@ graded or measured. The solution's own README and GRADING.md are the instructor'
 import textwrap
 
 from grading.handout.assignment import (
+    PROMPTS_GIVE,
     by_person,
     dependencies,
     fill_in,
@@ -11,6 +12,7 @@ from grading.handout.assignment import (
     marks,
     marks_text,
 )
+from grading.handout.regions import DEFAULT_HINTS
 
 TIMING = "## Timing: what the numbers mean"  # the README section the student's copy keeps
 
@@ -51,8 +53,10 @@ def readme(template, rubric, solution_readme):
     return template.replace("@ORDER@", order).replace("@TIMING@", timing.rstrip())
 
 
-def grading(template, rubric):
-    """GRADING.md: @MARKS@ becomes what the assignment is worth, @ITEMS@ the rubric's table."""
+def grading(template, rubric, hints=DEFAULT_HINTS):
+    """GRADING.md: @MARKS@ becomes what the assignment is worth, @ITEMS@ the rubric's table,
+    @PROMPTS_GIVE@ what the prompts give at hint level `hints`."""
+    template = fill_in(template, "@PROMPTS_GIVE@", PROMPTS_GIVE[hints])
     rows = ["| task | item | marks | what the tests check | what a reader judges |",
             "| --- | --- | --- | --- | --- |"]
     rows += [f"| {number} | `{item.id}`: {item.title} | {item.marks:g} | "

@@ -21,14 +21,6 @@ from tests.harness import REPO
 TRIVIAL = {"pass", "return", "else:", "try:", "finally:", "yield", "return None"}
 
 
-@pytest.fixture(scope="module")
-def out(tmp_path_factory):
-    """A handout built from this checkout."""
-    folder = tmp_path_factory.mktemp("handout") / "out"
-    assert make_handout.main([str(folder)]) == 0
-    return str(folder)
-
-
 def files_under(folder):
     """Every file below `folder`, relative to it."""
     return sorted(os.path.relpath(os.path.join(root, name), folder)
@@ -246,6 +238,16 @@ MARKER_ERRORS = {
     "markdown misspelt": ("a.md", "<!-- BEGIN PROMPT\nSay hello.\nEND PROMPT -->\n"
                           "<!-- BEGIN SOLUTION Task 5 -->\nHello.\n<!-- END SOLUTON -->\n",
                           "a.md:6: misspelt marker '<!-- END SOLUTON -->'"),
+    "hint misspelt": ("a.py", PROMPT.replace("# END", "# HINTS outlines\n# Go.\n# END")
+                      + "# BEGIN SOLUTION Task 1\nx = 1\n# END SOLUTION\n",
+                      "a.py:3: '# HINTS outlines': the hint markers are 'HINTS outline' then"),
+    "hints out of order": ("a.py", PROMPT.replace("# END", "# HINTS steps\n# Go.\n"
+                                                  "# HINTS outline\n# Go.\n# END")
+                           + "# BEGIN SOLUTION Task 1\nx = 1\n# END SOLUTION\n",
+                           "a.py:5: '# HINTS outline': the hint markers are"),
+    "hints before the contract": ("a.py", "# BEGIN PROMPT\n# HINTS outline\n# Go.\n# END PROMPT\n"
+                                  "# BEGIN SOLUTION Task 1\nx = 1\n# END SOLUTION\n",
+                                  "a.py:2: a prompt opens with its contract, before its hints"),
 }
 
 
