@@ -88,7 +88,7 @@ COLLECTIVE_TIMEOUT_S = 15 * float(os.environ.get("GRADE_STRETCH", 1))
 def run_in_processes(world_size, function, *args, timeout_s=COLLECTIVE_TIMEOUT_S,
                      recorded=False):
     """`function(rank, world_size, *args)` on every rank, each a child process with the code under
-    test, joined by gloo (`recorded`: tests/recorded_group.py); the results in rank order, as
+    test, joined by gloo (`recorded`: grading/recorded_group.py); the results in rank order, as
     data: torch.load(weights_only=True) runs no code of the child's."""
     __tracebackhide__ = True  # a failure shows the child's traceback, not the launcher's
     backend = "recorded" if recorded else "gloo"
@@ -114,7 +114,7 @@ def run_alone(function, *args):
 def _launch(world_size, function, args, timeout_s, backend, measure=False):
     __tracebackhide__ = True
     # here, not at the top: a child imports this module, and must import no module of the
-    # submission's before its process group is made (tests/recorded_group.py)
+    # submission's before its process group is made (grading/recorded_group.py)
     from runtime.launch import free_port
 
     target = (function.__module__, function.__qualname__)
@@ -228,8 +228,8 @@ def _worker(rank, world_size, port, folder, child, target, args, timeout_s, back
     # the child user, and the code under test: before any of it is imported
     function = functools.reduce(getattr, name.split("."), sandbox.enter(child, module))
     torch.set_num_threads(1)  # up to 5 ranks share 2 cores
-    if backend == "recorded":  # before any student code: tests/recorded_group.py
-        from tests import recorded_group
+    if backend == "recorded":  # before any student code: grading/recorded_group.py
+        from grading import recorded_group
         backend = recorded_group.register()
     if backend:
         dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
