@@ -1,9 +1,9 @@
 """A submission made ready to grade: copied, with the instructor's tests over it, and fingerprinted.
 
-Its tests/ and grading/ are replaced whole, and pyproject.toml is the instructor's; the hidden tests,
-the file naming them, the handout builder and the grader's own tests are not copied (student code
-runs in the copy). A symbolic link is refused and named in the report's notes:
-the judge reads the submission's files as data. Nothing else needs refusing: student code runs only
+Its tests/ and grading/ are replaced whole, and pyproject.toml is the instructor's; the hidden
+tests, the file naming them, the handout builder and the grader's own tests are not copied (student
+code runs in the copy). A symbolic link is refused and named in the report's notes: the judge
+reads the submission's files as data. Nothing else needs refusing: student code runs only
 in the tests' children (grading/sandbox.py), never in the judge.
 """
 import hashlib
