@@ -2,6 +2,8 @@
 real processes joined by a gloo process group, each a child of the sandbox (grading/sandbox.py)."""
 import functools
 import os
+import runpy
+import subprocess
 import sys
 import time
 from datetime import timedelta
@@ -15,13 +17,59 @@ from grading import sandbox
 from grading.sandbox import SANDBOX, descendants_of
 
 
-def run_cli(*args, timeout=180, env=None):
+def run_cli(*args, timeout=180, env=None, fresh_interpreter=False):
     """`python mlp_ddp.py ARGS` in SANDBOX (the code under test), without the caller's
-    OFFLINE_DATA_DIR."""
+    OFFLINE_DATA_DIR: a subprocess.CompletedProcess. Forked from the server that has imported
+    torch (START_METHOD), as the test functions' ranks are: a fresh interpreter spends 3 s of CPU
+    importing torch and torch._dynamo, most of a small run's cost. `fresh_interpreter`: a new
+    `python`, for a test that needs what differs between interpreters (the hash seed)."""
     environment = without_offline_data()
     environment.update(env or {})
     command = [sys.executable, os.path.join(SANDBOX, "mlp_ddp.py"), *map(str, args)]
-    return sandbox.run(command, timeout=timeout, **sandbox.child_process(environment))
+    if fresh_interpreter:
+        return sandbox.run(command, timeout=timeout, **sandbox.child_process(environment))
+    limited = sandbox.seconds_left(timeout)
+    with sandbox.fresh_folder() as folder:  # where the script's output goes
+        process = multiprocessing.get_context(START_METHOD).Process(
+            target=_run_script, args=(folder, sandbox.identity(), environment, command[1:]))
+        process.start()
+        process.join(limited)
+        ended = process.exitcode is not None
+        if not ended:
+            sandbox.kill_with_descendants(process.pid)
+            process.join()
+        sandbox.settle()  # before reading: a link left in place of an output file is gone
+        if not ended:
+            if limited != timeout:
+                raise sandbox.timed_out()
+            raise subprocess.TimeoutExpired(command, timeout)
+        output = [read_bounded(os.path.join(folder, name)) for name in ("stdout", "stderr")]
+    return subprocess.CompletedProcess(command, process.exitcode, *output)
+
+
+def _run_script(folder, child, environment, argv):
+    # As a fresh `python SCRIPT ARGS` would run it: its output into files the judge opened (as the
+    # judge, before the change of user), the environment given, the sandbox as folder and path.
+    for descriptor, name in ((1, "stdout"), (2, "stderr")):
+        output = os.open(os.path.join(folder, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.dup2(output, descriptor)
+        os.close(output)
+    os.environ.clear()
+    os.environ.update(environment)
+    sandbox.enter(child)
+    os.chdir(SANDBOX)
+    sys.path.insert(0, SANDBOX)
+    sys.argv = argv
+    runpy.run_path(argv[0], run_name="__main__")
+
+
+def read_bounded(path):
+    """A file's text, cut to sandbox.OUTPUT_LIMIT; "" if there is none."""
+    try:
+        with open(path, "rb") as file:
+            return sandbox.bounded(file)
+    except OSError:
+        return ""
 
 
 def run_ok(*args, **kwargs):
