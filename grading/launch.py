@@ -19,15 +19,23 @@ from grading.sandbox import SANDBOX, descendants_of
 
 def run_cli(*args, timeout=180, env=None, fresh_interpreter=False):
     """`python mlp_ddp.py ARGS` in SANDBOX (the code under test), without the caller's
-    OFFLINE_DATA_DIR: a subprocess.CompletedProcess. Forked from the server that has imported
-    torch (START_METHOD), as the test functions' ranks are: a fresh interpreter spends 3 s of CPU
-    importing torch and torch._dynamo, most of a small run's cost. `fresh_interpreter`: a new
-    `python`, for a test that needs what differs between interpreters (the hash seed)."""
+    OFFLINE_DATA_DIR (run_python). `fresh_interpreter`: a new `python`, for a test that needs
+    what differs between interpreters (the hash seed)."""
     environment = without_offline_data()
     environment.update(env or {})
-    command = [sys.executable, os.path.join(SANDBOX, "mlp_ddp.py"), *map(str, args)]
+    arguments = [os.path.join(SANDBOX, "mlp_ddp.py"), *map(str, args)]
     if fresh_interpreter:
-        return sandbox.run(command, timeout=timeout, **sandbox.child_process(environment))
+        return sandbox.run_python(arguments, timeout=timeout, env=environment)
+    return run_python(arguments, timeout=timeout, env=environment)
+
+
+def run_python(arguments, timeout=None, env=None):
+    """sandbox.run_python(ARGUMENTS), `python SCRIPT ARGS` or `python -m MODULE ARGS` as a process
+    of student code, but forked from the server that has imported torch (START_METHOD), as the test
+    functions' ranks are: a fresh interpreter spends 1.5 s of CPU importing torch, 3 s with the
+    torch._dynamo that the first optimizer imports, most of a small run's cost."""
+    environment = dict(os.environ if env is None else env)
+    command = [sys.executable, *map(str, arguments)]
     limited = sandbox.seconds_left(timeout)
     with sandbox.fresh_folder() as folder:  # where the script's output goes
         process = multiprocessing.get_context(START_METHOD).Process(
@@ -47,9 +55,10 @@ def run_cli(*args, timeout=180, env=None, fresh_interpreter=False):
     return subprocess.CompletedProcess(command, process.exitcode, *output)
 
 
-def _run_script(folder, child, environment, argv):
-    # As a fresh `python SCRIPT ARGS` would run it: its output into files the judge opened (as the
-    # judge, before the change of user), the environment given, the sandbox as folder and path.
+def _run_script(folder, child, environment, arguments):
+    # As a fresh `python ARGUMENTS` would run: its output into files the judge opened (as the
+    # judge, before the change of user), the environment given, the sandbox as its folder, and
+    # first on the path the script's folder, or for -m the current one.
     for descriptor, name in ((1, "stdout"), (2, "stderr")):
         output = os.open(os.path.join(folder, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         os.dup2(output, descriptor)
@@ -58,9 +67,14 @@ def _run_script(folder, child, environment, argv):
     os.environ.update(environment)
     sandbox.enter(child)
     os.chdir(SANDBOX)
-    sys.path.insert(0, SANDBOX)
-    sys.argv = argv
-    runpy.run_path(argv[0], run_name="__main__")
+    if arguments[0] == "-m":
+        sys.path.insert(0, SANDBOX)
+        sys.argv = arguments[1:]  # run_module puts the module's path in place of its name
+        runpy.run_module(arguments[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(arguments[0])))
+        sys.argv = arguments
+        runpy.run_path(arguments[0], run_name="__main__")
 
 
 def read_bounded(path):

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from benchmarks import allreduce_bench, step_bench
-from grading.sandbox import run_python
+from grading.launch import run_python
 from runtime.options import STRATEGY_NAMES
 from runtime.timing import FIELDS
 
