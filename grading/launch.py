@@ -1,5 +1,7 @@
-"""The one way tests start student code: the command line in a subprocess, and a function run in N
-real processes joined by a gloo process group, each a child of the sandbox (grading/sandbox.py)."""
+"""The one way tests start student code: the command line (and any `python SCRIPT` or `python -m
+MODULE`) as a process of its own, and a function run in N real processes joined by a gloo process
+group; each forked from one server that has imported torch, and a child of the sandbox
+(grading/sandbox.py)."""
 import functools
 import os
 import runpy
