@@ -340,7 +340,8 @@ def main(argv=None):
     sum."""
     args = parse_args(argv)
     environment_at_start = environment()
-    parts = run_world_sizes(bench_rank, args)
+    # forked: this process runs no tensor operation, and a fork starts in a second
+    parts = run_world_sizes(bench_rank, args, fork=True)
     if parts is None:
         return 1
     rows = [row for part in parts.values() for row in part]

@@ -12,16 +12,16 @@ import torch.distributed as dist
 from runtime.launch import LaunchError, free_port, launch_local
 
 
-def run_world_sizes(bench_rank, args):
-    """Run `bench_rank(placement, args)` at each of `args.world_sizes`; rank 0 writes its part to
-    `args.part_path`. Returns {world size: part}, or None (after one error line) if a rank
-    failed."""
+def run_world_sizes(bench_rank, args, fork=False):
+    """Run `bench_rank(placement, args)` at each of `args.world_sizes` (forked with `fork`); rank 0
+    writes its part to `args.part_path`. Returns {world size: part}, or None (after one error line)
+    if a rank failed."""
     parts = {}
     with tempfile.TemporaryDirectory() as folder:
         for world in args.world_sizes:
             print(f"world size {world}:", flush=True)
             args.part_path = os.path.join(folder, f"world-{world}.json")
-            parts[world] = launch_part(bench_rank, world, args)
+            parts[world] = launch_part(bench_rank, world, args, fork=fork)
             if parts[world] is None:
                 return None
     del args.part_path

@@ -74,7 +74,10 @@ def probed(models=MODELS, bucket_mbs=BUCKET_MBS, steps=3):
     """The probe run on 2 local gloo ranks; None if a rank failed."""
     args = argparse.Namespace(models=list(models), bucket_mbs=list(bucket_mbs), steps=steps,
                               world_sizes=[2], emulate_link=None)
-    parts = run_world_sizes(probe_rank, args)
+    # Forked: neither caller (main, the design document's test in a child) has run a tensor
+    # operation. DDP's constructor imports torch._dynamo, two seconds of CPU: once here.
+    import torch._dynamo  # noqa: F401
+    parts = run_world_sizes(probe_rank, args, fork=True)
     return None if parts is None else parts[2]
 
 

@@ -239,7 +239,8 @@ def run_repeats(args):
     for repeat, order in enumerate(world_size_orders(args.world_sizes, args.repeats), start=1):
         print(f"repeat {repeat} of {args.repeats}:", flush=True)
         parts = run_world_sizes(bench_rank, argparse.Namespace(**{**vars(args),
-                                                                   "world_sizes": order}))
+                                                                   "world_sizes": order}),
+                                fork=True)
         if parts is None:
             return None
         for world, part in parts.items():
@@ -376,6 +377,10 @@ def main(argv=None):
         return plain_loop.run(args)
     environment = machine()
     print(collective_record.INTERCEPTION, flush=True)  # what every rank installs
+    # The ranks are forked from here (this process runs no tensor operation, and a fork starts in
+    # a second), with torch._dynamo, which each rank's first optimizer imports: two seconds of CPU
+    # once here instead of in every rank.
+    import torch._dynamo  # noqa: F401
     measured = run_repeats(args)
     if measured is None:
         return 1

@@ -1,8 +1,12 @@
-"""The one way tests start student code: the command line in a subprocess, and a function run in N
-real processes joined by a gloo process group, each a child of the sandbox (grading/sandbox.py)."""
+"""The one way tests start student code: the command line (and any `python SCRIPT` or `python -m
+MODULE`) as a process of its own, and a function run in N real processes joined by a gloo process
+group; each forked from one server that has imported torch, and a child of the sandbox
+(grading/sandbox.py)."""
 import contextlib
 import functools
 import os
+import runpy
+import subprocess
 import sys
 import time
 from datetime import timedelta
@@ -16,13 +20,73 @@ from grading import sandbox, sockets, view
 from grading.sandbox import SANDBOX, descendants_of
 
 
-def run_cli(*args, timeout=180, env=None):
+def run_cli(*args, timeout=180, env=None, fresh_interpreter=False):
     """`python mlp_ddp.py ARGS` in SANDBOX (the code under test), without the caller's
-    OFFLINE_DATA_DIR."""
+    OFFLINE_DATA_DIR (run_python). `fresh_interpreter`: a new `python`, for a test that needs
+    what differs between interpreters (the hash seed)."""
     environment = without_offline_data()
     environment.update(env or {})
-    command = [sys.executable, os.path.join(SANDBOX, "mlp_ddp.py"), *map(str, args)]
-    return sandbox.run(command, timeout=timeout, **sandbox.child_process(environment))
+    arguments = [os.path.join(SANDBOX, "mlp_ddp.py"), *map(str, args)]
+    if fresh_interpreter:
+        return sandbox.run_python(arguments, timeout=timeout, env=environment)
+    return run_python(arguments, timeout=timeout, env=environment)
+
+
+def run_python(arguments, timeout=None, env=None):
+    """sandbox.run_python(ARGUMENTS), `python SCRIPT ARGS` or `python -m MODULE ARGS` as a process
+    of student code, but forked from the server that has imported torch (START_METHOD), as the test
+    functions' ranks are: a fresh interpreter spends 1.5 s of CPU importing torch, 3 s with the
+    torch._dynamo that the first optimizer imports, most of a small run's cost."""
+    environment = dict(os.environ if env is None else env)
+    command = [sys.executable, *map(str, arguments)]
+    limited = sandbox.seconds_left(timeout)
+    with sandbox.fresh_folder() as folder:  # where the script's output goes
+        process = multiprocessing.get_context(START_METHOD).Process(
+            target=_run_script, args=(folder, sandbox.identity(), environment, command[1:]))
+        process.start()
+        process.join(limited)
+        ended = process.exitcode is not None
+        if not ended:
+            sandbox.kill_with_descendants(process.pid)
+            process.join()
+        sandbox.settle()  # before reading: a link left in place of an output file is gone
+        if not ended:
+            if limited != timeout:
+                raise sandbox.timed_out()
+            raise subprocess.TimeoutExpired(command, timeout)
+        output = [read_bounded(os.path.join(folder, name)) for name in ("stdout", "stderr")]
+    return subprocess.CompletedProcess(command, process.exitcode, *output)
+
+
+def _run_script(folder, child, environment, arguments):
+    # As a fresh `python ARGUMENTS` would run: its output into files the judge opened (as the
+    # judge, before the change of user), the environment given, the sandbox as its folder, and
+    # first on the path the script's folder, or for -m the current one.
+    for descriptor, name in ((1, "stdout"), (2, "stderr")):
+        output = os.open(os.path.join(folder, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.dup2(output, descriptor)
+        os.close(output)
+    os.environ.clear()
+    os.environ.update(environment)
+    sandbox.enter(child)
+    os.chdir(SANDBOX)
+    if arguments[0] == "-m":
+        sys.path.insert(0, SANDBOX)
+        sys.argv = arguments[1:]  # run_module puts the module's path in place of its name
+        runpy.run_module(arguments[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(arguments[0])))
+        sys.argv = arguments
+        runpy.run_path(arguments[0], run_name="__main__")
+
+
+def read_bounded(path):
+    """A file's text, cut to sandbox.OUTPUT_LIMIT; "" if there is none."""
+    try:
+        with open(path, "rb") as file:
+            return sandbox.bounded(file)
+    except OSError:
+        return ""
 
 
 def run_ok(*args, **kwargs):
@@ -89,7 +153,7 @@ COLLECTIVE_TIMEOUT_S = 15 * float(os.environ.get("GRADE_STRETCH", 1))
 def run_in_processes(world_size, function, *args, timeout_s=COLLECTIVE_TIMEOUT_S,
                      recorded=False):
     """`function(rank, world_size, *args)` on every rank, each a child process with the code under
-    test, joined by gloo (`recorded`: tests/recorded_group.py); the results in rank order, as
+    test, joined by gloo (`recorded`: grading/recorded_group.py); the results in rank order, as
     data: torch.load(weights_only=True) runs no code of the child's."""
     __tracebackhide__ = True  # a failure shows the child's traceback, not the launcher's
     backend = "recorded" if recorded else "gloo"

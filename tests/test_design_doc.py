@@ -16,16 +16,13 @@ import os
 import re
 import shutil
 import statistics
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from analysis import build_design_doc as builder
 from analysis.cost_model import FIRST_BUCKET_MB
-from grading import sandbox
-from grading.launch import SANDBOX, launch_once, run_alone
+from grading.launch import SANDBOX, launch_once, run_alone, run_python
 from runtime.results import validate
 from tests.design_doc_results import (
     MISSING_RUN,
@@ -57,9 +54,7 @@ def synthetic(tmp_path_factory):
 
 def build_cli(*args):
     """python -m analysis.build_design_doc with `args`, from the submission's root."""
-    return subprocess.run([sys.executable, "-m", "analysis.build_design_doc", *args],
-                          capture_output=True, text=True, timeout=120,
-                          **sandbox.child_process())
+    return run_python(["-m", "analysis.build_design_doc", *args], timeout=120)
 
 
 MODELS = ["mlp", "cnn"]

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from benchmarks.common import time_blocking_all_reduce
-from grading.launch import run_cli
+from grading.launch import run_cli, run_python
 from runtime import shaped_links, torch_compat
 from runtime.launch import launch_local
 from runtime.options import parse_args
@@ -139,9 +139,8 @@ def test_emulate_link_needs_a_local_launch_of_two_ranks(capsys):
 
 
 def test_the_benchmark_refuses_a_bad_rate_in_one_line():
-    done = subprocess.run([sys.executable, "-m", "benchmarks.allreduce_bench", "--emulate-link",
-                           "fast"], cwd=REPO, capture_output=True, text=True, timeout=60)
-    one_line_exit_2(done)
+    one_line_exit_2(run_python(["-m", "benchmarks.allreduce_bench", "--emulate-link", "fast"],
+                               timeout=60))
 
 
 # --- the local SLURM cluster on shaped links ------------------------------------------------------

@@ -100,10 +100,12 @@ def test_a_ddp_checkpoint_loads_in_manual_and_single_mode_and_corrupt_ones_are_s
 @pytest.mark.rubric("core.minibatch")
 def test_the_same_seed_gives_identical_metrics_and_parameters(tiny_data, tmp_path):
     documents = []
-    for name in ("first", "second"):
+    # one in a fresh interpreter, one forked from the tests' warm server: two hash seeds, as two
+    # users' runs would have
+    for name, fresh in (("first", True), ("second", False)):
         run_ok("--data-dir", tiny_data, *RUN, "--max-steps", 6, *SHARDING_ONLY, "--mode", "ddp",
                "--world-size", 2, "--epochs", 2, "--results-dir", tmp_path, "--run-name", name,
-               "--save-model", tmp_path / f"{name}.pt")
+               "--save-model", tmp_path / f"{name}.pt", fresh_interpreter=fresh)
         documents.append(json.loads((tmp_path / f"{name}.json").read_text()))
     keys = ("train_loss", "train_accuracy", "val_loss", "val_accuracy")
     first, second = ([[epoch[key] for key in keys] for epoch in document["epochs"]]

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from benchmarks import sharding_bench
-from grading.sandbox import run_python
+from grading.launch import run_python
 
 # ZeRO over shared memory (zero3-no-prefetch over gloo, where a prefetch can overlap)
 OURS = ("ddp", "zero1", "zero2", "zero3", "zero3-no-prefetch")

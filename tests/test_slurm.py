@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from grading.launch import run_cli
 from tests.harness import write_dataset
 
 pytestmark = pytest.mark.rubric("core.end_to_end")
@@ -100,12 +101,12 @@ class Cluster:
         """Run a Slurm command (sinfo, scontrol, ...) against this cluster."""
         return subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=30)
 
-    def submit(self, style, trainer_args, log_dir):
+    def submit(self, style, trainer_args, log_dir, *sbatch_options):
         """sbatch run_slurm.sh with `trainer_args` in a launch style (srun or torchrun)."""
         env = dict(self.env, LAUNCH=style, PYTHON=sys.executable)
         submitted = subprocess.run(
             ["sbatch", "--parsable", "--time=5", f"--output={log_dir}/%x-%j.out",
-             f"--job-name=test-{style}", "run_slurm.sh", *trainer_args],
+             f"--job-name=test-{style}", *sbatch_options, "run_slurm.sh", *trainer_args],
             cwd=REPO, env=env, capture_output=True, text=True, timeout=30)
         assert submitted.returncode == 0, f"sbatch failed: {submitted.stderr}"
         job_id, _, _ = submitted.stdout.strip().partition(";")
@@ -178,7 +179,8 @@ def cluster():
 @pytest.fixture(scope="module")
 def runs(cluster, tmp_path_factory):
     """Four jobs at once (each launch style, succeeding and failing) and, meanwhile, the local
-    4-process run."""
+    4-process run. A failing job has one rank per node: its rank 1 still dies on the other node
+    than rank 0, and two ranks fewer start an interpreter each."""
     work = tmp_path_factory.mktemp("slurm-runs")
     # Small IDX files written here, ready before any rank starts (no network, no data from
     # outside the repository).
@@ -190,10 +192,10 @@ def runs(cluster, tmp_path_factory):
         jobs[style] = cluster.submit(style, common + ["--run-name", style] + saved, work)
         dies = ["--debug-exit-rank", "1", "--debug-exit-step", "2"]
         jobs[style, "failing"] = cluster.submit(
-            style, common + ["--run-name", f"{style}-failing"] + dies, work)
-    local = subprocess.run([sys.executable, "mlp_ddp.py", *common, "--world-size", "4",
-                            "--run-name", "local", "--save-model", str(work / "local.pt")],
-                           cwd=REPO, capture_output=True, text=True, timeout=JOB_LIMIT_S)
+            style, common + ["--run-name", f"{style}-failing"] + dies, work,
+            "--ntasks-per-node=1")
+    local = run_cli(*common, "--world-size", "4", "--run-name", "local",
+                    "--save-model", str(work / "local.pt"), timeout=JOB_LIMIT_S)
     for job in jobs.values():
         job.wait()
     assert local.returncode == 0, f"the local reference run failed:\n{local.stderr}"
@@ -251,21 +253,33 @@ def test_job_whose_rank_dies_early_fails_quickly_and_says_so(runs, style):
     assert "run_slurm.sh: FAILED" in job.text()
 
 
+def test_the_sweep_submitter_plans_ddp_and_every_strategy_at_every_shape(capsys):
+    from slurm import submit_sweep
+
+    assert submit_sweep.main(["--dry-run", "--nodes", "1,2", "--tasks-per-node", "1,2",
+                              "--strategies", "flat,ring", "--", "--epochs", "1"]) == 0
+    commands = capsys.readouterr().out.splitlines()
+    assert [re.search(r"--job-name=(\S+)", command).group(1) for command in commands] == \
+        [f"slurm-mlp-{series}-n{nodes}x{tasks}" for nodes in (1, 2) for tasks in (1, 2)
+         for series in ("ddp", "manual-flat", "manual-ring")]
+    assert all(command.endswith("--epochs 1") for command in commands)
+
+
 def test_the_sweep_submitter_runs_every_shape_then_gathers_results_and_plots(cluster, tmp_path):
     write_dataset(str(tmp_path / "data"), train=2048 + 256, test=512)
     results = tmp_path / "results"
-    # the submitter sets --mode and --sync
+    # the submitter sets --mode and --sync; DDP alone (no strategy) at both shapes: which series
+    # it plans is checked by the dry run above
     trainer_args = SMALL + ["--data-dir", str(tmp_path / "data")]
     done = subprocess.run([sys.executable, "-m", "slurm.submit_sweep", "--nodes", "1,2",
-                           "--tasks-per-node", "1", "--strategies", "flat",
+                           "--tasks-per-node", "1", "--strategies", "",
                            "--results-dir", str(results), "--limit", str(JOB_LIMIT_S), "--",
                            *trainer_args], cwd=REPO, env=dict(cluster.env, PYTHON=sys.executable),
                           capture_output=True, text=True, timeout=JOB_LIMIT_S + 60)
     assert done.returncode == 0, done.stdout + done.stderr
     names = sorted(path.stem for path in results.glob("*.json"))
-    assert names == ["slurm-mlp-ddp-n1x1", "slurm-mlp-ddp-n2x1", "slurm-mlp-manual-flat-n1x1",
-                     "slurm-mlp-manual-flat-n2x1"]
-    two_nodes = read_results(results / "slurm-mlp-manual-flat-n2x1.json")
+    assert names == ["slurm-mlp-ddp-n1x1", "slurm-mlp-ddp-n2x1"]
+    two_nodes = read_results(results / "slurm-mlp-ddp-n2x1.json")
     assert two_nodes["environment"]["hosts"] == NODES
     plots = results / "plots"
     assert (plots / "scaling-mlp.png").exists() or (plots / "curves-mlp.png").exists()

@@ -2,16 +2,13 @@
 time_to_accuracy_summary.py) and a tiny run end to end (and resumed). No speed is asserted.
 One-cycle: test_learning_rate_schedule.py."""
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from benchmarks import time_to_accuracy as tta
 from benchmarks.accuracy_curve import evaluation_steps, time_to_target
 from benchmarks.time_to_accuracy_summary import median_or_none
-from tests.harness import REPO
+from grading.launch import run_python, without_offline_data
 
 
 def curve(*points):
@@ -43,10 +40,8 @@ def test_evaluations_are_evenly_spaced_and_the_last_ends_the_epoch():
 
 def run_benchmark(*options):
     """The benchmark as a user runs it; its output, after checking it succeeded."""
-    environment = {name: value for name, value in os.environ.items()
-                   if name != "OFFLINE_DATA_DIR"}
-    done = subprocess.run([sys.executable, "-m", "benchmarks.time_to_accuracy", *map(str, options)],
-                          cwd=REPO, capture_output=True, text=True, timeout=120, env=environment)
+    done = run_python(["-m", "benchmarks.time_to_accuracy", *options], timeout=120,
+                      env=without_offline_data())
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 

@@ -10,8 +10,7 @@ import os
 import pytest
 
 from analysis.results_folder import series_name
-from grading.launch import SANDBOX, run_cli, run_ok
-from grading.sandbox import run_python
+from grading.launch import SANDBOX, run_cli, run_ok, run_python
 from runtime import results
 from runtime.models import build_model
 from runtime.options import MANUAL_CONFIGURATIONS, manual_arguments
