@@ -26,9 +26,11 @@ from runtime.device import DEVICES
 from runtime.results import write_json_atomic
 
 MODES_AT_ONE = ("single", "ddp", "manual", "ddp-no-sync", "sharded")
-# (world size, mode, --sync): ring and shm's messages are staged through the host
-SHARING = ((2, "manual", "ring"), (2, "ddp", None), (4, "manual", "bucketed"), (4, "ddp", None))
-QUICK_SHARING = ((2, "manual", "ring"), (2, "ddp", None))
+# (world size, mode, its options): the ring's and shm's messages are staged through the host
+RING = ("ring", ("--sync", "flat", "--transport", "ring"))
+BUCKETED = ("bucketed", ("--sync", "bucketed"))
+SHARING = ((2, "manual", RING), (2, "ddp", None), (4, "manual", BUCKETED), (4, "ddp", None))
+QUICK_SHARING = ((2, "manual", RING), (2, "ddp", None))
 QUICK_RUN = ("--train-samples", "256", "--val-samples", "32", "--test-samples", "64",
              "--max-steps", "3", "--batch-size", "16", "--warmup-steps", "1")
 QUICK_PLAIN_LOOP = ("--models", "mlp", "--steps", "2", "--warmup", "1", "--repeats", "1")
@@ -73,9 +75,9 @@ def planned_steps(args):
         world = [] if mode == "single" else ["--world-size", "1"]
         steps.append((f"{mode}-w1", ["mlp_ddp.py", "--mode", mode, *world, *training,
                                      "--run-name", f"{mode}-w1"]))
-    for world, mode, sync in QUICK_SHARING if args.quick else SHARING:
-        name = f"{mode}{'-' + sync if sync else ''}-w{world}-shared"
-        how = ["--sync", sync] if sync else []
+    for world, mode, options in QUICK_SHARING if args.quick else SHARING:
+        label, how = options or ("", ())
+        name = f"{mode}{'-' + label if label else ''}-w{world}-shared"
         steps.append((name, ["mlp_ddp.py", "--mode", mode, *how, "--world-size", str(world),
                              *training, "--run-name", name]))
     steps.append(("plain-loop", ["-m", "benchmarks.step_bench", "--plain-loop", "--device",
