@@ -120,6 +120,7 @@ def build(results_dir, out_dir):
                  design_scaling.projection_section(numbers, results_dir, layouts),
                  design_sections.main_job_section(numbers, results_dir),
                  design_benchmarks.one_machine_section(numbers, results_dir),
+                 design_benchmarks.time_to_accuracy_section(numbers, results_dir),
                  # after §5's fits: the projection sends its bytes at their links' speeds
                  design_sharding.sharding_section(numbers, results_dir),
                  design_sections.reference_commands(numbers),

@@ -78,6 +78,8 @@ def sweep_section(numbers, grouped, worlds):
             numbers.paired_ratio(f"{name}.efficiency", runs, single_runs, THROUGHPUT, "percent",
                                  scale=1 / world,
                                  formula="throughput / (ranks x one process's throughput)")
+            numbers.paired_ratio(f"{name}.speedup", runs, single_runs, THROUGHPUT,
+                                 formula="throughput / one process's throughput")
         rows = [row(numbers, grouped, model, series, world) for series, world in configurations]
         for first, second in PAIRS:
             claim = compare(numbers, f"verdict.{model}.w{top}.{slug(first)}-vs-{slug(second)}",
@@ -119,10 +121,12 @@ def at_largest(numbers, model, top):
     parts = []
     for verdict, said in VERDICT_WORDS.items():
         names = [name for name, found in verdicts.items() if found == verdict]
-        if names:
+        if names:  # 'ddp is indistinguishable from flat', then 'per-param and ring are slower'
             listed = " and ".join([", ".join(names[:-1]), names[-1]] if names[1:] else names)
-            parts.append(f"{listed} {'are' if names[1:] else 'is'} {said} flat")
-    numbers.add(f"sweep.{model}.summary", "; ".join(parts) or None, "name", kind="derived",
+            said = said if not parts else said.split()[0]
+            parts.append(f"{listed} {'are' if names[1:] else 'is'} {said}" + " flat" * (not parts))
+    sentence = f"For the {model.upper()}, " + ", and ".join(parts) + "." if parts else None
+    numbers.add(f"sweep.{model}.summary", sentence, "name", kind="derived",
                 inputs=[f"verdict.{model}.w{top}.{name}.verdict" for name in verdicts],
                 formula="the verdicts against flat at the largest world size")
     for suffix in ("", ".reached"):
@@ -187,24 +191,34 @@ def bucket_sweep_section(numbers, grouped):
 
 
 def best_size(numbers, runs, world, series, sizes):
-    """The size of the smallest median step, and the sizes it beats by the verdict rule."""
-    name = f"bucket.{slug(series)}"
-    medians = {size: numbers.value(f"{name}.{size:g}.step.median") for size in sizes}
+    """The sizes that send the fastest layout (several caps can send the same buckets: one layout
+    measured more than once, never a win of one over another) and the sizes each of them beats."""
+    name, medians = f"bucket.{slug(series)}", {}
+    layouts = {size: f"buckets.mlp.{slug(series)}.{size:g}" for size in sizes}
+    for size in sizes:
+        medians[size] = numbers.value(f"{name}.{size:g}.step.median")
     best = min((size for size in sizes if medians[size] is not None), key=medians.get, default=None)
-    numbers.add(f"{name}.best_mb", best, "MiB", kind="derived",
-                formula="the size of the smallest median",
-                inputs=[f"{name}.{size:g}.step.median" for size in sizes])
+    same = [size for size in sizes if best is not None
+            and numbers.value(layouts[size]) == numbers.value(layouts[best])]
+    numbers.derived(f"{name}.same_layout", lambda *_: same, [layouts[size] for size in same] + [
+        f"{name}.{size:g}.step.median" for size in sizes if medians[size]], "MiB-list",
+        "the sizes sending the layout of the smallest median step")
     if best is None:
         return ""
     beaten = []
-    for size in [size for size in sizes if size != best and medians[size] is not None]:
-        versus = f"{name}.{best:g}-vs-{size:g}"
-        numbers.paired_ratio(versus, runs.get(("mlp", series, world, best), []),
-                             runs.get(("mlp", series, world, size), []), STEP,
-                             formula="the step at one size / another")
-        numbers.verdict(f"{versus}.verdict", versus)
-        if numbers.text(f"{versus}.verdict") == "faster":
+    for size in [size for size in sizes if size not in same and medians[size] is not None]:
+        verdicts = []
+        for mine in same:  # every size of the fastest layout against `size`, round by round
+            versus = f"{name}.{mine:g}-vs-{size:g}"
+            numbers.paired_ratio(versus, runs.get(("mlp", series, world, mine), []),
+                                 runs.get(("mlp", series, world, size), []), STEP,
+                                 formula="the step at one size / another")
+            verdicts.append(numbers.verdict(f"{versus}.verdict", versus))
+        if set(verdicts) == {"faster"}:
             beaten.append(f"{size:g}")
-    if not beaten:
-        return f"{slug(series)}: no size is told apart from another"
-    return f"{slug(series)}: {best:g} MiB is faster than {', '.join(beaten)} MiB"
+    sizes_text = numbers.text(f"{name}.same_layout")
+    told = f"faster than {', '.join(beaten)} MiB" if beaten else "not told apart from the others"
+    if len(same) == 1:
+        return f"{slug(series)}: {sizes_text} is {told}"
+    return (f"{slug(series)}: {sizes_text} send the same buckets "
+            f"({numbers.text(layouts[best])}), each {told}")

@@ -147,6 +147,26 @@ def trace_section(numbers, results_dir):
     inputs = spans["backward"][:2] + spans["all-reduce"] if all(spans.values()) else []
     numbers.derived_fields("trace", backward_overlap, inputs, TRACE_HEADLINES, "from rank 0's "
                            "events of the step: backward's end, each all-reduce's span")
+    # skew, told apart from transfer: a collective ends only once the latest rank has launched it
+    peers = {}  # rank -> 'file#field' of its first phase's start, then of its all-reduces' launches
+    for index, event in sorted(enumerate(events), key=lambda pair: pair[1].get("ts", 0)):
+        if event.get("ph") == "X" and event["pid"] and event["args"]["step"] == step and (
+                event["pid"] not in peers or event["name"].startswith("all-reduce")):
+            peers.setdefault(event["pid"], []).append(f"{path}#traceEvents[{index}].ts")
+    first = [stamps[0] for stamps in peers.values()]
+    launches = [stamp for stamps in peers.values() for stamp in stamps[1:]]
+    for name, function, inputs, formula in (
+            ("late_start", lambda mine, *theirs: max(theirs) - mine,
+             [f"{path}#traceEvents[{mine[0][1]}].ts", *first], "the latest peer's first phase "
+             "start - rank 0's"),
+            ("peer_wait", lambda start, duration, *theirs: max(0.0, max(theirs) - start - duration),
+             spans["backward"][:2] + launches, "the latest peer's all-reduce launch - rank 0's "
+             "backward end (0 if before it)"),
+            ("transfer", lambda exposed, wait: exposed - wait,
+             ["trace.last_done_after_backward_end", "trace.peer_wait"],
+             "rank 0's exposed communication less its wait for the latest peer")):
+        numbers.derived(f"trace.{name}", function, inputs if mine and launches else [], "trace_us",
+                        formula)
 
 
 def reference_commands(numbers):

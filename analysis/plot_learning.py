@@ -4,7 +4,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from analysis.plot_common import colour, errors, medians, order, plural, series_rank
-from analysis.results_folder import spread
+from analysis.results_folder import paired, spread
 
 LINE_STYLES = ("-", "--", ":", "-.")  # one per world size in the learning curves
 
@@ -38,25 +38,30 @@ def plot_curves(groups, model):
 
 
 def plot_scaling(groups, model):
-    """Throughput, speedup and efficiency against world size, the ideal and the compute ceiling."""
-    lines = {}  # series -> {world size: spread of throughput}
+    """Throughput, speedup and efficiency against world size, the ideal and the compute ceiling;
+    speedup and efficiency pair each run with the single process of its round (results_folder)."""
+    lines, singles = {}, next((runs for (_, series, _, _), runs in groups.items()
+                               if series == "single"), None)
     for (_, series, world, _), runs in groups.items():
-        throughput = spread([run["throughput_samples_per_s"] for run in runs])
-        lines.setdefault(series, {})[world] = throughput
-    single = lines.pop("single", {}).get(1)
-    if not single or not lines:
+        if series != "single":
+            speedups = [run["throughput_samples_per_s"] / single["throughput_samples_per_s"]
+                        for run, single in paired(runs, singles or [])]
+            lines.setdefault(series, {})[world] = (
+                spread([run["throughput_samples_per_s"] for run in runs]), spread(speedups))
+    if not singles or not lines:
         return None  # a speedup needs a single-process run and at least one other
+    single = spread([run["throughput_samples_per_s"] for run in singles])
+    one = {"median": 1.0, "min": 1.0, "max": 1.0}  # one process over itself, in every round
     worlds = sorted({1} | {world for points in lines.values() for world in points})
     figure, axes = plt.subplots(1, 3, figsize=(17, 5))
     for series in sorted(lines, key=series_rank):
-        points = lines[series]
-        sizes = np.array(sorted({1} | set(points)))
-        values = [points.get(world, single) for world in sizes]  # every line starts from 1 process
+        points = {1: (single, one), **lines[series]}  # every line starts from 1 process
+        sizes = np.array(sorted(points))
         style = dict(color=colour(series), label=series, marker="o", capsize=3)
         if series == "ddp-no-sync":
             style.update(linestyle="--", label="ddp-no-sync: compute ceiling (no communication)")
-        scales = (1.0, 1 / single["median"], 1 / single["median"] / sizes)
-        for axis, scale in zip(axes, scales):
+        for axis, index, scale in zip(axes, (0, 1, 1), (1.0, 1.0, 1 / sizes)):
+            values = [points[world][index] for world in sizes]
             axis.errorbar(sizes, medians(values, scale), yerr=errors(values, scale), **style)
     ideals = (single["median"] * np.array(worlds), worlds, [1] * len(worlds))
     ylabels = ("samples per second (all processes)", "speedup over 1 process",
@@ -67,7 +72,7 @@ def plot_scaling(groups, model):
         axis.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     cores = next(iter(groups.values()))[0]["environment"]["cores"]
-    figure.suptitle(f"{model.upper()}: scaling, median of repeats (bars: slowest to fastest), "
-                    f"{cores} cores shared by every process")
+    figure.suptitle(f"{model.upper()}: scaling, median of repeats (bars: slowest to fastest; "
+                    f"speedup within each round), {cores} cores shared by every process")
     figure.tight_layout()
     return figure
