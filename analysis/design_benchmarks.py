@@ -79,7 +79,7 @@ def one_machine_section(numbers, results_dir):
                          bench if os.path.exists(bench) else None,
                          f"shm_target.per_world_size.{world}.worst_ratio", "ratio")
     grouped = grouped_runs(os.path.join(results_dir, "one-machine"))
-    rows, texts = [], {}
+    rows = []
     for model in [model for model in ("mlp", "cnn") if any(key[0] == model for key in grouped)]:
         single_runs = runs_of(grouped, model, "single", 1)
         for series, world in ONE_MACHINE:
@@ -98,36 +98,10 @@ def one_machine_section(numbers, results_dir):
                                  runs_of(grouped, model, against, world), STEP,
                                  formula="shm's mean step / the other's")
             numbers.verdict(name, f"{name}.ratio")
-            texts[f"text.shm.{model}.w{world}.{slug(against)}"] = numbers.judged(
-                f"{name}.ratio", name, f" {'DDP' if against == 'ddp' else 'flat'}'s")
     numbers.derived("drift.single_mlp", lambda mine, theirs: mine / theirs,
                     ["one_machine.mlp.single.w1.throughput.median",
                      "sweep.mlp.single.w1.throughput.median"], "ratio",
                     "the one-machine sweep's single-process median throughput / the main sweep's")
     columns = ["configuration", "step", "exposed comm", "throughput", "÷ one process's throughput"]
-    return {**texts, "table.one_machine": table(columns, rows) if rows else
+    return {"table.one_machine": table(columns, rows) if rows else
             "*Not measured: run the sweep of analysis/make_reference_results.sh.*"}
-
-
-def time_to_accuracy_section(numbers, results_dir):
-    """Time to the target accuracy over shared memory at 4 ranks over one process's, in the same
-    repeat (benchmarks/time_to_accuracy.py); 4 MLP processes' throughput over one process's."""
-    path = os.path.join(results_dir, "time-to-accuracy.json")
-    runs = load(path).get("runs", []) if os.path.exists(path) else []
-    where = {(run["model"], run["name"], run["world_size"], run["repeat"]): index
-             for index, run in enumerate(runs)}
-    texts = {}
-    for model, name in (("mlp", "tta.mlp.w4"), ("cnn", "tta.cnn.w4")):
-        numbers.measured(f"tta.{model}.target", path if runs else None, f"targets.{model}",
-                         "percent")
-        numbers.paired_values(name, [f"{path}#runs[{index}].time_to_target_s.{model}" for (
-            mine, series, world, repeat), shm in where.items() if (mine, series, world) == (
-            model, "shm", 4) for index in (shm, where.get((model, "single", 1, repeat)))
-            if (model, "single", 1, repeat) in where], "ratio", 1.0,
-            "time to the target over shared memory / one process's, in the same repeat")
-        numbers.verdict(f"{name}.verdict", name)
-        texts[f"text.{name}"] = numbers.judged(name, f"{name}.verdict", " one process's time")
-    speedup, high = "sweep.mlp.ddp.w4.speedup", numbers.value("sweep.mlp.ddp.w4.speedup.high")
-    texts["text.speedup.mlp"] = f"{numbers.spread_text(speedup)} one process's throughput" + (
-        ": fewer samples per second than one process" if high is not None and high < 1 else "")
-    return texts

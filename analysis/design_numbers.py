@@ -199,11 +199,6 @@ class Numbers:
                             "paired ratio agrees, or a bootstrap interval over 5 or more rounds "
                             "excludes 1")
 
-    def judged(self, ratios, verdict, of=""):
-        """'0.630× DDP's (0.562–0.735: faster)': the median, `of`, the range and the verdict."""
-        median, _, spread = self.spread_text(ratios).partition(" (")
-        return f"{median}{of} ({spread[:-1]}: {self.text(verdict)})" if spread else median
-
     def claim(self, ratios, verdict):
         """'0.95× (0.93–0.97), faster'."""
         if self.value(verdict) is None:

@@ -89,6 +89,10 @@ def sweep_section(numbers, grouped, worlds):
         tables[f"table.sweep.{model}"] = table(["configuration", "step", "exposed comm", "overlap",
                                                 "efficiency", "step against flat"], rows)
         tables[f"table.baseline.{model}"] = baseline_table(numbers, model, worlds, grouped)
+        speedup = key(model, "ddp", top) + ".speedup"  # throughput over one process's
+        low, high = (numbers.value(f"{speedup}.{end}") or 1 for end in ("low", "high"))
+        said = "slower than" if high < 1 else "faster than" if low > 1 else "not told apart from"
+        tables[f"text.speedup.{model}"] = f"{numbers.spread_text(speedup)} its throughput: {said}"
         lessons.append(at_largest(numbers, model, top))
     counted = [name for name in numbers.entries
                if name.startswith("sweep.") and name.endswith(".step.n")]
@@ -96,7 +100,7 @@ def sweep_section(numbers, grouped, worlds):
                     "the fewest repeats of any measured configuration")
     return {**tables, "table.pairs": table(["model", "ranks", "first", "second",
                                             "first's step / second's, per round"], pairs),
-            "text.overlap_lesson": "; it ".join(lessons)}
+            "text.overlap_lesson": ". Bucketed sync ".join(lessons)}
 
 
 def row(numbers, grouped, model, series, world):
@@ -123,10 +127,10 @@ def at_largest(numbers, model, top):
         names = [name for name, found in verdicts.items() if found == verdict]
         if names:  # 'ddp is indistinguishable from flat', then 'per-param and ring are slower'
             listed = " and ".join([", ".join(names[:-1]), names[-1]] if names[1:] else names)
-            said = said if not parts else said.split()[0]
-            parts.append(f"{listed} {'are' if names[1:] else 'is'} {said}" + " flat" * (not parts))
-    sentence = f"For the {model.upper()}, " + ", and ".join(parts) + "." if parts else None
-    numbers.add(f"sweep.{model}.summary", sentence, "name", kind="derived",
+            said = f"{said} flat" if not parts else said.split()[0]
+            parts.append(f"{listed} {'are' if names[1:] else 'is'} {said}")
+    numbers.add(f"sweep.{model}.summary", f"For the {model.upper()}, " + ", and ".join(parts)
+                + "." if parts else None, "name", kind="derived",
                 inputs=[f"verdict.{model}.w{top}.{name}.verdict" for name in verdicts],
                 formula="the verdicts against flat at the largest world size")
     for suffix in ("", ".reached"):
@@ -191,34 +195,27 @@ def bucket_sweep_section(numbers, grouped):
 
 
 def best_size(numbers, runs, world, series, sizes):
-    """The sizes that send the fastest layout (several caps can send the same buckets: one layout
-    measured more than once, never a win of one over another) and the sizes each of them beats."""
-    name, medians = f"bucket.{slug(series)}", {}
-    layouts = {size: f"buckets.mlp.{slug(series)}.{size:g}" for size in sizes}
-    for size in sizes:
-        medians[size] = numbers.value(f"{name}.{size:g}.step.median")
+    """The sizes that send the fastest size's buckets (caps that send the same buckets measure one
+    layout more than once: never a win of one over another) and the sizes each of them beats."""
+    name, layouts = f"bucket.{slug(series)}", {size: f"buckets.mlp.{slug(series)}.{size:g}"
+                                               for size in sizes}  # as §3.2 registered them
+    medians = {size: numbers.value(f"{name}.{size:g}.step.median") for size in sizes}
     best = min((size for size in sizes if medians[size] is not None), key=medians.get, default=None)
     same = [size for size in sizes if best is not None
             and numbers.value(layouts[size]) == numbers.value(layouts[best])]
     numbers.derived(f"{name}.same_layout", lambda *_: same, [layouts[size] for size in same] + [
         f"{name}.{size:g}.step.median" for size in sizes if medians[size]], "MiB-list",
         "the sizes sending the layout of the smallest median step")
-    if best is None:
-        return ""
     beaten = []
     for size in [size for size in sizes if size not in same and medians[size] is not None]:
-        verdicts = []
         for mine in same:  # every size of the fastest layout against `size`, round by round
-            versus = f"{name}.{mine:g}-vs-{size:g}"
-            numbers.paired_ratio(versus, runs.get(("mlp", series, world, mine), []),
-                                 runs.get(("mlp", series, world, size), []), STEP,
-                                 formula="the step at one size / another")
-            verdicts.append(numbers.verdict(f"{versus}.verdict", versus))
-        if set(verdicts) == {"faster"}:
+            numbers.paired_ratio(f"{name}.{mine:g}-vs-{size:g}", runs.get((
+                "mlp", series, world, mine), []), runs.get(("mlp", series, world, size), []), STEP,
+                formula="the step at one size / another")
+        if {numbers.verdict(f"{name}.{mine:g}-vs-{size:g}.verdict", f"{name}.{mine:g}-vs-{size:g}")
+                for mine in same} == {"faster"}:
             beaten.append(f"{size:g}")
-    sizes_text = numbers.text(f"{name}.same_layout")
     told = f"faster than {', '.join(beaten)} MiB" if beaten else "not told apart from the others"
-    if len(same) == 1:
-        return f"{slug(series)}: {sizes_text} is {told}"
-    return (f"{slug(series)}: {sizes_text} send the same buckets "
-            f"({numbers.text(layouts[best])}), each {told}")
+    return same and f"{slug(series)}: {numbers.text(f'{name}.same_layout')} " + (
+        f"is {told}" if len(same) == 1 else f"send the same buckets "
+        f"({numbers.text(layouts[best])}), each {told}")

@@ -1,8 +1,14 @@
-"""Learning and scaling: curves-<model>.png (accuracy and loss per epoch, every repeat drawn) and
-scaling-<model>.png (throughput, speedup and efficiency against world size, median of repeats)."""
+"""Learning and scaling: curves-<model>.png (accuracy and loss per epoch, every repeat drawn),
+scaling-<model>.png (throughput, speedup and efficiency against world size, median of repeats) and
+memory-per-rank.png (each ZeRO level's model states per rank, counted and by the formulas: §7)."""
+import os
+import statistics
+
 import matplotlib.pyplot as plt
 import numpy as np
 
+from analysis import zero_formulas
+from analysis.design_numbers import load
 from analysis.plot_common import colour, errors, medians, order, plural, series_rank
 from analysis.results_folder import paired, spread
 
@@ -50,8 +56,7 @@ def plot_scaling(groups, model):
                 spread([run["throughput_samples_per_s"] for run in runs]), spread(speedups))
     if not singles or not lines:
         return None  # a speedup needs a single-process run and at least one other
-    single = spread([run["throughput_samples_per_s"] for run in singles])
-    one = {"median": 1.0, "min": 1.0, "max": 1.0}  # one process over itself, in every round
+    single, one = spread([run["throughput_samples_per_s"] for run in singles]), spread([1.0])
     worlds = sorted({1} | {world for points in lines.values() for world in points})
     figure, axes = plt.subplots(1, 3, figsize=(17, 5))
     for series in sorted(lines, key=series_rank):
@@ -76,3 +81,25 @@ def plot_scaling(groups, model):
                     f"speedup within each round), {cores} cores shared by every process")
     figure.tight_layout()
     return figure
+
+
+def plot_memory(path):
+    """Per model, each level's median model states per rank (points) and its formula (lines)."""
+    rows = load(path).get("measurements", []) if os.path.exists(path) else []
+    models = sorted({row["model"] for row in rows}, reverse=True)  # the MLP first
+    figure, axes = plt.subplots(1, len(models) or 1, figsize=(12, 4.5), squeeze=False)
+    for axis, model in zip(axes[0], models):
+        for index, level in enumerate(zero_formulas.LEVELS):
+            mine = [row for row in rows if (row["model"], row["configuration"]) == (model, level)]
+            worlds = sorted({row["world_size"] for row in mine})
+            axis.plot(worlds, [zero_formulas.model_states(level, mine[0]["parameters"], world)
+                               ["model_states"] / 1e6 for world in worlds], color=f"C{index}",
+                      label="DDP" if index == 0 else f"ZeRO-{index}")
+            axis.plot(worlds, [statistics.median(row["held_bytes"]["model_states"] / 1e6 for row
+                               in mine if row["world_size"] == world) for world in worlds], "o",
+                      color=f"C{index}")
+        axis.set(title=f"{model.upper()}: lines the formulas, points counted", ylim=(0, None),
+                 xlabel="ranks", ylabel="model states per rank (MB)", xticks=worlds)
+        axis.legend(fontsize=8)
+    figure.tight_layout()
+    return figure if models else plt.close(figure)

@@ -7,12 +7,10 @@ the plots.
 
 Runs mlp_ddp.py one job at a time: per model the single process, then at each world size ddp,
 ddp-no-sync (the compute baseline) and each manual strategy; then bucketed and ddp at each
---bucket-mbs at the largest world size (MLP only). Every round runs each configuration once, in an
-order shuffled anew per round from --order-seed and recorded in <results-dir>/sweep-order.json, so
-slow spells of the machine and a run's predecessor spread over every configuration. A stable
---run-name (sweep-mlp-manual-flat-w4-r2) makes a re-run replace its file; a failed run is reported
-and the sweep goes on (exit code 1). The default (6 rounds: enough for results_folder's bootstrap
-verdicts) takes about 80 minutes on 2 cores.
+--bucket-mbs at the largest world size (MLP only). Each round runs every configuration in an order
+shuffled from --order-seed, recorded in <results-dir>/sweep-order.json. A stable --run-name
+(sweep-mlp-manual-flat-w4-r2) makes a re-run replace its file; a failed run is reported and the
+sweep goes on (exit code 1). The default, 6 rounds, takes about 80 minutes on 2 cores.
 """
 import argparse
 import os
@@ -96,12 +94,6 @@ def configurations(args):
     return runs
 
 
-def round_orders(once, repeats, seed):
-    """Each round's order of the configurations `once`: shuffled per round, seeded by `seed`."""
-    return [random.Random(seed * 100_003 + repeat).sample(once, len(once))
-            for repeat in range(1, repeats + 1)]
-
-
 def command_for(name, run_arguments, args):
     """(name, mlp_ddp.py command line) of one run."""
     model = run_arguments[run_arguments.index("--model") + 1]
@@ -138,15 +130,16 @@ def run_all(commands, results_dir):
 def main(argv=None):
     """Run (or with --dry-run print) every run, then draw the plots; 1 if any failed."""
     args = parse_args(argv)
-    rounds = round_orders(configurations(args), args.repeats, args.order_seed)
+    once = configurations(args)  # each round in its own order, shuffled from the seed
+    rounds = [random.Random(args.order_seed * 100_003 + repeat).sample(once, len(once))
+              for repeat in range(1, args.repeats + 1)]
     commands = [command_for(f"{name}-r{repeat}", arguments, args)
                 for repeat, order in enumerate(rounds, 1) for name, arguments in order]
     if args.dry_run:
         for _name, command in commands:
             print(shlex.join(command))
         return 0
-    os.makedirs(args.results_dir, exist_ok=True)
-    write_json_atomic(os.path.join(args.results_dir, ORDER_FILE), {
+    write_json_atomic(os.path.join(args.results_dir, ORDER_FILE), {  # its folder made if missing
         "schema": ORDER_SCHEMA, "order_seed": args.order_seed,
         "rounds": [[name for name, _ in order] for order in rounds]})
     failed = run_all(commands, args.results_dir)

@@ -114,7 +114,7 @@ def test_to_the_byte_is_said_only_with_the_padding_it_leaves_out():
         assert "padding" in sentence, sentence
         # the padding quoted is what the ring sent beyond the formula, and nothing else is
         assert numbers["sharding.mlp.w4.zero1-ring.sent_excess"]["text"] in sentence
-    assert numbers["sharding.ring_beyond_padding_largest"]["value"] == 0
+    assert numbers["sharding.ring_beyond_largest"]["value"] == 0
 
 
 def test_the_papers_memory_per_rank_is_a_budget_not_model_states():
