@@ -191,7 +191,7 @@ def bucket_sweep_section(numbers, grouped):
     takeaways = [best_size(numbers, runs, world, series, sizes) for series in BUCKETING]
     return {"table.bucket_sweep": table(["--bucket-mb", "manual bucketed: step",
                                          "torch DDP: step"], rows),
-            "text.bucket_takeaway": "; ".join(filter(None, takeaways)) + "."}
+            "text.bucket_takeaway": ". ".join(filter(None, takeaways)) + "."}
 
 
 def best_size(numbers, runs, world, series, sizes):
@@ -216,6 +216,6 @@ def best_size(numbers, runs, world, series, sizes):
                 for mine in same} == {"faster"}:
             beaten.append(f"{size:g}")
     told = f"faster than {', '.join(beaten)} MiB" if beaten else "not told apart from the others"
-    return same and f"{slug(series)}: {numbers.text(f'{name}.same_layout')} " + (
+    return same and f"With {slug(series)}, {numbers.text(f'{name}.same_layout')} " + (
         f"is {told}" if len(same) == 1 else f"send the same buckets "
         f"({numbers.text(layouts[best])}), each {told}")
