@@ -144,6 +144,7 @@ def trace_section(numbers, results_dir):
     spans = {name: [f"{path}#traceEvents[{index}].{field}" for _, index, event in mine
                     if event["name"].startswith(name) for field in ("ts", "dur")]
              for name in ("backward", "all-reduce")}
+    spans["start"] = [f"{path}#traceEvents[{mine[0][1]}].ts"] if mine else []  # rank 0's first
     inputs = spans["backward"][:2] + spans["all-reduce"] if all(spans.values()) else []
     numbers.derived_fields("trace", backward_overlap, inputs, TRACE_HEADLINES, "from rank 0's "
                            "events of the step: backward's end, each all-reduce's span")
@@ -154,9 +155,8 @@ def trace_section(numbers, results_dir):
             first.setdefault(event["pid"], stamp := f"{path}#traceEvents[{index}].ts")
             launches += [stamp] if event["name"].startswith("all-reduce") else []
     for name, rule, inputs, how in (
-            ("late_start", lambda mine, *theirs: max(theirs) - mine, [
-                f"{path}#traceEvents[{mine[0][1]}].ts", *first.values()], "the latest peer's "
-             "first phase start - rank 0's"),
+            ("late_start", lambda mine, *theirs: max(theirs) - mine, spans["start"] + [
+                *first.values()], "the latest peer's first phase start - rank 0's"),
             ("peer_wait", lambda start, duration, *theirs: max(0.0, max(theirs) - start - duration),
              spans["backward"][:2] + launches, "the latest peer's all-reduce launch - rank 0's "
              "backward end (0 if before it)"),
