@@ -43,14 +43,12 @@ ABOUT = ("every number in the design document: its value, the text shown, and wh
          "zero_formulas.py)")
 RELATIVE_TOLERANCE = 1e-9  # above two machines' fits (2.5e-13 apart), far below a 0.1 % change
 # tables of data (per size, rank or repeat): CSV files beside the document, linked in their place
-DATA_TABLES = ("table.fits.ring", "table.predict", "table.step_bench", "table.step_bench_verdict",
-               "table.bucket_sweep", "table.emulated.fits.ring", "table.sweep.mlp",
-               "table.sweep.cnn", "table.comm.mlp", "table.comm.cnn", "table.buckets.mlp",
-               "table.buckets.cnn", "table.one_machine", "table.crossover",
-               "table.emulated.training.mlp", "table.emulated.training.cnn",
-               "table.sharding.side.mlp", "table.sharding.side.cnn", "table.sharding.memory.mlp",
-               "table.sharding.memory.cnn", "table.sharding.bytes", "table.sharding.prefetch",
-               "table.sharding.transports")
+DATA_TABLES = tuple(f"table.{name}" for name in (
+    "fits.ring predict step_bench step_bench_verdict bucket_sweep emulated.fits.ring "
+    "sweep.mlp sweep.cnn comm.mlp comm.cnn buckets.mlp buckets.cnn one_machine crossover "
+    "emulated.training.mlp emulated.training.cnn sharding.side.mlp sharding.side.cnn "
+    "sharding.memory.mlp sharding.memory.cnn sharding.bytes sharding.prefetch "
+    "sharding.transports").split())
 
 
 def required_results(results_dir):
@@ -183,10 +181,6 @@ def differences(documents, out_dir):
     return [name for name, text in documents.items() if not same(name, text)]
 
 
-def write_text(path, text):
-    write_atomic(path, lambda file: file.write(text))  # whole or not at all
-
-
 def main(argv=None):
     """Build the document; write it, or with --check compare it with the committed one."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -212,7 +206,8 @@ def main(argv=None):
     if absent:  # each is said where it is shown, with the command that would measure it
         print(f"note: {len(absent)} numbers are not measured (numbers.json's not_measured)")
     for name in changed:  # the others are left as they are: a rebuild elsewhere changes nothing
-        write_text(os.path.join(args.out_dir, name), documents[name])
+        write_atomic(os.path.join(args.out_dir, name),  # whole or not at all
+                     lambda file, text=documents[name]: file.write(text))
     print(f"wrote {len(changed)} of {len(documents)} files to {args.out_dir} from "
           f"{args.results_dir} (the others were the same)")
     return 0

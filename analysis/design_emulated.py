@@ -7,7 +7,7 @@ import os
 from analysis import cost_model, design_scaling, scaling_inputs
 from analysis.design_fits import predicted_busy, register_fit, spread_over, with_interval
 from analysis.design_numbers import NOT_MEASURED, load, table
-from analysis.design_performance import register_run_spreads, slug
+from analysis.design_performance import STEP, register_run_spreads, slug
 from runtime.options import DEFAULT_BUCKET_MB
 
 RATE = "1gbit"  # the link every training run and the fitted all-reduce used
@@ -61,11 +61,12 @@ def emulated_section(numbers, results_dir, layouts):
     for series in ("manual bucketed", "ddp"):
         name = f"emulated.bucket4.{slug(series)}"
         runs = scaling_inputs.runs_of(grouped, "cnn", series, 2, SMALL_BUCKET_MB)
-        numbers.paired_ratio(f"{name}.exposed_ratio", runs, flat, EXPOSED,
-                             formula=f"{series}'s exposed / flat's, in the same round")
-        numbers.verdict(f"{name}.exposed_verdict", f"{name}.exposed_ratio")
+        for field, source in (("exposed", EXPOSED), ("step", STEP)):
+            numbers.paired_ratio(f"{name}.{field}_ratio", runs, flat, source,
+                                 formula=f"{series}'s {field} / flat's, in the same round")
+            numbers.verdict(f"{name}.{field}_verdict", f"{name}.{field}_ratio")
     for name in ("mlp.exposed_ratio", "cnn.exposed_ratio", "bucket4.bucketed.exposed_ratio",
-                 "bucket4.ddp.exposed_ratio"):  # ratios of one round each, with their spread
+                 "bucket4.ddp.exposed_ratio", "bucket4.bucketed.step_ratio"):  # paired by round
         context[f"text.emulated.{name}"] = numbers.spread_text(f"emulated.{name}")
     return context
 

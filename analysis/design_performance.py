@@ -78,6 +78,8 @@ def sweep_section(numbers, grouped, worlds):
             numbers.paired_ratio(f"{name}.efficiency", runs, single_runs, THROUGHPUT, "percent",
                                  scale=1 / world,
                                  formula="throughput / (ranks x one process's throughput)")
+            numbers.paired_ratio(f"{name}.speedup", runs, single_runs, THROUGHPUT,
+                                 formula="throughput / one process's throughput")
         rows = [row(numbers, grouped, model, series, world) for series, world in configurations]
         for first, second in PAIRS:
             claim = compare(numbers, f"verdict.{model}.w{top}.{slug(first)}-vs-{slug(second)}",
@@ -87,6 +89,10 @@ def sweep_section(numbers, grouped, worlds):
         tables[f"table.sweep.{model}"] = table(["configuration", "step", "exposed comm", "overlap",
                                                 "efficiency", "step against flat"], rows)
         tables[f"table.baseline.{model}"] = baseline_table(numbers, model, worlds, grouped)
+        speedup = key(model, "ddp", top) + ".speedup"  # throughput over one process's
+        low, high = (numbers.value(f"{speedup}.{end}") or 1 for end in ("low", "high"))
+        said = "slower than" if high < 1 else "faster than" if low > 1 else "not told apart from"
+        tables[f"text.speedup.{model}"] = f"{numbers.spread_text(speedup)} its throughput: {said}"
         lessons.append(at_largest(numbers, model, top))
     counted = [name for name in numbers.entries
                if name.startswith("sweep.") and name.endswith(".step.n")]
@@ -94,7 +100,7 @@ def sweep_section(numbers, grouped, worlds):
                     "the fewest repeats of any measured configuration")
     return {**tables, "table.pairs": table(["model", "ranks", "first", "second",
                                             "first's step / second's, per round"], pairs),
-            "text.overlap_lesson": "; it ".join(lessons)}
+            "text.overlap_lesson": ". Bucketed sync ".join(lessons)}
 
 
 def row(numbers, grouped, model, series, world):
@@ -119,10 +125,12 @@ def at_largest(numbers, model, top):
     parts = []
     for verdict, said in VERDICT_WORDS.items():
         names = [name for name, found in verdicts.items() if found == verdict]
-        if names:
+        if names:  # 'ddp is indistinguishable from flat', then 'per-param and ring are slower'
             listed = " and ".join([", ".join(names[:-1]), names[-1]] if names[1:] else names)
-            parts.append(f"{listed} {'are' if names[1:] else 'is'} {said} flat")
-    numbers.add(f"sweep.{model}.summary", "; ".join(parts) or None, "name", kind="derived",
+            said = f"{said} flat" if not parts else said.split()[0]
+            parts.append(f"{listed} {'are' if names[1:] else 'is'} {said}")
+    numbers.add(f"sweep.{model}.summary", f"For the {model.upper()}, " + ", and ".join(parts)
+                + "." if parts else None, "name", kind="derived",
                 inputs=[f"verdict.{model}.w{top}.{name}.verdict" for name in verdicts],
                 formula="the verdicts against flat at the largest world size")
     for suffix in ("", ".reached"):
@@ -183,28 +191,31 @@ def bucket_sweep_section(numbers, grouped):
     takeaways = [best_size(numbers, runs, world, series, sizes) for series in BUCKETING]
     return {"table.bucket_sweep": table(["--bucket-mb", "manual bucketed: step",
                                          "torch DDP: step"], rows),
-            "text.bucket_takeaway": "; ".join(filter(None, takeaways)) + "."}
+            "text.bucket_takeaway": ". ".join(filter(None, takeaways)) + "."}
 
 
 def best_size(numbers, runs, world, series, sizes):
-    """The size of the smallest median step, and the sizes it beats by the verdict rule."""
-    name = f"bucket.{slug(series)}"
+    """The sizes that send the fastest size's buckets (caps that send the same buckets measure one
+    layout more than once: never a win of one over another) and the sizes each of them beats."""
+    name, layouts = f"bucket.{slug(series)}", {size: f"buckets.mlp.{slug(series)}.{size:g}"
+                                               for size in sizes}  # as §3.2 registered them
     medians = {size: numbers.value(f"{name}.{size:g}.step.median") for size in sizes}
     best = min((size for size in sizes if medians[size] is not None), key=medians.get, default=None)
-    numbers.add(f"{name}.best_mb", best, "MiB", kind="derived",
-                formula="the size of the smallest median",
-                inputs=[f"{name}.{size:g}.step.median" for size in sizes])
-    if best is None:
-        return ""
+    same = [size for size in sizes if best is not None
+            and numbers.value(layouts[size]) == numbers.value(layouts[best])]
+    numbers.derived(f"{name}.same_layout", lambda *_: same, [layouts[size] for size in same] + [
+        f"{name}.{size:g}.step.median" for size in sizes if medians[size]], "MiB-list",
+        "the sizes sending the layout of the smallest median step")
     beaten = []
-    for size in [size for size in sizes if size != best and medians[size] is not None]:
-        versus = f"{name}.{best:g}-vs-{size:g}"
-        numbers.paired_ratio(versus, runs.get(("mlp", series, world, best), []),
-                             runs.get(("mlp", series, world, size), []), STEP,
-                             formula="the step at one size / another")
-        numbers.verdict(f"{versus}.verdict", versus)
-        if numbers.text(f"{versus}.verdict") == "faster":
+    for size in [size for size in sizes if size not in same and medians[size] is not None]:
+        for mine in same:  # every size of the fastest layout against `size`, round by round
+            numbers.paired_ratio(f"{name}.{mine:g}-vs-{size:g}", runs.get((
+                "mlp", series, world, mine), []), runs.get(("mlp", series, world, size), []), STEP,
+                formula="the step at one size / another")
+        if {numbers.verdict(f"{name}.{mine:g}-vs-{size:g}.verdict", f"{name}.{mine:g}-vs-{size:g}")
+                for mine in same} == {"faster"}:
             beaten.append(f"{size:g}")
-    if not beaten:
-        return f"{slug(series)}: no size is told apart from another"
-    return f"{slug(series)}: {best:g} MiB is faster than {', '.join(beaten)} MiB"
+    told = f"faster than {', '.join(beaten)} MiB" if beaten else "not told apart from the others"
+    return same and f"With {slug(series)}, {numbers.text(f'{name}.same_layout')} " + (
+        f"is {told}" if len(same) == 1 else f"send the same buckets "
+        f"({numbers.text(layouts[best])}), each {told}")

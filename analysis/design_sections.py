@@ -14,7 +14,7 @@ from runtime.models import build_model, count_parameters
 from runtime.options import DEFAULT_BUCKET_MB, MANUAL_CONFIGURATIONS
 
 FIGURES = ("curves-mlp", "curves-cnn", "time-breakdown-mlp", "time-breakdown-cnn", "scaling-mlp",
-           "scaling-cnn", "allreduce", "bucket-sweep", "timeline")
+           "scaling-cnn", "allreduce", "bucket-sweep", "timeline", "memory-per-rank")
 ISSUED = {"per-param": "after backward, one blocking all-reduce per tensor",
           "flat": "after backward, one all-reduce of a packed buffer",
           "bucketed": "during backward, each bucket as soon as it is full",
@@ -144,9 +144,26 @@ def trace_section(numbers, results_dir):
     spans = {name: [f"{path}#traceEvents[{index}].{field}" for _, index, event in mine
                     if event["name"].startswith(name) for field in ("ts", "dur")]
              for name in ("backward", "all-reduce")}
+    spans["start"] = [f"{path}#traceEvents[{mine[0][1]}].ts"] if mine else []  # rank 0's first
     inputs = spans["backward"][:2] + spans["all-reduce"] if all(spans.values()) else []
     numbers.derived_fields("trace", backward_overlap, inputs, TRACE_HEADLINES, "from rank 0's "
                            "events of the step: backward's end, each all-reduce's span")
+    # skew, told apart from transfer: a collective ends only once the latest rank has launched it
+    first, launches = {}, []  # each other rank's first phase's start; their all-reduces' launches
+    for index, event in sorted(enumerate(events), key=lambda pair: pair[1].get("ts", 0)):
+        if event.get("ph") == "X" and event["pid"] and event["args"]["step"] == step:
+            first.setdefault(event["pid"], stamp := f"{path}#traceEvents[{index}].ts")
+            launches += [stamp] if event["name"].startswith("all-reduce") else []
+    for name, rule, inputs, how in (
+            ("late_start", lambda mine, *theirs: max(theirs) - mine, spans["start"] + [
+                *first.values()], "the latest peer's first phase start - rank 0's"),
+            ("peer_wait", lambda start, duration, *theirs: max(0.0, max(theirs) - start - duration),
+             spans["backward"][:2] + launches, "the latest peer's all-reduce launch - rank 0's "
+             "backward end (0 if before it)"),
+            ("transfer", lambda exposed, wait: exposed - wait,
+             ["trace.last_done_after_backward_end", "trace.peer_wait"],
+             "rank 0's exposed communication less its wait for the latest peer")):
+        numbers.derived(f"trace.{name}", rule, inputs if mine and launches else [], "trace_us", how)
 
 
 def reference_commands(numbers):
@@ -165,13 +182,11 @@ def reference_commands(numbers):
             else "*make_reference_results.sh makes no trace*"}
 
 
-def existing(path):
-    return path if os.path.exists(path) else None  # a missing file's numbers: not measured
-
-
 def main_job_section(numbers, results_dir):
     """The README's main job, its accuracy over seeds, and in-memory data against a DataLoader."""
-    main = existing(os.path.join(results_dir, "main", "mlp-manual-bucketed-w4.json"))
+    main, loader = (path if os.path.exists(path) else None for path in (  # missing: not measured
+        os.path.join(results_dir, "main", "mlp-manual-bucketed-w4.json"),
+        os.path.join(results_dir, "dataloader-bench.json")))
     for name, field, unit in (("test_accuracy", "test.accuracy", "percent"),
                               ("epochs", "config.epochs", "count"),
                               ("world", "environment.world_size", "count"),
@@ -182,7 +197,6 @@ def main_job_section(numbers, results_dir):
     runs = [{"path": path} for path in [main] + seeds] if main else []
     numbers.over_repeats("main.seeds.accuracy", runs, "test.accuracy", "percent")
     numbers.over_repeats("main.seeds.time", runs, "total_time_s", "s")
-    loader = existing(os.path.join(results_dir, "dataloader-bench.json"))
     numbers.measured("loader.ratio", loader, "ratio", "ratio")
     return {name: numbers.spread_text(name) for name in ("main.seeds.accuracy", "main.seeds.time")}
 

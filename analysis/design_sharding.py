@@ -95,9 +95,12 @@ def sharding_section(numbers, results_dir):
     for model in MODELS:
         for world in FORMULA_WORLDS:
             register_world(numbers, path, rows, where, model, world)
-    numbers.derived("sharding.other_largest", max, [
-        f"{key(model, world, level)}.other" for model in MODELS for world in FORMULA_WORLDS
-        for level in zero_formulas.LEVELS], "bytes", "the largest 'other' of the memory tables")
+    for largest, suffix, levels in (("other_largest", ".other", zero_formulas.LEVELS),  # bytes
+                                    ("ring_padding_largest", "-ring.sent_excess", ZERO_LEVELS),
+                                    ("ring_beyond_largest", "-ring.sent_beyond", ZERO_LEVELS)):
+        numbers.derived(f"sharding.{largest}", lambda *values: max(map(abs, values)), [
+            key(model, world, level) + suffix for model in MODELS for world in FORMULA_WORLDS
+            for level in levels], "bytes", f"the largest |{suffix}| of any model, n and level")
     numbers.stated("zero.traffic_ratio", zero_formulas.traffic_factor("zero3")
                    / zero_formulas.traffic_factor("ddp"), "ratio", "code",
                    "analysis/zero_formulas.py: ZeRO-3's 3P(n-1)/n over DDP's 2P(n-1)/n")
@@ -111,7 +114,11 @@ def sharding_section(numbers, results_dir):
     for name, field, unit in RUN_SETTINGS:
         numbers.measured(f"sharding.{name}", path if document.get("config") else None, field, unit)
     command = f"`{document['command']}`" if document.get("command") else NOT_MEASURED
-    context = {"text.sharding.configuration": command, **projection(numbers)}
+    other, beyond = map(numbers.text, ("sharding.other_largest", "sharding.ring_beyond_largest"))
+    context = {"text.sharding.configuration": command, **projection(numbers),
+               "text.sharding.other": "nothing" if other == "0 B" else f"at most {other}",
+               "text.sharding.to_the_byte": "to the byte, less the shards' padding"
+               if beyond == "0 B" else f"plus the padding and {beyond} more"}
     if problem:
         return {**context, **dict.fromkeys(TABLES, problem)}
     for model in MODELS:  # memory per rank and time per step; model states against the formula
@@ -249,6 +256,9 @@ def register_measured(numbers, path, rows, where, model, world, configuration):
                            (f"{name}.other", [f"{name}.states.median", f"{name}.states_padded"]),
                            (f"{name}.sent_excess", [f"{name}.sent.median", f"{formula}.sent"])):
         numbers.derived(number, operator.sub, inputs, "bytes", "the first minus the second")
+    numbers.derived(f"{name}.sent_beyond", lambda sent, count: sent - zero_formulas.traffic(
+        level, 4 * count, world), [f"{name}.sent.median", f"{name}.padded"], "bytes",
+        "the bytes sent less zero_formulas.traffic of the padded count's float32 bytes")
     numbers.derived(f"{name}.states_vs_formula", operator.truediv,
                     [f"{name}.states.median", f"{formula}.states"], "ratio", "the ratio")
 

@@ -9,9 +9,9 @@ from analysis.results_folder import across_repeats
 LAYERS = (("compute", "compute (forward, backward, optimizer, gradient copies)", "tab:blue"),
           ("comm_exposed", "comm exposed (the step waits for communication)", "tab:red"),
           ("data", "data", "tab:gray"))
-DDP_NOTE = ("DDP waits for its buckets inside backward: its comm exposed is estimated as the last "
-            "backward minus the median backward timed without communication (timing.py), so it "
-            "need not equal busy - hidden.")
+TIMING_NOTE = ("Compute ends when the step's last gradient is accumulated, for DDP too, which "
+               "waits for its buckets inside backward (timing.py): in every run comm exposed = "
+               "busy - hidden; the bars are medians over the repeats, which need not add up.")
 
 
 def run_bar(configuration, runs):
@@ -63,6 +63,6 @@ def plot_time_breakdown(groups, model):
     axis.grid(axis="x", alpha=0.3)
     axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     figure.suptitle("Median over repeats of each run's mean per step")
-    figure.text(0.01, 0.01, DDP_NOTE, fontsize=8, wrap=True)
+    figure.text(0.01, 0.01, TIMING_NOTE, fontsize=8, wrap=True)
     figure.tight_layout(rect=(0, 0.04, 1, 1))
     return figure

@@ -1,10 +1,16 @@
-"""Learning and scaling: curves-<model>.png (accuracy and loss per epoch, every repeat drawn) and
-scaling-<model>.png (throughput, speedup and efficiency against world size, median of repeats)."""
+"""Learning and scaling: curves-<model>.png (accuracy and loss per epoch, every repeat drawn),
+scaling-<model>.png (throughput, speedup and efficiency against world size, median of repeats) and
+memory-per-rank.png (each ZeRO level's model states per rank, counted and by the formulas: §7)."""
+import os
+import statistics
+
 import matplotlib.pyplot as plt
 import numpy as np
 
+from analysis import zero_formulas
+from analysis.design_numbers import load
 from analysis.plot_common import colour, errors, medians, order, plural, series_rank
-from analysis.results_folder import spread
+from analysis.results_folder import paired, spread
 
 LINE_STYLES = ("-", "--", ":", "-.")  # one per world size in the learning curves
 
@@ -38,25 +44,29 @@ def plot_curves(groups, model):
 
 
 def plot_scaling(groups, model):
-    """Throughput, speedup and efficiency against world size, the ideal and the compute ceiling."""
-    lines = {}  # series -> {world size: spread of throughput}
+    """Throughput, speedup and efficiency against world size, the ideal and the compute ceiling;
+    speedup and efficiency pair each run with the single process of its round (results_folder)."""
+    lines, singles = {}, next((runs for (_, series, _, _), runs in groups.items()
+                               if series == "single"), None)
     for (_, series, world, _), runs in groups.items():
-        throughput = spread([run["throughput_samples_per_s"] for run in runs])
-        lines.setdefault(series, {})[world] = throughput
-    single = lines.pop("single", {}).get(1)
-    if not single or not lines:
+        if series != "single":
+            speedups = [run["throughput_samples_per_s"] / single["throughput_samples_per_s"]
+                        for run, single in paired(runs, singles or [])]
+            lines.setdefault(series, {})[world] = (
+                spread([run["throughput_samples_per_s"] for run in runs]), spread(speedups))
+    if not singles or not lines:
         return None  # a speedup needs a single-process run and at least one other
+    single, one = spread([run["throughput_samples_per_s"] for run in singles]), spread([1.0])
     worlds = sorted({1} | {world for points in lines.values() for world in points})
     figure, axes = plt.subplots(1, 3, figsize=(17, 5))
     for series in sorted(lines, key=series_rank):
-        points = lines[series]
-        sizes = np.array(sorted({1} | set(points)))
-        values = [points.get(world, single) for world in sizes]  # every line starts from 1 process
+        points = {1: (single, one), **lines[series]}  # every line starts from 1 process
+        sizes = np.array(sorted(points))
         style = dict(color=colour(series), label=series, marker="o", capsize=3)
         if series == "ddp-no-sync":
             style.update(linestyle="--", label="ddp-no-sync: compute ceiling (no communication)")
-        scales = (1.0, 1 / single["median"], 1 / single["median"] / sizes)
-        for axis, scale in zip(axes, scales):
+        for axis, index, scale in zip(axes, (0, 1, 1), (1.0, 1.0, 1 / sizes)):
+            values = [points[world][index] for world in sizes]
             axis.errorbar(sizes, medians(values, scale), yerr=errors(values, scale), **style)
     ideals = (single["median"] * np.array(worlds), worlds, [1] * len(worlds))
     ylabels = ("samples per second (all processes)", "speedup over 1 process",
@@ -67,7 +77,29 @@ def plot_scaling(groups, model):
         axis.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     cores = next(iter(groups.values()))[0]["environment"]["cores"]
-    figure.suptitle(f"{model.upper()}: scaling, median of repeats (bars: slowest to fastest), "
-                    f"{cores} cores shared by every process")
+    figure.suptitle(f"{model.upper()}: scaling, median of repeats (bars: slowest to fastest; "
+                    f"speedup within each round), {cores} cores shared by every process")
     figure.tight_layout()
     return figure
+
+
+def plot_memory(path):
+    """Per model, each level's median model states per rank (points) and its formula (lines)."""
+    rows = load(path).get("measurements", []) if os.path.exists(path) else []
+    models = sorted({row["model"] for row in rows}, reverse=True)  # the MLP first
+    figure, axes = plt.subplots(1, len(models) or 1, figsize=(12, 4.5), squeeze=False)
+    for axis, model in zip(axes[0], models):
+        for index, level in enumerate(zero_formulas.LEVELS):
+            mine = [row for row in rows if (row["model"], row["configuration"]) == (model, level)]
+            worlds = sorted({row["world_size"] for row in mine})
+            axis.plot(worlds, [zero_formulas.model_states(level, mine[0]["parameters"], world)
+                               ["model_states"] / 1e6 for world in worlds], color=f"C{index}",
+                      label="DDP" if index == 0 else f"ZeRO-{index}")
+            axis.plot(worlds, [statistics.median(row["held_bytes"]["model_states"] / 1e6 for row
+                               in mine if row["world_size"] == world) for world in worlds], "o",
+                      color=f"C{index}")
+        axis.set(title=f"{model.upper()}: lines the formulas, points counted", ylim=(0, None),
+                 xlabel="ranks", ylabel="model states per rank (MB)", xticks=worlds)
+        axis.legend(fontsize=8)
+    figure.tight_layout()
+    return figure if models else plt.close(figure)

@@ -2,9 +2,9 @@
 
     python -m analysis.plots [--results-dir results] [--out-dir results/plots]
 
-Writes time-breakdown-, curves- and scaling-<model>.png, allreduce.png, bucket-sweep.png and
-timeline.png (plot_*.py); a figure without data is skipped with a note. Runs at a non-default
---bucket-mb appear only in bucket-sweep.png.
+Writes time-breakdown-, curves- and scaling-<model>.png, allreduce.png, bucket-sweep.png,
+timeline.png and memory-per-rank.png (plot_*.py); a figure without data is skipped with a note.
+Runs at a non-default --bucket-mb appear only in bucket-sweep.png.
 """
 import argparse
 import os
@@ -15,7 +15,7 @@ from analysis import results_folder
 from analysis.plot_breakdown import plot_time_breakdown
 from analysis.plot_common import bucket_variant
 from analysis.plot_communication import plot_allreduce, plot_bucket_sweep
-from analysis.plot_learning import plot_curves, plot_scaling
+from analysis.plot_learning import plot_curves, plot_memory, plot_scaling
 from analysis.plot_timeline import plot_timeline, read_traces
 
 PER_MODEL = {"time-breakdown": plot_time_breakdown, "curves": plot_curves, "scaling": plot_scaling}
@@ -61,6 +61,8 @@ def main(argv=None):
     save(plot_allreduce(allreduce) if allreduce else None, out_dir, "allreduce.png", written)
     save(plot_bucket_sweep(of_sweep(runs, "bucket")), out_dir, "bucket-sweep.png", written)
     save(plot_timeline(read_traces(args.results_dir)), out_dir, "timeline.png", written)
+    save(plot_memory(os.path.join(args.results_dir, "sharding.json")), out_dir,
+         "memory-per-rank.png", written)
     for path in written:
         print(f"plot: {path}")
     return written

@@ -7,13 +7,14 @@ the plots.
 
 Runs mlp_ddp.py one job at a time: per model the single process, then at each world size ddp,
 ddp-no-sync (the compute baseline) and each manual strategy; then bucketed and ddp at each
---bucket-mbs at the largest world size (MLP only). Rounds are interleaved (every other one
-reversed), so slow spells of the machine spread over every configuration; a stable --run-name
+--bucket-mbs at the largest world size (MLP only). Each round runs every configuration in an order
+shuffled from --order-seed, recorded in <results-dir>/sweep-order.json. A stable --run-name
 (sweep-mlp-manual-flat-w4-r2) makes a re-run replace its file; a failed run is reported and the
-sweep goes on (exit code 1). The default takes about 40 minutes on 2 cores.
+sweep goes on (exit code 1). The default, 6 rounds, takes about 80 minutes on 2 cores.
 """
 import argparse
 import os
+import random
 import shlex
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import time
 
 from analysis import plots
 from runtime.options import MANUAL_CONFIGURATIONS, manual_arguments
+from runtime.results import write_json_atomic
 
 MANUAL_NAMES = tuple(MANUAL_CONFIGURATIONS)  # --strategies: (--sync, --transport) by name
 
@@ -29,7 +31,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_MLP_STEPS = 100  # per epoch; the first 5 steps of a run are warm-up, left out of the timing
 DEFAULT_CNN_STEPS = 20  # a CNN step is about 10 MLP steps
 DEFAULT_EPOCHS = 2  # two points per learning curve
-DEFAULT_REPEATS = 3  # the fewest that give a median and a spread
+DEFAULT_REPEATS = 6  # from 5 the verdicts need a bootstrap interval of the paired ratios
+ORDER_FILE, ORDER_SCHEMA = "sweep-order.json", "sweep-order/1"
 DEFAULT_EVAL_SAMPLES = ("--val-samples", "2000", "--test-samples", "2000")
 
 
@@ -54,6 +57,7 @@ def parse_args(argv=None):
     add("--epochs", type=int, default=DEFAULT_EPOCHS)
     add("--repeats", type=int, default=DEFAULT_REPEATS,
         help="runs of every configuration, interleaved")
+    add("--order-seed", type=int, default=0, help="seeds each round's shuffled order")
     add("--train-samples", type=int, default=0, help="training subset (0: all)")
     add("--results-dir", default="results")
     add("--extra", default="",
@@ -126,15 +130,18 @@ def run_all(commands, results_dir):
 def main(argv=None):
     """Run (or with --dry-run print) every run, then draw the plots; 1 if any failed."""
     args = parse_args(argv)
-    once = configurations(args)
-    commands = []
-    for repeat in range(1, args.repeats + 1):
-        for name, arguments in once if repeat % 2 else once[::-1]:  # every other round reversed
-            commands.append(command_for(f"{name}-r{repeat}", arguments, args))
+    once = configurations(args)  # each round in its own order, shuffled from the seed
+    rounds = [random.Random(args.order_seed * 100_003 + repeat).sample(once, len(once))
+              for repeat in range(1, args.repeats + 1)]
+    commands = [command_for(f"{name}-r{repeat}", arguments, args)
+                for repeat, order in enumerate(rounds, 1) for name, arguments in order]
     if args.dry_run:
         for _name, command in commands:
             print(shlex.join(command))
         return 0
+    write_json_atomic(os.path.join(args.results_dir, ORDER_FILE), {  # its folder made if missing
+        "schema": ORDER_SCHEMA, "order_seed": args.order_seed,
+        "rounds": [[name for name, _ in order] for order in rounds]})
     failed = run_all(commands, args.results_dir)
     plots.main(["--results-dir", args.results_dir])
     if failed:

@@ -13,8 +13,11 @@ Configurations, each training with AdamW (lr 1e-3, fused):
   torch-fully-shard  torch's fully_shard on each layer, then on the root: ZeRO-3 as torch ships it
   zeroK-ring         zeroK over the hand-written ring (--transport ring): the formula's bytes
   zeroK-library      zeroK over gloo's reduce-scatter and all-gather (--transport library)
+  ddp-shm, ddp-ring  torch's DDP whose buckets go over shared memory or the ring (a comm hook)
 Ours run over --transport's default, auto (shared memory, the ranks sharing this host), but where
-a name says otherwise.
+a name says otherwise. Each row's step is also taken over the DDP of its own transport in the same
+repeat (step_ratio_to_same_transport_ddp: zeroK over ddp-shm, zeroK-ring over ddp-ring,
+zeroK-library over ddp): like against like, so that a ratio measures sharding, not the transport.
 torch's two run their own collectives, which the timing layer does not see (DDP's all-reduces
 aside): their rows give the step and the memory, and no bytes or communication times.
 Per rank: the bytes of parameters, gradients and optimizer state it holds (runtime/memory.py's
@@ -32,11 +35,12 @@ not the hidden share, says what prefetching buys.
 Each configuration runs in processes of its own, so that their peak RSS is its own: the models one
 after the other, the high-water mark reset before each (/proc/self/clear_refs). A repeat launches
 every world size (in order, then in reverse order in the next repeat) and at each every
-configuration, in an order rotated from repeat to repeat; the summary gives the median and min-max
-over the repeats, and each repeat's ratio to that repeat's DDP. Data: random tensors of MNIST's
+configuration, in an order shuffled anew for each repeat from --order-seed and recorded in the
+results ("orders"); the summary gives the median and min-max over the repeats, and each repeat's
+ratios to that repeat's DDP. Data: random tensors of MNIST's
 shape, as benchmarks/step_bench.py's.
 
-    python -m benchmarks.sharding_bench      # mlp,cnn x world 1-4, 13 configurations, 5 repeats
+    python -m benchmarks.sharding_bench      # mlp,cnn x world 1-4, 15 configurations, 6 repeats
     python -m benchmarks.sharding_bench --models mlp --world-sizes 1,2 --steps 2 --warmup 1 \
         --repeats 1 --output /tmp/sharding.json
 
@@ -45,6 +49,7 @@ the measurements against (design_doc/7-sharding.md).
 """
 import argparse
 import os
+import random
 import shlex
 import sys
 import tempfile
@@ -90,7 +95,10 @@ SHARDING = {**{level: (flag, True, "auto") for level, flag in SHARD_FLAG.items()
             **{f"{level}-{transport}": (flag, True, transport) for transport in ("ring", "library")
                for level, flag in SHARD_FLAG.items()}}
 OTHER_TRANSPORTS = tuple(name for name in SHARDING if name not in zero_formulas.CONFIGURATIONS)
-CONFIGURATIONS = zero_formulas.CONFIGURATIONS + TORCH + OTHER_TRANSPORTS
+DDP_OVER = {"ddp": "library", "ddp-shm": "shm", "ddp-ring": "ring"}  # DDP's buckets over each
+CONFIGURATIONS = zero_formulas.CONFIGURATIONS + TORCH + OTHER_TRANSPORTS + tuple(DDP_OVER)[1:]
+# the DDP of each of our transports, the like a ZeRO level is compared with (auto: one host's shm)
+SAME_TRANSPORT_DDP = {"auto": "ddp-shm", "shm": "ddp-shm", "ring": "ddp-ring", "library": "ddp"}
 TIMED = ("step", "compute", "comm_busy", "comm_hidden", "comm_exposed")  # summarised over repeats
 CLEAR_REFS = "/proc/self/clear_refs"
 
@@ -107,7 +115,8 @@ def parse_args(argv=None):
     add("--steps", type=int, default=20, help="measured steps per model and configuration")
     add("--warmup", type=int, default=3,
         help="steps left out first (>= 1: DDP rebuilds its buckets after the first)")
-    add("--repeats", type=int, default=5, help="launches of every configuration, interleaved")
+    add("--repeats", type=int, default=6, help="launches of every configuration, interleaved")
+    add("--order-seed", type=int, default=0, help="seeds each repeat's order of configurations")
     add("--batch-size", type=int, default=64, help="per rank")
     add("--bucket-mb", type=float, default=DEFAULT_BUCKET_MB,
         help="DDP's bucket cap and ZeRO-2's buckets (MiB)")
@@ -176,10 +185,11 @@ class Run:
         self.timer = StepTimer(warmup_steps=args.warmup)
         self.timer.comm = recorder = CollectiveLog(self.timer.clock)
         adamw = dict(lr=1e-3, fused=True)
-        if configuration in ("ddp", "torch-zero1"):
-            options = SyncOptions("ddp", bucket_mb=args.bucket_mb)
+        if configuration in ("torch-zero1", *DDP_OVER):
+            options = SyncOptions("ddp", bucket_mb=args.bucket_mb,
+                                  transport=DDP_OVER.get(configuration, "library"))
             wrapped = wrap_model(self.model, options, recorder)
-            if configuration == "ddp":
+            if configuration in DDP_OVER:
                 optimizer = torch.optim.AdamW(self.model.parameters(), **adamw)
             else:
                 from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -345,10 +355,10 @@ def launch(world, configuration, args, folder):
                        fork=True)
 
 
-def configuration_orders(configurations, repeats):
-    """Each repeat's order of the configurations: rotated by one from repeat to repeat."""
-    return [configurations[repeat % len(configurations):]
-            + configurations[:repeat % len(configurations)] for repeat in range(repeats)]
+def configuration_orders(configurations, repeats, seed=0):
+    """Each repeat's order of the configurations: shuffled anew for each repeat, seeded."""
+    return [random.Random(seed * 100_003 + repeat).sample(configurations, len(configurations))
+            for repeat in range(1, repeats + 1)]
 
 
 def run_repeats(args):
@@ -361,8 +371,8 @@ def run_repeats(args):
 
     rows = []
     threads = {}
-    orders = zip(world_size_orders(args.world_sizes, args.repeats),
-                 configuration_orders(args.configurations, args.repeats))
+    orders = list(zip(world_size_orders(args.world_sizes, args.repeats),
+                      configuration_orders(args.configurations, args.repeats, args.order_seed)))
     with tempfile.TemporaryDirectory() as folder:
         for repeat, (worlds, configurations) in enumerate(orders, start=1):
             print(f"repeat {repeat} of {args.repeats}:", flush=True)
@@ -378,17 +388,24 @@ def run_repeats(args):
                     print(f"  world {world} {configuration}: {steps}", flush=True)
     add_ratios_to_ddp(rows)
     rows.sort(key=lambda row: (row["world_size"], row["model"], row["repeat"]))
-    return rows, threads
+    return rows, threads, [{"repeat": repeat, "world_sizes": worlds, "configurations": names}
+                           for repeat, (worlds, names) in enumerate(orders, start=1)]
 
 
 def add_ratios_to_ddp(rows):
     """Each row's step and model states over those of DDP's row of the same repeat, world size
-    and model (None without DDP)."""
-    ddp = {(row["repeat"], row["world_size"], row["model"]): row for row in rows
-           if row["configuration"] == "ddp"}
+    and model, and its step over the DDP of its own transport's (SAME_TRANSPORT_DDP); None where
+    that DDP did not run."""
+    ddp = {(row["repeat"], row["world_size"], row["model"], row["configuration"]): row
+           for row in rows if row["configuration"] in DDP_OVER}
     for row in rows:
-        theirs = ddp.get((row["repeat"], row["world_size"], row["model"]))
+        where = (row["repeat"], row["world_size"], row["model"])
+        theirs = ddp.get((*where, "ddp"))
+        transport = SHARDING[row["configuration"]][2] if row["configuration"] in SHARDING else None
+        same = ddp.get((*where, SAME_TRANSPORT_DDP.get(transport)))
         row["step_ratio_to_ddp"] = theirs and row["median_step_s"] / theirs["median_step_s"]
+        row["step_ratio_to_same_transport_ddp"] = same and (row["median_step_s"]
+                                                            / same["median_step_s"])
         row["model_states_ratio_to_ddp"] = theirs and (row["held_bytes"]["model_states"]
                                                        / theirs["held_bytes"]["model_states"])
 
@@ -422,7 +439,8 @@ def summarize(rows):
             "transport": first["transport"],
             "bytes_measured_per_step": spread_or_none([row["bytes_measured_per_step"]
                                                        for row in repeats]),
-            "step_ratio_to_ddp": spread_or_none([row["step_ratio_to_ddp"] for row in repeats]),
+            **{ratio: spread_or_none([row[ratio] for row in repeats])
+               for ratio in ("step_ratio_to_ddp", "step_ratio_to_same_transport_ddp")},
             "model_states_ratio_to_ddp": spread_or_none([row["model_states_ratio_to_ddp"]
                                                          for row in repeats]),
             "formula": {"held_bytes": zero_formulas.model_states(level, first["parameters"],
@@ -490,13 +508,14 @@ def main(argv=None):
     measured = run_repeats(args)
     if measured is None:
         return 1
-    rows, threads = measured
+    rows, threads, orders = measured
     environment["threads_per_rank"] = threads
     summary = summarize(rows)
     write_json_atomic(args.output, {"schema": SCHEMA,
                                     "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                                     "command": command.strip(), "environment": environment,
-                                    "config": vars(args), "measurements": rows,
+                                    "config": vars(args), "orders": orders,
+                                    "measurements": rows,
                                     "summary": summary})
     print_table(summary)
     print(f"\nresults: {args.output}")

@@ -11,6 +11,7 @@ from analysis import results_folder
 from tests.design_doc_results import (
     ALPHAS,
     BETA,
+    LATE_RANK_S,
     REPEATS,
     build_synthetic,
     no_notes,
@@ -185,3 +186,34 @@ def test_the_build_fits_each_world_size_alone_and_recovers_its_alpha(synthetic):
     assert numbers["fit.gloo.w4.max_relative_error"]["value"] < 1e-6
     # The projections start from the smallest world size's fit.
     assert numbers["fit.projection.alpha_s"]["value"] == pytest.approx(ALPHAS[2], rel=1e-6)
+
+
+def test_the_traced_steps_exposed_time_tells_waiting_for_a_late_peer_from_transfer(synthetic):
+    numbers = numbers_of(synthetic.documents)
+
+    def value(name):
+        return numbers[name]["value"]  # trace times are in µs
+    # rank 1 begins every step LATE_RANK_S after rank 0, so it launches its last bucket that long
+    # after rank 0's backward ended: rank 0 waits for it before any transfer can finish
+    assert value("trace.late_start") == pytest.approx(LATE_RANK_S * 1e6)
+    assert value("trace.peer_wait") == pytest.approx(LATE_RANK_S * 1e6)
+    # the exposed time is the wait plus what is left for the transfer, which the document says
+    assert value("trace.peer_wait") + value("trace.transfer") == pytest.approx(
+        value("trace.last_done_after_backward_end"))
+    assert 0 < value("trace.transfer") < value("trace.last_done_after_backward_end")
+
+
+def test_bucket_sizes_that_send_the_same_buckets_are_one_layout_never_a_win_over_each_other(
+        synthetic):
+    numbers = numbers_of(synthetic.documents)
+    layouts = {size: numbers[f"buckets.mlp.bucketed.{size:g}"]["value"] for size in (0.25, 1, 25)}
+    # the synthetic MLP sends the same two buckets at 1 and 25 MiB, four at 0.25 MiB
+    assert layouts[1] == layouts[25] != layouts[0.25]
+    same = numbers["bucket.bucketed.same_layout"]["value"]
+    # the fastest size is named with every size that sends its buckets, and with no other
+    assert same == [size for size, layout in layouts.items() if layout == layouts[same[0]]]
+    takeaway = synthetic.shown["text.bucket_takeaway"]
+    if len(same) > 1:
+        assert "send the same buckets" in takeaway
+    # sizes of one layout are never compared with each other
+    assert not [name for name in numbers if re.match(r"bucket\.bucketed\.(1|25)-vs-(1|25)\.", name)]

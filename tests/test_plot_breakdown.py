@@ -50,3 +50,11 @@ def test_breakdown_error_bars_span_the_fastest_to_the_slowest_repeat():
     assert [start[0] for start, _ in segments] == pytest.approx([7] * 2 + [10] * 4)
     assert [end[0] for _, end in segments] == pytest.approx([10] * 2 + [13] * 4)
 
+
+
+def test_the_footnote_describes_how_timing_records_exposed_communication_now():
+    figure = plot_time_breakdown(grouped(strategy_runs()), "mlp")
+    (note,) = [text.get_text() for text in figure.texts if "timing.py" in text.get_text()]
+    # timing.py ends compute at the last gradient for every mode: no estimate of DDP's exposed time
+    assert "estimate" not in note and "last gradient" in note
+    assert "exposed = busy - hidden" in note

@@ -214,6 +214,30 @@ def test_bad_options_are_one_line_and_exit_code_2(capsys):
 
 
 @pytest.mark.rubric("core.end_to_end")
-def test_each_repeat_rotates_the_configurations_by_one():
-    assert sharding_bench.configuration_orders(["a", "b", "c"], 4) == [
-        ["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
+def test_each_repeat_runs_every_configuration_in_an_order_shuffled_from_the_seed():
+    names = [f"c{index}" for index in range(8)]
+    orders = sharding_bench.configuration_orders(names, 6, seed=3)
+    # every configuration once per repeat; the orders differ, and the seed fixes them
+    assert all(sorted(order) == names for order in orders)
+    assert len({tuple(order) for order in orders}) == 6
+    assert orders == sharding_bench.configuration_orders(names, 6, seed=3)
+    assert orders != sharding_bench.configuration_orders(names, 6, seed=4)
+
+
+def test_each_level_is_compared_with_the_ddp_of_its_own_transport_in_the_same_repeat():
+    def row(configuration, step, repeat=1):
+        return {"repeat": repeat, "world_size": 4, "model": "mlp",
+                "configuration": configuration, "median_step_s": step,
+                "held_bytes": {"model_states": 16.0}}
+    rows = [row("ddp", 2.0), row("ddp-shm", 1.0), row("ddp-ring", 4.0), row("zero1", 1.5),
+            row("zero1-ring", 2.0), row("zero1-library", 3.0), row("zero1", 9.0, repeat=2)]
+    sharding_bench.add_ratios_to_ddp(rows)
+    same = {(entry["configuration"], entry["repeat"]): entry["step_ratio_to_same_transport_ddp"]
+            for entry in rows}
+    # shared memory's ZeRO over shared memory's DDP, the ring's over the ring's, gloo's over gloo's
+    assert same[("zero1", 1)] == 1.5 and same[("zero1-ring", 1)] == 0.5
+    assert same[("zero1-library", 1)] == 1.5
+    # against torch's DDP over gloo, whatever the transport: the old ratio, kept
+    assert [entry["step_ratio_to_ddp"] for entry in rows[3:6]] == [0.75, 1.0, 1.5]
+    # a repeat without its DDP compares with nothing
+    assert same[("zero1", 2)] is None

@@ -44,13 +44,34 @@ def test_dry_run_lists_single_then_every_mode_per_world_size_then_the_bucket_swe
             for mode in world_modes]
     once += [f"bucket-mlp-{mode}-{size}mb-w4" for size in ("0.25", "1", "4", "25")
              for mode in ("bucketed", "ddp")]
-    # every configuration once per round; every other round in reverse, so no run always
-    # follows the same one
-    rounds = [once, once[::-1], once]
-    assert names == [f"{name}-r{repeat}" for repeat, round_names in enumerate(rounds, 1)
-                     for name in round_names]
+    # every configuration once per round, in an order shuffled anew each round, so no run
+    # always follows the same one and no configuration always runs early
+    rounds = [names[start:start + len(once)] for start in range(0, len(names), len(once))]
+    assert len(rounds) == sweep.DEFAULT_REPEATS
+    for repeat, round_names in enumerate(rounds, 1):
+        assert sorted(round_names) == sorted(f"{name}-r{repeat}" for name in once)
+    orders = [[name.rsplit("-r", 1)[0] for name in round_names] for round_names in rounds]
+    assert len({tuple(order) for order in orders}) == len(orders) and orders[0] != once
     steps = {option(command, "--model"): option(command, "--max-steps") for command in commands}
     assert steps == {"mlp": str(sweep.DEFAULT_MLP_STEPS), "cnn": str(sweep.DEFAULT_CNN_STEPS)}
+
+
+def test_the_order_of_each_round_is_seeded_and_recorded_in_the_results_folder(
+        capsys, tmp_path, monkeypatch):
+    names = [option(command, "--run-name") for command in dry_run(capsys, [])]
+    # the same seed gives the same order, another seed another
+    assert names == [option(command, "--run-name") for command in dry_run(capsys, [])]
+    other = [option(command, "--run-name") for command in dry_run(capsys, ["--order-seed", "1"])]
+    assert sorted(other) == sorted(names) and other != names
+    # a sweep that runs writes the order it ran in, with its seed, before its first run
+    monkeypatch.setattr(sweep, "run_all", lambda commands, results_dir: [])
+    monkeypatch.setattr(sweep.plots, "main", lambda argv: [])
+    assert sweep.main(["--order-seed", "1", "--results-dir", str(tmp_path)]) == 0
+    with open(tmp_path / sweep.ORDER_FILE) as file:
+        recorded = json.load(file)
+    assert recorded["schema"] == sweep.ORDER_SCHEMA and recorded["order_seed"] == 1
+    assert [f"{name}-r{repeat}" for repeat, order in enumerate(recorded["rounds"], 1)
+            for name in order] == other
 
 
 def test_ring_and_shm_are_the_flat_buffer_over_their_transport_the_others_over_the_library(
@@ -104,7 +125,10 @@ def test_a_tiny_sweep_writes_valid_results_and_the_plots(tmp_path, real_data):
             documents[os.path.basename(path)] = json.load(file)
     assert sorted(documents) == ["sweep-mlp-ddp-no-sync-w2-r1.json", "sweep-mlp-ddp-w2-r1.json",
                                  "sweep-mlp-manual-flat-w2-r1.json",
-                                 "sweep-mlp-single-w1-r1.json"]
+                                 "sweep-mlp-single-w1-r1.json", sweep.ORDER_FILE]
+    order = documents.pop(sweep.ORDER_FILE)
+    assert sorted(order["rounds"][0]) == sorted(name.removesuffix("-r1.json")
+                                                for name in documents)
     assert all(validate(document) == [] for document in documents.values())
     plots = sorted(os.listdir(tmp_path / "plots"))
     assert plots == ["curves-mlp.png", "scaling-mlp.png", "time-breakdown-mlp.png"]
