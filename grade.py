@@ -23,18 +23,17 @@ import time
 
 from grading import calibration, gradescope, profile, view
 from grading.judge import make_judge
-from grading.plugin import Grading, load_rubric
-from grading.report import BY_PERSON, totals, write_atomically
-from grading.runner import run_pytest
-from grading.sandbox import (
-    become,
+from grading.leftovers import (
     descendants_of,
     kill_processes_of,
     kill_until_gone,
-    real_mnist,
     remove_files_of,
     remove_ipc_objects_of,
 )
+from grading.plugin import Grading, load_rubric
+from grading.report import BY_PERSON, totals, write_atomically
+from grading.runner import run_pytest
+from grading.sandbox import become, real_mnist
 from grading.submission import copy_submission, file_hashes
 
 INSTRUCTOR = os.path.dirname(os.path.abspath(__file__))  # its tests/ grade every submission

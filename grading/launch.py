@@ -17,7 +17,8 @@ from torch import multiprocessing
 from torch.multiprocessing.spawn import ProcessException
 
 from grading import sandbox, sockets, view
-from grading.sandbox import SANDBOX, descendants_of
+from grading.leftovers import descendants_of, kill_with_descendants
+from grading.sandbox import SANDBOX
 
 
 def run_cli(*args, timeout=180, env=None, fresh_interpreter=False):
@@ -47,7 +48,7 @@ def run_python(arguments, timeout=None, env=None):
         process.join(limited)
         ended = process.exitcode is not None
         if not ended:
-            sandbox.kill_with_descendants(process.pid)
+            kill_with_descendants(process.pid)
             process.join()
         sandbox.settle()  # before reading: a link left in place of an output file is gone
         if not ended:
@@ -232,7 +233,7 @@ def _launch(world_size, function, args, timeout_s, backend, counting=None, netwo
         finally:
             for process in context.processes:  # past the deadline, or beside a rank that failed
                 if process.is_alive():
-                    sandbox.kill_with_descendants(process.pid)
+                    kill_with_descendants(process.pid)
             sandbox.settle()
             print_what_they_printed(ranks)
         if failure:  # read after settle(), as the output: what is there is the ranks' own

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from grading.sandbox import kill_with_descendants
+from grading.leftovers import kill_with_descendants
 
 START_S = 60  # imports and collection, before the first test
 EXIT_S = 10  # from the report's writing to the process's end

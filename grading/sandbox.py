@@ -12,13 +12,11 @@ says why each holds.
 """
 import atexit
 import contextlib
-import ctypes
 import functools
 import importlib
 import os
 import resource
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -27,6 +25,12 @@ import time
 import types
 
 from grading import profile, view
+from grading.leftovers import (
+    kill_processes_of,
+    kill_with_descendants,
+    remove_files_of,
+    remove_ipc_objects_of,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SANDBOX = os.path.abspath(os.environ.get("GRADE_SANDBOX") or REPO)
@@ -46,9 +50,6 @@ CPU_SECONDS = 600
 TASKS_OF_THE_CHILD_USER = 2048
 # Bytes of a stream of student output that reach the judge: its first and its last half.
 OUTPUT_LIMIT = 2**20
-KILL_WITHIN_S = 10
-# Where any user may write: what a test's user left there is removed with the test.
-SHARED_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue")
 MNIST_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
                "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
 
@@ -216,89 +217,6 @@ def settle():
                     os.unlink(path)  # a link, or another name of somebody else's file
 
 
-def process_table():
-    """{pid: (parent, {real and effective uid}, state)} of every process in /proc."""
-    table = {}
-    for name in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        try:
-            with open(f"/proc/{name}/status") as file:
-                fields = dict(line.split(":", 1) for line in file if ":" in line)
-            table[int(name)] = (int(fields["PPid"]), set(map(int, fields["Uid"].split()[:2])),
-                                fields["State"].strip()[:1])
-        except (OSError, ValueError, KeyError):
-            continue  # not a process, or gone meanwhile
-    return table
-
-
-def processes_of(uids):
-    """The live (not zombie) processes whose real or effective uid is in `uids`."""
-    return [pid for pid, (_, owners, state) in process_table().items()
-            if state not in "ZX" and owners & uids]
-
-
-def kill_processes_of(*uids):
-    """SIGKILL every process of these uids until none is left."""
-    kill_until_gone(lambda: processes_of(set(uids)))
-
-
-def kill_until_gone(find, reap=False):
-    """SIGKILL the processes find() names until it names none (they may be forking meanwhile);
-    `reap`: also reap them, where they are this process's children."""
-    deadline = time.monotonic() + KILL_WITHIN_S
-    while (pids := find()) and time.monotonic() < deadline:
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError, ChildProcessError):
-                os.kill(pid, signal.SIGKILL)
-                if reap:
-                    os.waitpid(pid, os.WNOHANG)
-        time.sleep(0.01)
-
-
-def remove_files_of(*uids):
-    """Remove what these users left in the SHARED_FOLDERS."""
-    for folder in SHARED_FOLDERS:
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:
-            continue
-        for entry in entries:
-            with contextlib.suppress(OSError):
-                if entry.stat(follow_symlinks=False).st_uid not in uids:
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path)  # by descriptors: follows no link
-                else:
-                    os.unlink(entry.path)
-
-
-IPC_KINDS = (("shm", "shmctl"), ("msg", "msgctl"), ("sem", "semctl"))
-
-
-def ipc_objects_of(*uids):
-    """[(kind, id), ...] of the System V IPC objects (shared memory, message queues, semaphores)
-    these users own or made, in the judge's IPC namespace."""
-    found = []
-    for kind, _ in IPC_KINDS:
-        try:
-            with open(f"/proc/sysvipc/{kind}") as file:
-                header, *rows = [line.split() for line in file]
-        except OSError:
-            continue
-        column = {name: index for index, name in enumerate(header)}
-        found += [(kind, int(row[1])) for row in rows
-                  if {int(row[column["uid"]]), int(row[column["cuid"]])} & set(uids)]
-    return found
-
-
-def remove_ipc_objects_of(*uids):
-    """Remove the System V IPC objects these users own or made: without IPC namespaces, one test's
-    child could leave one for a later test's."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    controls = dict(IPC_KINDS)
-    for kind, identifier in ipc_objects_of(*uids):
-        getattr(libc, controls[kind])(identifier, 0, 0)  # IPC_RMID
-
-
 def seconds_left(timeout_s=None):
     """`timeout_s`, or what is left of the current test's time where that is less."""
     if Child.deadline is None:
@@ -311,26 +229,6 @@ def timed_out():
     """The failure of a test whose time ran out."""
     return TestTimedOut(f"timed out after {Child.timeout_s:g} s (a hang in a collective?): the "
                         "grader killed the test's processes")
-
-
-def kill_with_descendants(pid):
-    """SIGKILL a process and every process below it, found first."""
-    for process in [*descendants_of(pid), pid]:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(process, signal.SIGKILL)
-
-
-def descendants_of(root):
-    """Every descendant of `root`, zombies included."""
-    children = {}
-    for pid, (parent, _, _) in process_table().items():
-        children.setdefault(parent, []).append(pid)
-    found, stack = [], [root]
-    while stack:
-        below = children.get(stack.pop(), [])
-        found += below
-        stack += below
-    return found
 
 
 def child_process(env=None):

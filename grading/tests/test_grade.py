@@ -16,7 +16,7 @@ import sys
 import pytest
 
 import grade
-from grading import calibration, gradescope, profile, sandbox
+from grading import calibration, gradescope, leftovers, profile, sandbox
 from grading.tests.tiny_assignment import (
     LEFT_BY_A_HUNG_TEST,
     REPO,
@@ -41,7 +41,7 @@ def graded(tmp_path_factory):
         os.unlink(LEFT_BY_A_HUNG_TEST)
     report = grade.grade(submission, TIMEOUT_S, 120, instructor)
     return {"report": report, "submission": submission,
-            "left": sandbox.processes_of(set(uids_of(report)))}
+            "left": leftovers.processes_of(set(uids_of(report)))}
 
 
 def by_nodeid(report):

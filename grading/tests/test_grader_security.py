@@ -23,6 +23,7 @@ import time
 
 import pytest
 
+from grading import leftovers
 from grading.tests.tiny_assignment import REPO, instructor_repository, uids_of, write_files
 
 HIDDEN_SECRET = "the-hidden-tests-secret-7d3f"
@@ -464,11 +465,10 @@ def left_by_the_grading(report):
     """What a user of this grading's children (the range its report names: another grading on
     the machine has its own) left behind: files in the shared temporary folders, System V IPC
     objects, processes."""
-    from grading import sandbox
     uids = set(uids_of(report))
-    found = [f"process {pid}" for pid in sandbox.processes_of(uids)]
-    found += [f"{kind} {identifier}" for kind, identifier in sandbox.ipc_objects_of(*uids)]
-    for folder in sandbox.SHARED_FOLDERS:
+    found = [f"process {pid}" for pid in leftovers.processes_of(uids)]
+    found += [f"{kind} {identifier}" for kind, identifier in leftovers.ipc_objects_of(*uids)]
+    for folder in leftovers.SHARED_FOLDERS:
         if os.path.isdir(folder):
             found += [entry.path for entry in os.scandir(folder)
                       if entry.stat(follow_symlinks=False).st_uid in uids]
@@ -661,7 +661,7 @@ def test_settling_kills_the_users_processes_and_removes_the_links_it_left():
                                        text=True, user=uid, group=uid, extra_groups=[])
             assert process.stdout.readline().strip() == "ready"
             sandbox.settle()
-            assert process.wait(timeout=10) == -9 and not sandbox.processes_of({uid})
+            assert process.wait(timeout=10) == -9 and not leftovers.processes_of({uid})
             left = sorted(os.path.relpath(os.path.join(top, name), folder)
                           for top, subfolders, names in os.walk(folder)
                           for name in subfolders + names)
