@@ -587,14 +587,18 @@ def test_ring_reduce_scatter_equals_dist_reduce_scatter_single(dtype, world_size
         check_reduce_scatter(rank, cases, dtype, world_size)
 
 
+def cases_in(rank, cases, dtype):
+    """(where, kind, length, case) of each of one rank's cases in `dtype`; `where` names them."""
+    for (case_dtype, kind, length), case in cases.items():
+        if case_dtype == dtype:
+            yield f"rank {rank}, {kind} of length {length} in {dtype}", kind, length, case
+
+
 def check_reduce_scatter(rank, cases, dtype, world_size):
     """Each of one rank's cases in `dtype`: its ring_reduce_scatter output against the library's;
     a failure names the rank, the case, the chunk and the first index that differs."""
     __tracebackhide__ = True  # the failure points at the test's line
-    for (case_dtype, kind, length), case in cases.items():
-        if case_dtype != dtype:
-            continue
-        where = f"rank {rank}, {kind} of length {length} in {dtype}"
+    for where, kind, _, case in cases_in(rank, cases, dtype):
         got, want = succeeded(case["reduce_scatter"], f"ring_reduce_scatter ({where})")
         assert_same(got, want, f"{where}: ring_reduce_scatter's output, chunk {rank} of the sum",
                     atol=allowed(kind, dtype, world_size, case))
@@ -607,10 +611,7 @@ def test_ring_all_gather_equals_dist_all_gather_single_bit_for_bit(dtype, world_
     """An all-gather only copies, so it must agree to the bit, whether the shard is a tensor of
     its own or output's own chunk r."""
     for rank, cases in enumerate(halves(world_size, "all_gather")):
-        for (case_dtype, kind, length), case in cases.items():
-            if case_dtype != dtype:
-                continue
-            where = f"rank {rank}, {kind} of length {length} in {dtype}"
+        for where, _, length, case in cases_in(rank, cases, dtype):
             chunk = length // world_size
             got, want = succeeded(case["all_gather"], f"ring_all_gather ({where})")
             assert_same(got, want, f"{where}: ring_all_gather's output", chunk=chunk)
@@ -627,10 +628,7 @@ def test_reduce_scatter_then_all_gather_is_the_ring_all_reduce(dtype, world_size
     on integer values (every order of addition is exact); within summation order on random ones
     (the all-reduce's chunk r ends on rank r-1, the reduce-scatter's on rank r: other orders)."""
     for rank, cases in enumerate(halves(world_size, "all_gather")):
-        for (case_dtype, kind, length), case in cases.items():
-            if case_dtype != dtype:
-                continue
-            where = f"rank {rank}, {kind} of length {length} in {dtype}"
+        for where, kind, length, case in cases_in(rank, cases, dtype):
             got, want = succeeded(case["composed"], f"the ring's halves or all-reduce ({where})")
             assert_same(got, want, f"{where}: the halves composed, against ring_all_reduce",
                         atol=allowed(kind, dtype, world_size, case), chunk=length // world_size)
