@@ -126,10 +126,10 @@ def new_folder(path):
 def read_only():
     """The folders a child reads: the sandbox, the data the environment names, and the
     interpreter's, none of them the judge's."""
-    data = [os.environ[name] for name in ("OFFLINE_DATA_DIR",) if os.path.isdir(
-        os.environ.get(name, ""))]
+    data = os.environ.get("OFFLINE_DATA_DIR", "")
     interpreter = view.interpreter_folders(judges_folders(), os.environ.get("GRADE_INSTRUCTOR"))
-    return tuple(sorted({SANDBOX, *map(os.path.abspath, data), *interpreter}))
+    return tuple(sorted({SANDBOX, *interpreter} | ({os.path.abspath(data)} if os.path.isdir(data)
+                                                   else set())))
 
 
 def judges_folders():
@@ -249,8 +249,8 @@ def for_children(environment, child):
     folder it cannot see named (a list of folders keeps those it can)."""
     _, home, seen = child
     folders = None if seen is None else (*seen.read_only, *seen.writable, *view.SYSTEM, "/tmp")
-    hidden = judges_folders() + [os.environ[name] for name in ("GRADE_INSTRUCTOR",)
-                                 if os.environ.get(name)]
+    hidden = judges_folders() + ([os.environ["GRADE_INSTRUCTOR"]]
+                                 if os.environ.get("GRADE_INSTRUCTOR") else [])
 
     def visible(path):
         if any(view.within(path, folder) for folder in hidden):
