@@ -502,10 +502,11 @@ AS_ROOT_ONLY = ("forges the grade report", "reads the hidden tests",
 WITH_NAMESPACES_ONLY = ("leaves a file in a world-writable folder",)
 WORLD_WRITABLE_IN = "/var/lib"  # none of the shared temporary folders
 # The tricks that reach for the instructor's checkout, the hidden tests, or a later test, graded
-# with the fallback too, as where Linux refuses namespaces (grade.py --no-namespaces).
+# with the fallback too, as where Linux refuses namespaces (grade.py --no-namespaces): the others
+# meet the same defences either way.
 IN_THE_FALLBACK_TOO = ("reads the hidden tests", "runs the instructor's answer",
                        "leaves a System V segment for a later test",
-                       "leaves a file for a later test", "a daemon rewrites the results")
+                       "leaves a file for a later test")
 CONTAINMENTS = {"namespaces": (), "fallback": ("--no-namespaces",)}
 
 
@@ -579,8 +580,9 @@ IN_THE_LAYOUT = ("forges the grade report", "a daemon rewrites the results",
 
 
 @pytest.mark.parametrize("trick, containment",
-                         [(trick, containment) for trick in IN_THE_LAYOUT
-                          for containment in CONTAINMENTS])
+                         [(trick, "namespaces") for trick in IN_THE_LAYOUT]
+                         + [(trick, "fallback") for trick in IN_THE_LAYOUT
+                            if trick in ("runs the instructor's answer", "reads the hidden tests")])
 def test_a_trick_earns_nothing_through_run_autograder_in_gradescopes_layout(open_folder, trick,
                                                                             containment):
     if not another_user_can_run_python():
