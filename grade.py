@@ -134,7 +134,7 @@ def contain(work, private, judge, sandbox, scratch, env, instructor, namespaces=
         env["GRADE_NAMESPACES"] = "1"
         return range(first, first + CHILD_UIDS), notes + [NAMESPACES]
     notes.append(f"namespaces: no ({why}): {FALLBACK}")
-    if os.stat(instructor).st_mode & 0o005:
+    if readable_by_everyone(instructor):
         notes.append(f"not contained: the instructor's folder {instructor} can be read by every "
                      "user, student code included (make it root's alone, as run_autograder does)")
     return range(first, first + CHILD_UIDS), notes
@@ -151,6 +151,16 @@ FALLBACK = ("student code saw the file system as any user does (the grader's fol
             "test: where a test counts their bytes, the kernel counted what their processes wrote, "
             "and they could open no socket, but what they exchanged through memory or the process "
             "group's store went uncounted")
+
+
+def readable_by_everyone(folder):
+    """Whether any user may enter every folder down to `folder`, and read it."""
+    path = os.path.realpath(folder)
+    ancestors = [path]
+    while ancestors[-1] != "/":
+        ancestors.append(os.path.dirname(ancestors[-1]))
+    return (os.stat(path).st_mode & 0o005 == 0o005
+            and all(os.stat(ancestor).st_mode & 0o001 for ancestor in ancestors))
 
 
 def namespaces_refused(uid, sandbox, scratch, work, instructor):

@@ -562,6 +562,9 @@ def test_a_trick_earns_nothing_and_results_json_says_what_was_refused(open_folde
     expected = "namespaces: yes" if containment == "namespaces" and not namespaces_refused() \
         else "namespaces: no"
     assert any(note.startswith(expected) for note in report["notes"]), report["notes"]
+    # without namespaces, a checkout any user may read is named as not contained
+    exposed = [note for note in report["notes"] if note.startswith("not contained: ")]
+    assert len(exposed) == (expected == "namespaces: no"), report["notes"]
     if trick == "leaves a file for a later test":  # nor left behind by the grading
         assert not os.path.lexists(LEFT_FOR_LATER)
     # no file, IPC object or process of the grading's users outlives it
