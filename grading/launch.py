@@ -29,15 +29,15 @@ def run_cli(*args, timeout=180, env=None, fresh_interpreter=False):
     environment.update(env or {})
     arguments = [os.path.join(SANDBOX, "mlp_ddp.py"), *map(str, args)]
     if fresh_interpreter:
-        return sandbox.run_python(arguments, timeout=timeout, env=environment)
+        return sandbox.run_interpreter(arguments, timeout=timeout, env=environment)
     return run_python(arguments, timeout=timeout, env=environment)
 
 
 def run_python(arguments, timeout=None, env=None):
-    """sandbox.run_python(ARGUMENTS), `python SCRIPT ARGS` or `python -m MODULE ARGS` as a process
-    of student code, but forked from the server that has imported torch (START_METHOD), as the test
-    functions' ranks are: a fresh interpreter spends 1.5 s of CPU importing torch, 3 s with the
-    torch._dynamo that the first optimizer imports, most of a small run's cost."""
+    """sandbox.run_interpreter(ARGUMENTS), `python SCRIPT ARGS` or `python -m MODULE ARGS` as a
+    process of student code, but forked from the server that has imported torch (START_METHOD),
+    as the test functions' ranks are: a fresh interpreter spends 1.5 s of CPU importing torch, 3 s
+    with the torch._dynamo that the first optimizer imports, most of a small run's cost."""
     environment = dict(os.environ if env is None else env)
     command = [sys.executable, *map(str, arguments)]
     limited = sandbox.seconds_left(timeout)
@@ -63,10 +63,8 @@ def _run_script(folder, child, environment, arguments):
     # As a fresh `python ARGUMENTS` would run: its output into files the judge opened (as the
     # judge, before the change of user), the environment given, the sandbox as its folder, and
     # first on the path the script's folder, or for -m the current one.
-    for descriptor, name in ((1, "stdout"), (2, "stderr")):
-        output = os.open(os.path.join(folder, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        os.dup2(output, descriptor)
-        os.close(output)
+    output_into(os.path.join(folder, "stdout"), 1)
+    output_into(os.path.join(folder, "stderr"), 2)
     os.environ.clear()
     os.environ.update(environment)
     sandbox.enter(child)
@@ -79,6 +77,15 @@ def _run_script(folder, child, environment, arguments):
         sys.path.insert(0, os.path.dirname(os.path.abspath(arguments[0])))
         sys.argv = arguments
         runpy.run_path(arguments[0], run_name="__main__")
+
+
+def output_into(path, *descriptors):
+    """The `descriptors` (1: stdout, 2: stderr) written to a new file `path`, opened before the
+    change of user, so the judge's own."""
+    output = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    for descriptor in descriptors:
+        os.dup2(output, descriptor)
+    os.close(output)
 
 
 def read_bounded(path):
@@ -320,12 +327,8 @@ def print_what_they_printed(ranks):
 def _worker(rank, world_size, port, folder, children, target, args, timeout_s, backend, counting):
     rank_folder = os.path.join(folder, str(rank))
     # What the rank prints goes to a file the judge reads back cut (print_what_they_printed), never
-    # into the judge's own output: opened before the change of user, so the judge's own.
-    output = os.open(os.path.join(rank_folder, "output.txt"),
-                     os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    os.dup2(output, 1)
-    os.dup2(output, 2)
-    os.close(output)
+    # into the judge's own output
+    output_into(os.path.join(rank_folder, "output.txt"), 1, 2)
     module, name = target
     hidden = sandbox.hidden_code(module)  # read while the judge's folder is still there
     sandbox.enter(children[rank])  # the child user, its view: before any code under test runs

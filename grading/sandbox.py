@@ -76,7 +76,8 @@ class Child:
     timeout_s = None
     handed_over = []  # the folders given to uid (home included), settled after each launch
     module_uids = {}  # test module -> uid
-    namespaces = []  # the current launch's (view.Namespaces), made at its first process
+    namespaces = None  # the current launch's shared view.Namespaces, made at its first process
+    holders = []  # every view.Namespaces of the current launch, closed after it
     shm = None  # the test's /dev/shm, in its view
 
 
@@ -91,20 +92,25 @@ def identity():
 def view_of_the_test():
     """What the current launch's children see: its namespaces (made now if not yet), the sandbox
     and the data read-only, and the folders handed to the test's user."""
-    if not Child.namespaces:
-        Child.namespaces.append(view.Namespaces(("net", "ipc", "pid")))
+    if Child.namespaces is None:
+        Child.namespaces = held(view.Namespaces(("net", "ipc", "pid")))
     if Child.shm is None:
         Child.shm = hand_over(tempfile.mkdtemp(prefix="shm-", dir=SCRATCH))
-    return view.View(Child.namespaces[0].joined, read_only(), tuple(Child.handed_over), Child.shm,
+    return view.View(Child.namespaces.joined, read_only(), tuple(Child.handed_over), Child.shm,
                      mount_point())
+
+
+def held(namespaces):
+    """`namespaces`, to be closed with the current launch (settle())."""
+    Child.holders.append(namespaces)
+    return namespaces
 
 
 def isolated(network, folder, shm):
     """The identity of a rank that shares `network` (view.Namespaces) with its launch's other
     ranks, and nothing else: its IPC objects, processes and /dev/shm (`shm`) its own, and of the
     files only `folder` (its home) writable. As the test's user, or as root where there is none."""
-    own = view.Namespaces(("ipc", "pid"))
-    Child.namespaces.append(own)
+    own = held(view.Namespaces(("ipc", "pid")))
     seen = view.View(network.joined + own.joined, read_only(), (folder,), shm, mount_point())
     return Child.uid, folder, seen
 
@@ -200,9 +206,9 @@ def discard(folder):
 def settle():
     """After a launch: kill the current test's uid's processes, close its namespaces, then remove
     the links it left."""
-    for namespaces in Child.namespaces:  # a PID namespace's processes die with it
+    for namespaces in Child.holders:  # a PID namespace's processes die with it
         namespaces.close()
-    Child.namespaces = []
+    Child.namespaces, Child.holders = None, []
     if Child.uid is None:
         return
     kill_processes_of(Child.uid)
@@ -281,8 +287,9 @@ def become(uid, home=None, seen=None):
         os.setuid(uid)
 
 
-def run_python(arguments, timeout=None, env=None):
-    """run() of `python ARGUMENTS` as a process of student code."""
+def run_interpreter(arguments, timeout=None, env=None):
+    """run() of a new `python ARGUMENTS` as a process of student code (grading/launch.py's
+    run_python forks one from a process that has imported torch instead)."""
     return run([sys.executable, *arguments], timeout=timeout, **child_process(env))
 
 

@@ -37,18 +37,17 @@ def collectives(name="auto", recorder=None, message="bucket", layers=(), record=
     (collective_record.Recorder), each call is kept there, innermost; a ring's messages are kept
     by the launcher's interception instead, at the lesson's own lines. A collective: every rank
     calls it."""
-    name = transports.resolve(name, "sharded")
-    carried = transports.TRANSPORTS[name].make()
+    transport = transports.TRANSPORTS[transports.resolve(name, "sharded")]
+    carried = transport.make()
     made = {}
     for kind, collective in (("reduce-scatter", carried.reduce_scatter),
                              ("all-gather", carried.all_gather)):
-        if record is not None and name != "ring":
+        if record is not None and transport.carrier != "point-to-point":
             collective = recorded(collective, record, kind.replace("-", "_"))
         for layer in layers:
             collective = layer(collective)
         if recorder is not None:
-            collective = timed(collective, recorder, kind, message,
-                               transports.TRANSPORTS[name].carrier)
+            collective = timed(collective, recorder, kind, message, transport.carrier)
         made[kind.replace("-", "_")] = collective
     return made
 

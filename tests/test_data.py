@@ -13,7 +13,7 @@ import torch
 from torch.utils.data.distributed import DistributedSampler
 
 from grading.launch import run_alone
-from grading.sandbox import run_python
+from grading.sandbox import run_interpreter
 from tests.harness import write_dataset
 
 SPLITS = ("train", "val", "test")
@@ -66,7 +66,7 @@ def assert_data_error(message, pattern):
 def test_torchvision_imports_on_this_torch_in_a_fresh_interpreter():
     code = ("from runtime import data; torchvision = data.import_torchvision(); "
             "print(torchvision.datasets.MNIST.__name__)")
-    done = run_python(["-c", code], timeout=120)
+    done = run_interpreter(["-c", code], timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "MNIST"
 

@@ -2,7 +2,7 @@
 import json
 
 from benchmarks import gpu_check
-from grading.sandbox import run_python
+from grading.sandbox import run_interpreter
 
 DRY_RUN = ("single-w1", "manual-ring-w2-shared", "plain-loop", "time-to-accuracy")
 
@@ -19,7 +19,7 @@ def test_the_check_plans_every_mode_at_one_rank_then_two_and_four_sharing_the_gp
 
 def test_the_dry_run_on_the_cpu_runs_each_kind_of_step_and_reads_it_back(tiny_data, tmp_path):
     # one step of each kind: a run alone, ranks sharing, the plain loop, the race to 99 %
-    done = run_python(["-m", "benchmarks.gpu_check", str(tmp_path / "gpu"), "--device", "cpu",
+    done = run_interpreter(["-m", "benchmarks.gpu_check", str(tmp_path / "gpu"), "--device", "cpu",
                        "--quick", "--data-dir", tiny_data, "--only", ",".join(DRY_RUN)],
                       timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr

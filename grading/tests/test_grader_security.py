@@ -740,7 +740,7 @@ def test_a_childs_view_holds_the_sandbox_read_only_its_own_folders_and_nothing_o
             monkeypatch.setenv("GRADE_INSTRUCTOR", REPO)
             sandbox.mount_point.cache_clear()
             segment = judges_segment()
-            done = sandbox.run_python(["-c", LOOKS_AROUND, REPO])
+            done = sandbox.run_interpreter(["-c", LOOKS_AROUND, REPO])
             LIBC.shmctl(segment, 0, None)  # IPC_RMID
             assert done.returncode == 0, done.stderr
             seen = json.loads(done.stdout)

@@ -44,14 +44,14 @@ LEFT_BY_A_HUNG_TEST = "/tmp/left-by-a-hung-test-of-the-synthetic-assignment"
 STUDENT_CODE = f"""
 import json
 
-from grading.sandbox import run_python
+from grading.sandbox import run_interpreter
 
 LEFT_BY_A_HUNG_TEST = {LEFT_BY_A_HUNG_TEST!r}
 
 
 def answer(*args):
     code = f"import json, student; print(json.dumps(student.answer(*{{args!r}})))"
-    done = run_python(["-c", code], timeout=60)
+    done = run_interpreter(["-c", code], timeout=60)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])
 """
@@ -75,7 +75,7 @@ TESTS = {
     "test_hang.py": """
         import pytest
 
-        from grading.sandbox import run_python
+        from grading.sandbox import run_interpreter
         from tests.student_code import LEFT_BY_A_HUNG_TEST
 
         pytestmark = pytest.mark.rubric("core.hang")
@@ -91,25 +91,26 @@ TESTS = {
 
 
         def test_hangs_with_a_child_in_its_own_session():
-            run_python(["-c", HANG], timeout=600)
+            run_interpreter(["-c", HANG], timeout=600)
 
 
         def test_hangs_as_well():
-            run_python(["-c", "import time; time.sleep(600)"], timeout=600)
+            run_interpreter(["-c", "import time; time.sleep(600)"], timeout=600)
     """,
     "test_crash.py": """
         import signal
 
         import pytest
 
-        from grading.sandbox import run_python
+        from grading.sandbox import run_interpreter
 
         pytestmark = pytest.mark.rubric("core.fast")
 
 
         @pytest.mark.rubric("core.crash")
         def test_dies():
-            done = run_python(["-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"])
+            crash = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"
+            done = run_interpreter(["-c", crash])
             assert done.returncode == 0, f"killed by {signal.Signals(-done.returncode).name}"
 
 
