@@ -765,6 +765,9 @@ def test_a_childs_view_holds_the_sandbox_read_only_its_own_folders_and_nothing_o
     as_root_with_a_child_user(check)
 
 
+SETUP_SPREAD = 32 * 2**10  # measured: the quiet launch's count varied between 17 and 22 KiB
+
+
 def test_a_counted_launch_counts_what_its_ranks_send_through_their_own_sockets():
     if namespaces_refused():
         pytest.skip(f"no namespaces here: {namespaces_refused()}")
@@ -773,7 +776,8 @@ def test_a_counted_launch_counts_what_its_ranks_send_through_their_own_sockets()
     _, quiet, counted = run_counting_bytes(2, sends_over_sockets, 0)
     _, loud, _ = run_counting_bytes(2, sends_over_sockets, 2**20)
     assert counted == "network"
-    assert loud - quiet >= 2 * 2**20, (quiet, loud)
+    # the sockets' 2 MiB counted, within the set-up's spread between two launches (a few KiB)
+    assert loud - quiet >= 2 * 2**20 - SETUP_SPREAD, (quiet, loud)
 
 
 def test_without_namespaces_a_counted_launch_can_open_no_socket(monkeypatch):
