@@ -29,6 +29,7 @@ from grading.report import (
     write_table,
 )
 
+RUBRIC_PROPERTY = "rubric"  # a report's user property: (the test's items, strict xfail)
 DEFAULT_RUBRIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rubric.py")
 
 
@@ -195,14 +196,30 @@ class Grading:
             raise pytest.UsageError("; ".join(problems))
 
     def classify(self, test, ids):
-        """Record a test's rubric items, also as keywords (-k core.ring)."""
+        """Record a test's rubric items, also as keywords (-k core.ring), and on its reports for
+        a run that pytest-xdist spreads over workers (learn)."""
+        strict = xfail_is_strict(test)
+        test.user_properties.append((RUBRIC_PROPERTY, (ids, strict)))
+        test.extra_keyword_matches.update(ids)
+        self.record(test.nodeid, ids, strict)
+
+    def record(self, nodeid, ids, strict):
+        """A test's items and whether it is a strict xfail."""
         if not ids:
-            self.outside.append(test.nodeid)
-        else:
-            test.extra_keyword_matches.update(ids)
-            if xfail_is_strict(test):
-                self.strict_xfail.add(test.nodeid)
-            self.members[test.nodeid] = ids
+            self.outside.append(nodeid)
+            return
+        if strict:
+            self.strict_xfail.add(nodeid)
+        self.members[nodeid] = ids
+
+    def learn(self, report):
+        """Under pytest-xdist the workers collect, not this process: a test's items come with its
+        first report."""
+        if report.nodeid in self.members or report.nodeid in self.outside:
+            return
+        for ids, strict in (value for name, value in report.user_properties
+                            if name == RUBRIC_PROPERTY):
+            self.record(report.nodeid, tuple(ids), strict)
 
     def pytest_deselected(self, items):
         """Remember the tests -k and -m left out."""
@@ -232,6 +249,7 @@ class Grading:
 
     def pytest_runtest_logreport(self, report):
         """Record a test's outcome (a failure in any phase wins), time and output."""
+        self.learn(report)
         nodeid = report.nodeid
         ids = self.members.get(nodeid, ())
         self.durations[nodeid] = self.durations.get(nodeid, 0.0) + report.duration

@@ -34,6 +34,7 @@ def run_pytest(judge, private, env, budget_s, longest_test_s, pytest_args=()):
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                "-p", "grading.judge_guard", "-p", "grading.containment",
                "--continue-on-collection-errors", "--rootdir", judge, "--grade-profile",
+               "-n", "0",  # in this process: the plugins keep the order, budget and limits
                "--grade-report", report_path, "--grade-budget", f"{budget_s:g}",
                *pytest_args, "tests"]
     began = time.monotonic()
