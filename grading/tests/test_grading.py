@@ -193,6 +193,33 @@ def test_the_json_report_has_the_documented_fields_and_is_written_whole(pytester
     assert [path.name for path in (pytester.path / "out").iterdir()] == ["grade.json"]
 
 
+def test_under_pytest_xdist_the_gathering_process_grades_what_its_workers_ran(pytester,
+                                                                              monkeypatch):
+    """The suite runs on workers (pyproject.toml): they collect, and the process that gathers
+    their reports never sees a test's markers."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))  # for the workers
+    result, report, items = grade(pytester, """
+        import pytest
+
+        @pytest.mark.rubric("core.model")
+        def test_model_learns(): pass
+
+        @pytest.mark.rubric("core.sync")
+        def test_sync_sums_by_mistake(): assert False
+
+        @pytest.mark.rubric("core.sync")
+        @pytest.mark.xfail(strict=True)
+        def test_sync_fails_as_it_must(): assert False
+
+        def test_outside(): pass
+    """, "-p", "xdist", "-n", "2")
+    result.stdout.fnmatch_lines(["*2 workers*"])
+    assert totals(report) == (2, 5, 10)
+    assert items["core.model"]["tests"]["passed"] == ["test_graded.py::test_model_learns"]
+    assert items["core.sync"]["tests"]["passed"] == ["test_graded.py::test_sync_fails_as_it_must"]
+    assert report["tests_outside_the_rubric"] == ["test_graded.py::test_outside"]
+
+
 def test_an_error_in_a_fixture_set_up_or_teardown_loses_the_item(pytester):
     _, report, items = grade(pytester, """
         import pytest
