@@ -55,6 +55,11 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "rubric(item, ...): the rubric item(s) this test assesses "
                                        "(grading/rubric.py)")
     report = config.getoption("grade_report")
+    if report and getattr(config.option, "tx", None) and config.option.dist != "no":
+        # A grade counts what -k left out and what never ran, which only the process that
+        # collects sees: pytest-xdist's workers (pyproject.toml) give way to this one.
+        config.option.dist = "no"
+        print("--grade-report: the tests run in this process, not on pytest-xdist's workers")
     grading = Grading(load_rubric(config.getoption("rubric")), report and os.path.abspath(report))
     grading.profile = config.getoption("grade_profile")
     grading.budget_s = config.getoption("grade_budget")

@@ -193,30 +193,41 @@ def test_the_json_report_has_the_documented_fields_and_is_written_whole(pytester
     assert [path.name for path in (pytester.path / "out").iterdir()] == ["grade.json"]
 
 
-def test_under_pytest_xdist_the_gathering_process_grades_what_its_workers_ran(pytester,
-                                                                              monkeypatch):
+SPREAD = """
+    import pytest
+
+    @pytest.mark.rubric("core.model")
+    def test_model_learns(): pass
+
+    @pytest.mark.rubric("core.sync")
+    def test_sync_sums_by_mistake(): assert False
+
+    @pytest.mark.rubric("core.sync")
+    @pytest.mark.xfail(strict=True)
+    def test_sync_fails_as_it_must(): assert False
+
+    def test_outside(): pass
+"""
+
+
+def test_under_pytest_xdist_the_table_grades_what_the_workers_ran_and_a_report_runs_here(
+        pytester, monkeypatch):
     """The suite runs on workers (pyproject.toml): they collect, and the process that gathers
-    their reports never sees a test's markers."""
+    their reports never sees a test's markers, nor what -k left out."""
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))  # for the workers
-    result, report, items = grade(pytester, """
-        import pytest
-
-        @pytest.mark.rubric("core.model")
-        def test_model_learns(): pass
-
-        @pytest.mark.rubric("core.sync")
-        def test_sync_sums_by_mistake(): assert False
-
-        @pytest.mark.rubric("core.sync")
-        @pytest.mark.xfail(strict=True)
-        def test_sync_fails_as_it_must(): assert False
-
-        def test_outside(): pass
-    """, "-p", "xdist", "-n", "2")
-    result.stdout.fnmatch_lines(["*2 workers*"])
-    assert totals(report) == (2, 5, 10)
-    assert items["core.model"]["tests"]["passed"] == ["test_graded.py::test_model_learns"]
+    rubric = set_up(pytester, RUBRIC)
+    write(pytester, "test_graded.py", SPREAD)
+    spread = pytester.runpytest("-p", "no:cacheprovider", "--rubric", str(rubric),
+                                "-p", "xdist", "-n", "2")
+    spread.stdout.fnmatch_lines(["*2 workers*", "core.model * 2/2 * earned: 1 passed",
+                                 "core.sync * 0/3 * lost: 1 failed*",
+                                 "total: 2 of 5 assessed marks (10 available)"])
+    # a grade report needs the deselected tests too: its run stays in one process
+    result, report, items = grade(pytester, SPREAD, "-p", "xdist", "-n", "2", "-k", "not mistake")
+    result.stdout.fnmatch_lines(["--grade-report: the tests run in this process*"])
+    assert "2 workers" not in result.stdout.str()
     assert items["core.sync"]["tests"]["passed"] == ["test_graded.py::test_sync_fails_as_it_must"]
+    assert report["incomplete_because"] == ["1 test of the rubric deselected"]
     assert report["tests_outside_the_rubric"] == ["test_graded.py::test_outside"]
 
 
