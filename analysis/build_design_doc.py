@@ -47,8 +47,7 @@ DATA_TABLES = tuple(f"table.{name}" for name in (
     "fits.ring predict step_bench step_bench_verdict bucket_sweep emulated.fits.ring "
     "sweep.mlp sweep.cnn comm.mlp comm.cnn buckets.mlp buckets.cnn one_machine crossover "
     "emulated.training.mlp emulated.training.cnn sharding.side.mlp sharding.side.cnn "
-    "sharding.memory.mlp sharding.memory.cnn sharding.bytes sharding.prefetch "
-    "sharding.transports").split())
+    "sharding.memory.mlp sharding.memory.cnn sharding.bytes sharding.prefetch").split())
 
 
 def required_results(results_dir):

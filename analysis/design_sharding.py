@@ -18,15 +18,23 @@ ZERO_LEVELS = zero_formulas.LEVELS[1:]
 TRANSPORTS = (("", "shared memory"), ("-ring", "the ring"), ("-library", "gloo"))  # name suffixes
 # ours over the default transport (shared memory, on one host), torch's, ours over the others
 NAMES = {"ddp": "DDP", **{level: f"ZeRO-{level[-1]}" for level in ZERO_LEVELS},
-         "zero3-no-prefetch": "ZeRO-3 over gloo, no prefetch",
+         "ddp-shm": "DDP over shared memory", "ddp-ring": "DDP over the ring",
+         "zero3-no-prefetch": "ZeRO-3 over gloo, no prefetch", "torch-fully-shard": "fully_shard",
          "torch-zero1": "torch's ZeroRedundancyOptimizer",
-         "torch-fully-shard": "torch's fully_shard",
          **{f"{level}{suffix}": f"ZeRO-{level[-1]} over {shown}"
             for suffix, shown in TRANSPORTS[1:] for level in ZERO_LEVELS}}
-SIDE = ("ddp", "zero1", "zero2", "zero3", "zero3-no-prefetch", "torch-zero1", "torch-fully-shard")
+SIDE = ("ddp", *ZERO_LEVELS, "zero3-no-prefetch", "torch-zero1", "torch-fully-shard")
 HALVES_BYTES = 16 * 2**20  # where bandwidth, not latency, sets a collective's time (§5.1)
-# ours against torch's own, each step over the other's in the same repeat
-AGAINST_TORCH = (("zero1", "torch-zero1"), ("zero3", "torch-fully-shard"))
+# ours against torch's own, both over gloo, each step over the other's in the same repeat
+AGAINST_TORCH = (("zero1-library", "torch-zero1"), ("zero3-library", "torch-fully-shard"))
+# a verdict's name -> its ratio's: over gloo's DDP, the same transport's DDP, torch's own
+RATIO_OF = {"vs_ddp": "step_ratio", "vs_same": "same_ratio", "vs_torch": "vs_torch_ratio"}
+VERDICTS = (("ddp-shm", "vs_ddp", "DDP over shared memory ÷ DDP over gloo"),
+            ("ddp-ring", "vs_ddp", "DDP over the ring ÷ DDP over gloo"),
+            *((f"{level}{suffix}", "vs_same", f"ZeRO-{level[-1]} ÷ DDP, both over {shown}")
+              for suffix, shown in TRANSPORTS for level in ZERO_LEVELS),
+            *((ours, "vs_torch", f"ZeRO-{ours[4]} ÷ {NAMES[theirs]}, both over gloo")
+              for ours, theirs in AGAINST_TORCH))
 STATES_TEXT = {"ddp": "4Ψ + 4Ψ + 8Ψ", "zero1": "4Ψ + 4Ψ + 8Ψ/n", "zero2": "4Ψ + 12Ψ/n",
                "zero3": "16Ψ/n"}
 # number name -> (the measurement's field, unit); 'sent': what left the rank, measured
@@ -35,7 +43,8 @@ FIELDS = {"step": ("median_step_s", "ms"),
           "states": ("held_bytes.model_states", "bytes"),
           "peak": ("held_bytes.model_states_peak", "bytes"),  # at their most, in the step
           "peak_rss": ("peak_rss_bytes", "bytes"), "sent": ("bytes_measured_per_step", "bytes"),
-          "step_ratio": ("step_ratio_to_ddp", "ratio"),
+          "step_ratio": ("step_ratio_to_ddp", "ratio"),  # over gloo's DDP, and over the DDP
+          "same_ratio": ("step_ratio_to_same_transport_ddp", "ratio"),  # of the same transport
           "states_ratio": ("model_states_ratio_to_ddp", "ratio")}
 # the projection's links: a short name -> (what a reader sees, the number it names, its β's)
 LINKS = {"loopback": ("this machine's loopback (§5.1)", None, "fit.projection.beta_s_per_byte"),
@@ -43,7 +52,7 @@ LINKS = {"loopback": ("this machine's loopback (§5.1)", None, "fit.projection.b
                 "emulated.fit.gloo.w2.beta_s_per_byte"),
          "100g": ("a {} link (assumed)", "assume.link.100g", "assume.beta.100g")}
 TABLES = [f"table.sharding.{name}" for name in ("side.mlp side.cnn memory.mlp memory.cnn bytes "
-                                                "prefetch verdicts main transports halves").split()]
+                                                "prefetch verdicts main halves").split()]
 RUN_SETTINGS = (*((name, f"config.{name}", "count") for name in ("steps", "warmup", "repeats")),
                 ("batch", "config.batch_size", "count"), ("bucket_mb", "config.bucket_mb", "MiB"),
                 ("load_average", "environment.load_average_1min_at_start", "number"))
@@ -55,7 +64,7 @@ SIDE_BY_SIDE = (("model states", "{name}.states.median", TEXT),
                 ("at their peak", "{name}.peak.median", TEXT),
                 ("peak RSS", "{name}.peak_rss.median", TEXT),
                 ("sent per step", "{name}.sent.median", TEXT),
-                ("step", "{name}.step", SPREAD), ("× DDP", "{name}.step_ratio", SPREAD),
+                ("step", "{name}.step", SPREAD),  # its ratios, like against like: the verdicts
                 ("communication busy", "{name}.busy.median", TEXT))  # hidden: §7.6's table
 MEMORY = (("formula", "zero.{model}.w{world}.{level}.states", TEXT),
           ("measured", "{name}.states.median", TEXT),
@@ -92,9 +101,8 @@ def sharding_section(numbers, results_dir):
                                                     "python -m benchmarks.sharding_bench")
     rows = document.get("measurements", [])
     where = indices_by(rows, "model", "world_size", "configuration")  # one index per repeat
-    for model in MODELS:
-        for world in FORMULA_WORLDS:
-            register_world(numbers, path, rows, where, model, world)
+    for model, world in [(model, world) for model in MODELS for world in FORMULA_WORLDS]:
+        register_world(numbers, path, rows, where, model, world)
     for largest, suffix, levels in (("other_largest", ".other", zero_formulas.LEVELS),  # bytes
                                     ("ring_padding_largest", "-ring.sent_excess", ZERO_LEVELS),
                                     ("ring_beyond_largest", "-ring.sent_beyond", ZERO_LEVELS)):
@@ -105,10 +113,9 @@ def sharding_section(numbers, results_dir):
                    / zero_formulas.traffic_factor("ddp"), "ratio", "code",
                    "analysis/zero_formulas.py: ZeRO-3's 3P(n-1)/n over DDP's 2P(n-1)/n")
     for model in MODELS:  # one step's buckets of DDP, shards of ZeRO-2 and -3: two ranks, repeat 1
-        for configuration, field in (("ddp", "collectives"), ("zero2", "shards"),
-                                     ("zero3", "shards")):
-            indices = where.get((model, 2, configuration), [])
-            numbers.derived(f"sharding.{model}.{configuration}.{field}", len,
+        for level, field in (("ddp", "collectives"), ("zero2", "shards"), ("zero3", "shards")):
+            indices = where.get((model, 2, level), [])
+            numbers.derived(f"sharding.{model}.{level}.{field}", len,
                             [f"{path}#measurements[{indices[0]}].{field}"] if indices else [],
                             "count", f"the length of the list (one step's {field}: at two ranks)")
     for name, field, unit in RUN_SETTINGS:
@@ -131,11 +138,6 @@ def sharding_section(numbers, results_dir):
             [NAMES[level], world, *cells(numbers, MEMORY, name=key(model, world, level),
                                          model=model, world=world, level=level)]
             for level in zero_formulas.LEVELS for world in FORMULA_WORLDS])
-    context["table.sharding.transports"] = table(  # their bytes: table.sharding.bytes
-        ["model", "ranks", "level", *(f"step ÷ DDP, over {shown}" for _, shown in TRANSPORTS)],
-        [[model.upper(), world, NAMES[level], *(numbers.spread_text(
-            f"{key(model, world, level + suffix)}.step_ratio") for suffix, _ in TRANSPORTS)]
-         for model in MODELS for world in SIDE_BY_SIDE_WORLDS[-1:] for level in ZERO_LEVELS])
     context["table.sharding.bytes"] = table(["model", "ranks", *headers(BYTES)], [
         [model.upper(), world, *cells(numbers, BYTES[:-1], model=model, world=world),
          cells(numbers, BYTES[-1:], model=model, world=world)[0] if world > 1 else "—"]
@@ -143,22 +145,19 @@ def sharding_section(numbers, results_dir):
     context["table.sharding.prefetch"] = table(["model", "ranks", *headers(PREFETCH)], [
         [model.upper(), world, *cells(numbers, PREFETCH, model=model, world=world)]
         for model in MODELS for world in SIDE_BY_SIDE_WORLDS])
-    context["table.sharding.verdicts"] = table(
-        ["model", "ranks", *(f"{NAMES[level]} ÷ DDP" for level in ZERO_LEVELS),
-         *(f"{NAMES[ours]} ÷ {NAMES[theirs]}" for ours, theirs in AGAINST_TORCH)],
-        [[model.upper(), world,
-          *(claim(numbers, key(model, world, level), "vs_ddp") for level in ZERO_LEVELS),
-          *(claim(numbers, key(model, world, ours), "vs_torch") for ours, _ in AGAINST_TORCH)]
-         for model in MODELS for world in SIDE_BY_SIDE_WORLDS])
+    context["table.sharding.verdicts"] = table(  # like against like: one transport a ratio
+        ["step", *(f"{model.upper()}, {world} ranks" for model in MODELS
+                   for world in SIDE_BY_SIDE_WORLDS)],
+        [[shown, *(claim(numbers, key(model, world, name), against) for model in MODELS
+                   for world in SIDE_BY_SIDE_WORLDS)] for name, against, shown in VERDICTS])
     context["table.sharding.main"] = main_job_table(numbers, results_dir)
     context["table.sharding.halves"] = halves_table(numbers, results_dir)
     return context
 
 
 def claim(numbers, name, against):
-    """'1.05× (1.01–1.09): slower': the step over DDP's ('vs_ddp') or torch's ('vs_torch')."""
-    verdict = numbers.text(f"{name}.{against}")
-    ratios = f"{name}.step_ratio" if against == "vs_ddp" else f"{name}.vs_torch_ratio"
+    """'1.05× (1.01–1.09): slower': the step over a DDP's or torch's (RATIO_OF's keys)."""
+    verdict, ratios = numbers.text(f"{name}.{against}"), f"{name}.{RATIO_OF[against]}"
     return NOT_MEASURED if verdict == NOT_MEASURED else f"{numbers.spread_text(ratios)}: {verdict}"
 
 
@@ -213,7 +212,8 @@ def register_world(numbers, path, rows, where, model, world):
         register_measured(numbers, path, rows, where, model, world, configuration)
     prefix = f"sharding.{model}.w{world}"
     for name in [key(model, world, configuration) for configuration in list(NAMES)[1:]]:
-        numbers.verdict(f"{name}.vs_ddp", f"{name}.step_ratio")
+        for against in ("vs_ddp", "vs_same"):  # vs_same: where same_ratio is (register_measured)
+            numbers.verdict(f"{name}.{against}", f"{name}.{RATIO_OF[against]}")
     for name, ours, theirs in [(f"{prefix}.prefetch", "zero3-library", "zero3-no-prefetch"),
                                *((f"{key(model, world, ours)}.vs_torch", ours, theirs)
                                  for ours, theirs in AGAINST_TORCH)]:
@@ -235,10 +235,13 @@ def register_measured(numbers, path, rows, where, model, world, configuration):
     formulas ('.padding': what the shards' padding adds to them; '.other': what is held beyond)."""
     name, indices = key(model, world, configuration), where.get((model, world, configuration), [])
     for short, (field, unit) in FIELDS.items():
+        if short == "same_ratio" and (world not in SIDE_BY_SIDE_WORLDS or "zero" not in name):
+            continue  # quoted by the verdicts alone
         inputs = [f"{path}#measurements[{index}].{field}" for index in indices]
-        if short == "step_ratio":  # one ratio a repeat: their spread and the verdict's interval
+        if short in RATIO_OF.values():  # one a repeat: their spread and the verdict's interval
             numbers.paired_values(f"{name}.{short}", inputs, unit, 1.0,
-                                  "the step / DDP's in the same repeat", already_ratios=True)
+                                  f"the step / {'DDP' if short == 'step_ratio' else 'its DDP'}"
+                                  "'s in the same repeat", already_ratios=True)
         else:
             numbers.spread_of(f"{name}.{short}", inputs, unit, field)
     level = zero_formulas.LEVEL_OF[configuration]

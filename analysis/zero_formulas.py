@@ -21,8 +21,7 @@ LEVELS = ("ddp", "zero1", "zero2", "zero3")
 # move, not how many; a transport how fast they move; torch's shard as ours do
 LEVEL_OF = {**{level: level for level in LEVELS}, "zero3-no-prefetch": "zero3",
             "torch-zero1": "zero1", "torch-fully-shard": "zero3",
-            **{f"{level}-{over}": level for level in LEVELS for over in ("ring", "library")},
-            "ddp-shm": "ddp"}
+            **{f"{level}-{over}": level for level in LEVELS for over in ("ring", "library", "shm")}}
 CATEGORIES = ("parameters", "gradients", "optimizer_state")  # as runtime/memory.py's
 BYTES_PER_PARAMETER = {"parameters": 4, "gradients": 4, "optimizer_state": 8}  # float32 Adam
 SHARDED = {"ddp": (), "zero1": ("optimizer_state",),

@@ -135,3 +135,16 @@ def test_the_overlap_claim_of_section_5_quotes_the_4_mib_buckets_step_against_fl
     ratio = numbers["emulated.bucket4.bucketed.step_ratio.median"]["text"]
     low = numbers["emulated.bucket4.bucketed.step_ratio.min"]["text"].rstrip("×")
     assert f"{ratio} ({low}–" in text.split("## 5.1")[0]  # in the section's opening answer
+
+
+def test_every_sharding_step_is_set_against_ddp_over_the_same_transport():
+    """Ours runs over shared memory on one host, DDP and torch's over gloo: a ratio across them
+    measures the transport, and would credit sharding with it."""
+    with open(os.path.join(DOCUMENT, "templates", "7-sharding.md")) as file:
+        template = file.read()
+    assert re.findall(r"sharding\.\w+\.w\d\.zero\d[\w-]*\.step_ratio", template) == []
+    assert re.findall(r"sharding\.\w+\.w\d\.zero\d(?:-ring)?\.vs_torch", template) == []
+    verdicts = [line for line in sections()["7-sharding.md"].splitlines()
+                if line.startswith("| ") and " ÷ " in line]
+    assert len(verdicts) == 13
+    assert all("both over" in row or "÷ DDP over gloo" in row for row in verdicts), verdicts
