@@ -151,7 +151,7 @@ def numbers_json(numbers, results_dir, templates):
             entry["derived_from"] = identity
     document = {"about": ABOUT, "results_dir": repo_relative(results_dir), "numbers": entries,
                 "sources": sources, "not_measured": sorted(seen.intersection(numbers.absent))}
-    line = json.JSONEncoder(ensure_ascii=False).encode  # a value on one line, µ and × as they are
+    line = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode  # µ and × kept
     parts = [f" {line(key)}: {line(value)}" if not isinstance(value, dict) else
              f" {line(key)}: {{\n" + ",\n".join(f"  {line(name)}: {line(item)}"
                                                  for name, item in value.items()) + "\n }"
