@@ -31,7 +31,7 @@ OUTPUTS = ("student", "autograder", "autograder.zip")
 # The student's pytest options: short tracebacks, so that a failure's message is within its first
 # lines; no list of the slowest tests (the solution's --durations), which buried the marks.
 STUDENT_ADDOPTS = 'addopts = "-ra --tb=short"'
-ADDOPTS = re.compile(r"^addopts = .*$", re.MULTILINE)
+ADDOPTS = re.compile(r"^(?:#.*\n)*addopts = .*$", re.MULTILINE)  # with the comment on it
 
 
 class BuildError(Exception):
