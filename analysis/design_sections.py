@@ -231,9 +231,8 @@ def provenance_section(numbers, results_dir):
                                      ("load_low", min(loaded, default=None), LOAD, "number"),
                                      ("load_high", max(loaded, default=None), LOAD, "number")):
         numbers.measured(f"provenance.{name}", found and found[1], field, unit)
-    numbers.add("provenance.days", len({created[:10] for created, _ in dated}) or None, "count",
-                kind="derived", inputs=[f"{path}#created" for _, path in dated],
-                formula="distinct dates among the files' creation times")
+    numbers.stated("provenance.days", len({created[:10] for created, _ in dated}) or None,
+                   "count", "code", "distinct dates in provenance.csv's created column")
     numbers.stated("provenance.files", len(paths), "count", "code",
                    f"the *.json files under {repo_relative(results_dir)}")
     numbers.stated("provenance.undated", len(paths) - len(dated), "count", "code",
