@@ -10,7 +10,7 @@ ddp-no-sync (the compute baseline) and each manual strategy; then bucketed and d
 --bucket-mbs at the largest world size (MLP only). Each round runs every configuration in an order
 shuffled from --order-seed, recorded in <results-dir>/sweep-order.json. A stable --run-name
 (sweep-mlp-manual-flat-w4-r2) makes a re-run replace its file; a failed run is reported and the
-sweep goes on (exit code 1). The default, 6 rounds, takes about 80 minutes on 2 cores.
+sweep goes on (exit code 1). The default, 6 rounds of 38 runs, took 35 minutes on 2 cores.
 """
 import argparse
 import os
