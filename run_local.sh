@@ -28,7 +28,7 @@ case "$what" in
                 --run-name "compare-manual-$sync-w$WORLD" "$@"
         done
         "$PYTHON" mlp_ddp.py --mode manual --sync flat --transport ring --world-size "$WORLD" \
-            --epochs 1 --run-name "compare-manual-ring-w$WORLD" "$@"
+            --epochs 1 --run-name "compare-manual-flat-ring-w$WORLD" "$@"
         "$PYTHON" -m analysis.plots ;;
     torchrun)
         exec "$PYTHON" -m torch.distributed.run --standalone --nproc-per-node="$WORLD" \

@@ -20,6 +20,7 @@ import sys
 from analysis import (
     design_benchmarks,
     design_emulated,
+    design_end_to_end,
     design_fits,
     design_numbers,
     design_performance,
@@ -37,7 +38,8 @@ PLACEHOLDER = re.compile(r"\{\{\s*([\w.\-]+)\s*\}\}")
 MARKERS = re.compile(r"^<!-- BEGIN PROMPT\n.*?^END PROMPT -->\n"
                      r"|^<!-- (?:BEGIN|END) SOLUTION[^\n]*-->\n", re.M | re.S)
 ABOUT = ("every number in the design document: its value, the text shown, and where it came from "
-         "(measured: file + JSON field; derived: sources[derived_from], a formula and its inputs, "
+         "(measured: file + JSON field; derived, no kind given: sources[derived_from], a formula "
+         "and its inputs, "
          "each a number's name or file#field; fit: the file the alpha-beta model was fitted "
          "to; model/code: how it was computed; assumption: a constant of cost_model.py or "
          "zero_formulas.py)")
@@ -117,6 +119,8 @@ def build(results_dir, out_dir):
                  design_scaling.projection_section(numbers, results_dir, layouts),
                  design_sections.main_job_section(numbers, results_dir),
                  design_benchmarks.one_machine_section(numbers, results_dir),
+                 design_end_to_end.time_to_accuracy_section(numbers, results_dir),
+                 design_end_to_end.gpu_section(numbers, results_dir),
                  # after §5's fits: the projection sends its bytes at their links' speeds
                  design_sharding.sharding_section(numbers, results_dir),
                  design_sections.reference_commands(numbers),
@@ -149,6 +153,7 @@ def numbers_json(numbers, results_dir, templates):
             identity = ids.setdefault(json.dumps(source, sort_keys=True), f"s{len(ids) + 1}")
             sources[identity] = source
             entry["derived_from"] = identity
+            del entry["kind"]  # derived: derived_from says so
     document = {"about": ABOUT, "results_dir": repo_relative(results_dir), "numbers": entries,
                 "sources": sources, "not_measured": sorted(seen.intersection(numbers.absent))}
     line = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode  # µ and × kept

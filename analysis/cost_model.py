@@ -172,7 +172,7 @@ def messages_per_step(strategy, param_bytes, bucket_mb=25.0, first_bucket_mb=FIR
     """Bytes of each all-reduce one step of `strategy` issues ('ddp': `ddp_layout`, as DDP sent)."""
     if strategy == "per-param":
         return list(param_bytes)
-    if strategy in ("flat", "ring", "shm"):
+    if strategy in ("flat", "flat-ring", "flat-shm"):
         return [sum(param_bytes)]
     if strategy == "bucketed":
         return bucket_sizes(param_bytes, bucket_mb, first_bucket_mb)

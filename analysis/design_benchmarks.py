@@ -9,7 +9,7 @@ from analysis.scaling_inputs import grouped_runs, runs_of
 
 STEP_BENCH_FIELDS = {"mean_step_s": "ms", "mean_compute_s": "ms", "mean_comm_exposed_s": "ms",
                      "mean_comm_busy_s": "ms", "overlap": "percent", "step_ratio_to_ddp": "ratio"}
-ONE_MACHINE = [(series, world) for series in ("single", "ddp", "manual flat", "manual shm")
+ONE_MACHINE = [(series, world) for series in ("single", "ddp", "manual flat", "manual flat-shm")
                for world in ((1,) if series == "single" else (2, 4))]
 
 
@@ -94,7 +94,7 @@ def one_machine_section(numbers, results_dir):
                                ("step", "comm_exposed", "throughput", "vs_single")])
         for world, against in ((2, "ddp"), (2, "manual flat"), (4, "ddp"), (4, "manual flat")):
             name = f"shm.{model}.w{world}.step_vs_{slug(against)}"
-            numbers.paired_ratio(f"{name}.ratio", runs_of(grouped, model, "manual shm", world),
+            numbers.paired_ratio(f"{name}.ratio", runs_of(grouped, model, "manual flat-shm", world),
                                  runs_of(grouped, model, against, world), STEP,
                                  formula="shm's mean step / the other's")
             numbers.verdict(name, f"{name}.ratio")

@@ -131,7 +131,7 @@ def prediction_section(numbers, layouts, worlds, fitted, results_dir):
                 if strategy == "ddp" and sent is None:
                     continue
                 name, measured = f"predict.{model}.{strategy}.w{world}", key(model, series, world)
-                fit = f"fit.{'ring' if strategy == 'ring' else 'gloo'}"
+                fit = f"fit.{'ring' if strategy == 'flat-ring' else 'gloo'}"
                 fit += f".w{world}" if world in fitted else ""
                 predicted_busy(numbers, f"{name}.comm_s", cost_model.messages_per_step(
                     strategy, sizes, DEFAULT_BUCKET_MB, ddp_layout=sent), world, fit,

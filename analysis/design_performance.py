@@ -6,11 +6,11 @@ from runtime.options import DEFAULT_BUCKET_MB
 from runtime.results import overlap
 
 QUIET = ("single", "ddp-no-sync")  # no communication: their comm fields are zero
-COMMUNICATING = ("ddp", "manual per-param", "manual flat", "manual bucketed", "manual ring")
+COMMUNICATING = ("ddp", "manual per-param", "manual flat", "manual bucketed", "manual flat-ring")
 # of a run's timing.across_ranks, in ms; a run's data time and straggler figure are not quoted
 STEP_FIELDS = ("step", "compute", "backward", "comm_busy", "comm_hidden", "comm_exposed")
 PAIRS = (("manual flat", "manual per-param"), ("manual bucketed", "manual flat"),
-         ("manual ring", "manual flat"), ("ddp", "manual bucketed"))
+         ("manual flat-ring", "manual flat"), ("ddp", "manual bucketed"))
 REFERENCE = "manual flat"  # what every other strategy is compared with: one all-reduce, no overlap
 BUCKETING = ("manual bucketed", "ddp")  # the series whose step depends on --bucket-mb
 THROUGHPUT = "throughput_samples_per_s"

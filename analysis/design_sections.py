@@ -18,7 +18,7 @@ FIGURES = ("curves-mlp", "curves-cnn", "time-breakdown-mlp", "time-breakdown-cnn
 ISSUED = {"per-param": "after backward, one blocking all-reduce per tensor",
           "flat": "after backward, one all-reduce of a packed buffer",
           "bucketed": "during backward, each bucket as soon as it is full",
-          "ring": "after backward, blocking send/receive exchanges around the ring",
+          "flat-ring": "after backward, blocking send/receive exchanges around the ring",
           "ddp": "during backward, from autograd hooks, per bucket"}
 TRACE_HEADLINES = {"first_launch_before_backward_end": "trace_us",
                    "last_done_after_backward_end": "trace_us", "allreduces": "count"}
@@ -66,7 +66,7 @@ def strategy_row(numbers, model, strategy, sizes, worlds, ddp):
         messages = cost_model.messages_per_step(strategy, sizes, DEFAULT_BUCKET_MB)
         formula = (f"cost_model.messages_per_step('{strategy}', tensor bytes, "
                    f"{DEFAULT_BUCKET_MB:g} MiB)")
-    numbers.add(f"{key}.collectives", 1 if strategy == "ring" else len(messages), "count",
+    numbers.add(f"{key}.collectives", 1 if strategy == "flat-ring" else len(messages), "count",
                 kind="model", formula=formula)
     cells = [strategy, numbers.text(f"{key}.collectives")]
     for world in worlds:

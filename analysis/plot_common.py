@@ -10,8 +10,8 @@ matplotlib.use("Agg")  # files only, no display needed; set before any figure is
 MS = 1e3  # seconds to milliseconds: every step-time axis is in ms
 SERIES_COLOURS = {"single": "black", "ddp-no-sync": "tab:gray", "ddp": "tab:blue",
                   "manual per-param": "tab:orange", "manual flat": "tab:green",
-                  "manual bucketed": "tab:red", "manual ring": "tab:purple",
-                  "manual shm": "tab:cyan"}  # in the teaching order
+                  "manual bucketed": "tab:red", "manual flat-ring": "tab:purple",
+                  "manual flat-shm": "tab:cyan"}  # in the teaching order
 VARIANT_COLOURS = ("tab:brown", "tab:olive", "tab:pink")
 
 

@@ -89,14 +89,18 @@ def round_of(run):
 
 def repeats(runs, sweep=None):
     """{what runs measured, (model, series_name, world size, bucket MiB): [its repeats, by round
-    then oldest first]}, of `sweep` (sweep_of) if given."""
+    then oldest first]}, of `sweep` (sweep_of) if given; of one round of a sweep, the newest run."""
     grouped = {}
     chosen = [run for run in runs if sweep is None or sweep_of(run) == sweep]
     for run in sorted(chosen, key=lambda run: (round_of(run) or 0, run.get("created", ""))):
         config = run["config"]
         measured = (config["model"], series_name(run), run["environment"]["world_size"],
                     float(config["bucket_mb"]))
-        grouped.setdefault(measured, []).append(run)
+        same = grouped.setdefault(measured, [])
+        if same and round_of(run) is not None and \
+                (sweep_of(same[-1]), round_of(same[-1])) == (sweep_of(run), round_of(run)):
+            same.pop()  # a round run again, under another name too (renamed): never pooled twice
+        same.append(run)
     return grouped
 
 

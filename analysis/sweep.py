@@ -48,8 +48,8 @@ def parse_args(argv=None):
     add("--models", type=comma_list(str), default=["mlp", "cnn"])
     add("--world-sizes", type=comma_list(int), default=[1, 2, 4])
     add("--strategies", type=comma_list(str), default=MANUAL_NAMES,
-        help="manual configurations: each --sync over the library, and ring and shm (the flat "
-             "buffer over the ring and over shared memory)")
+        help="manual configurations: each --sync over the library, and flat-ring and flat-shm "
+             "(the flat buffer over the ring and over shared memory)")
     add("--bucket-mbs", type=comma_list(float), default=[0.25, 1, 4, 25],
         help="bucket sweep sizes ('' for none)")
     add("--max-steps", type=int, default=DEFAULT_MLP_STEPS, help="MLP steps per epoch")

@@ -27,7 +27,7 @@ from runtime.results import write_json_atomic
 
 MODES_AT_ONE = ("single", "ddp", "manual", "ddp-no-sync", "sharded")
 # (world size, mode, its options): the ring's and shm's messages are staged through the host
-RING = ("ring", ("--sync", "flat", "--transport", "ring"))
+RING = ("flat-ring", ("--sync", "flat", "--transport", "ring"))
 BUCKETED = ("bucketed", ("--sync", "bucketed"))
 SHARING = ((2, "manual", RING), (2, "ddp", None), (4, "manual", BUCKETED), (4, "ddp", None))
 QUICK_SHARING = ((2, "manual", RING), (2, "ddp", None))

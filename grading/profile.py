@@ -36,7 +36,7 @@ BUDGET_S = 300  # the whole run: a Gradescope machine gives 10 minutes by defaul
 # tests' own 120 s collective timeout, so that a hang costs a minute, not two, of the budget.
 DEFAULT_TIMEOUT_S = 60
 
-AT_4 = "*-4]"  # the matrix's ids end in the world size: "[cnn-manual-ring-4]"
+AT_4 = "*-4]"  # the matrix's ids end in the world size: "[cnn-manual-flat-ring-4]"
 SHARDING = "tests/test_sharding.py::"
 
 PROFILE = (

@@ -20,11 +20,11 @@ MODES = ("single", "ddp", "manual", "ddp-no-sync", "sharded")  # runtime/wrapper
 COMMUNICATING = ("manual", "ddp", "sharded")  # the modes --transport applies to
 STRATEGY_NAMES = tuple(STRATEGIES)  # --sync
 # The manual configurations that the sweep, the benchmarks and the design document compare, by the
-# names they go by there: (--sync, --transport). Each strategy over the library; the flat buffer
-# over each hand-written transport.
+# names they go by there: (--sync, --transport). Each strategy over the library, named by its
+# --sync; the flat buffer over each hand-written transport, named <sync>-<transport>.
 MANUAL_CONFIGURATIONS = {"per-param": ("per-param", "library"), "flat": ("flat", "library"),
-                         "bucketed": ("bucketed", "library"), "ring": ("flat", "ring"),
-                         "shm": ("flat", "shm")}
+                         "bucketed": ("bucketed", "library"), "flat-ring": ("flat", "ring"),
+                         "flat-shm": ("flat", "shm")}
 SIXTEEN_BIT = tuple(name for name in DTYPES if name != "fp32")  # --compress and --amp
 # Spellings that --transport replaced: (option, value or None for any) -> the new spelling
 REPLACED = {("--sync", "ring"): "--sync flat --transport ring",

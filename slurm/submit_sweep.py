@@ -2,11 +2,12 @@
 
     python -m slurm.submit_sweep --dry-run   # the sbatch commands, nothing submitted
     python -m slurm.submit_sweep             # nodes 1,2 x tasks per node 1,2 x ddp and strategies
-    python -m slurm.submit_sweep --nodes 1,2,4 --strategies bucketed,ring --model cnn -- --epochs 1
+    python -m slurm.submit_sweep --nodes 1,2,4 --strategies bucketed,flat-ring --model cnn -- \
+        --epochs 1
     python -m slurm.submit_sweep --nodes 2 --repeats 3   # each shape 3 times, interleaved
     LAUNCH=torchrun python -m slurm.submit_sweep   # the torchrun launch style (see run_slurm.sh)
 
-Every job runs run_slurm.sh with a run name that says its shape (slurm-mlp-manual-ring-n2x2: 2
+Every job runs run_slurm.sh with a run name that says its shape (slurm-mlp-manual-flat-ring-n2x2: 2
 nodes x 2 tasks) and writes to --results-dir (default results/slurm, apart from the local sweep);
 the plots go to <results-dir>/plots. With --repeats R > 1 the names end in -r1..-rR and the jobs
 are submitted in rounds, every other round in reverse order, as analysis/sweep.py runs locally: with
@@ -41,9 +42,9 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int_list, default=[1, 2])
     parser.add_argument("--tasks-per-node", type=int_list, default=[1, 2])
-    parser.add_argument("--strategies", default="flat,bucketed,ring",
-                        help="manual configurations (options.MANUAL_CONFIGURATIONS: ring is the "
-                             "flat buffer over the ring); ddp always runs")
+    parser.add_argument("--strategies", default="flat,bucketed,flat-ring",
+                        help="manual configurations (options.MANUAL_CONFIGURATIONS: flat-ring is "
+                             "the flat buffer over the ring); ddp always runs")
     parser.add_argument("--model", default="mlp")
     parser.add_argument("--repeats", type=int, default=1,
                         help="run every configuration this many times, interleaved")

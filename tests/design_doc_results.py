@@ -26,14 +26,14 @@ SECTIONS = ("README.md", "1-architecture.md", "2-data-flow.md", "3-communication
 # the synthetic all-reduce benchmark: alpha grows with n
 ALPHAS = {2: 40e-6, 3: 55e-6, 4: 80e-6}
 BETA = 0.6e-9
-MISSING_RUN = ("cnn", "ring", 4)  # the synthetic sweep leaves this run out
+MISSING_RUN = ("cnn", "flat-ring", 4)  # the synthetic sweep leaves this run out
 REPEATS = 3
 # Mean seconds per step of each series' compute and communication, relative to the MLP's single
 # process. The repeats' noise is small against flat's and per-param's gap (a verdict) and large
 # against bucketed's and ddp's (indistinguishable).
 SERIES = {"single": (1.0, 0.0, 0.0), "ddp-no-sync": (1.3, 0.0, 0.0), "ddp": (1.3, 0.35, 0.1),
           "per-param": (1.3, 0.9, 0.9), "flat": (1.3, 0.35, 0.35), "bucketed": (1.3, 0.35, 0.12),
-          "ring": (1.3, 0.45, 0.45), "shm": (1.3, 0.1, 0.1)}
+          "flat-ring": (1.3, 0.45, 0.45), "flat-shm": (1.3, 0.1, 0.1)}
 # (compute, comm busy, comm exposed) x the base
 LINK_BETA = 8e-9  # the emulated 1 Gbit/s link's seconds per byte
 EMULATED_ALPHA = 300e-6
@@ -145,10 +145,10 @@ def allreduce_bench(noise=0.0, seed=0, alphas=ALPHAS, beta=BETA):
             "environment": {"load_average_1min_at_start": 0.5}, "measurements": rows}
 
 
-# the step benchmark's mean step of each configuration, in ms at 2 ranks: shm is the best
+# the step benchmark's mean step of each configuration, in ms at 2 ranks: flat-shm is the best
 # strategy, clearly faster than ddp and ddp-shm; bucketed is within ddp's noise
 STEP_BENCH_MS = {"ddp": 1.0, "ddp-shm": 0.9, "ddp-no-sync": 0.6, "per-param": 1.6, "flat": 1.2,
-                 "bucketed": 1.02, "ring": 1.4, "shm": 0.7}
+                 "bucketed": 1.02, "flat-ring": 1.4, "flat-shm": 0.7}
 STEP_BENCH_WORLDS = {2: 1.0, 4: 1.5}  # world size -> how much longer every step is
 STEP_BENCH_NOISE = (0.0, 0.03, -0.02, 0.01, -0.03)  # relative, cycled over the configurations
 
@@ -245,7 +245,7 @@ def nudge_allreduce_times(folder, change, rows=slice(None)):
 def sweep_configurations():
     """(series, world) of the sweep: the single process, then every series at 2 and 4 ranks."""
     return [("single", 1)] + [(series, world) for world in (2, 4) for series in SERIES
-                              if series not in ("single", "shm")]  # shm: one_machine_results
+                              if series not in ("single", "flat-shm")]  # one_machine_results
 
 
 def make_results(folder, bench=True, noise=0.0):
@@ -330,11 +330,11 @@ def emulated_results(folder):
 
 
 def one_machine_results(folder):
-    """§4.5's sweep: one process, and ddp, flat and shm at 2 and 4 ranks, repeated."""
+    """§4.5's sweep: one process, and ddp, flat and flat-shm at 2 and 4 ranks, repeated."""
     seed = 2000
     for repeat in range(1, REPEATS + 1):
         for series, world in [("single", 1)] + [(series, world) for world in (2, 4)
-                                                for series in ("ddp", "flat", "shm")]:
+                                                for series in ("ddp", "flat", "flat-shm")]:
             seed += 1
             name = f"sweep-mlp-{series}-w{world}-r{repeat}.json"
             write(os.path.join(folder, "one-machine", name),

@@ -129,8 +129,8 @@ def test_step_benchmark_times_every_configuration_against_ddp_in_each_repeat(tmp
         assert entry["mean_step_s"]["median"] == pytest.approx(sum(steps) / 2)
     verdict, = document["verdict"]["per_world_size_and_model"]
     assert verdict["best_strategy"] in MANUAL_CONFIGURATIONS
-    # the best strategy is also set against DDP on its own transport (shm: the shm comm hook)
-    same = "ddp-shm" if verdict["best_strategy"] == "shm" else "ddp"
+    # the best strategy is also set against DDP on its own transport (flat-shm: the shm comm hook)
+    same = "ddp-shm" if verdict["best_strategy"] == "flat-shm" else "ddp"
     assert verdict["against_same_transport_ddp"]["ddp"] == same
     ratios = [rows[repeat, verdict["best_strategy"]]["mean_step_s"]
               / rows[repeat, same]["mean_step_s"] for repeat in (1, 2)]
@@ -169,7 +169,7 @@ def test_a_step_verdict_needs_three_repeats_and_ranges_that_do_not_overlap():
 
 def test_step_ratios_are_taken_within_a_repeat_never_across_repeats():
     # repeat 2 ran in a slow spell: every configuration twice as slow
-    steps = {"ddp": [10.0, 20.0, 10.5], "ddp-shm": [9.0, 18.0, 9.5], "shm": [8.0, 16.0, 8.5],
+    steps = {"ddp": [10.0, 20.0, 10.5], "ddp-shm": [9.0, 18.0, 9.5], "flat-shm": [8.0, 16.0, 8.5],
              "flat": [9.0, 18.0, 9.0]}
     rows = [{"repeat": repeat + 1, "world_size": 2, "model": "mlp", "configuration": name,
              **{f"mean_{field}_s": per_repeat[repeat] for field in FIELDS},
@@ -177,8 +177,8 @@ def test_step_ratios_are_taken_within_a_repeat_never_across_repeats():
             for repeat in range(3) for name, per_repeat in steps.items()]
     summary = step_bench.summarize(rows)
     verdict, = step_bench.verdicts(summary)
-    assert verdict["best_strategy"] == "shm"
-    # shm at 0.8x DDP in every repeat, yet the ranges overlap: no claim
+    assert verdict["best_strategy"] == "flat-shm"
+    # flat-shm at 0.8x DDP in every repeat, yet the ranges overlap: no claim
     assert verdict["against_ddp"]["step_ratio"]["per_repeat"] == pytest.approx([0.8, 0.8, 0.8095],
                                                                                rel=1e-3)
     assert verdict["against_ddp"]["verdict"] == "indistinguishable"

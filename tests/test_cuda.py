@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from grading.launch import run_cli, run_ok
+from runtime.options import manual_arguments
 from runtime.timing import FIELDS, StepTimer
 from tests.harness import one_line_exit_2
 
@@ -48,11 +49,12 @@ def test_single_manual_and_ddp_agree_on_one_gpu_and_with_the_cpu(tiny_data, tmp_
     assert_same_parameters(single_state, on_cpu, **ACROSS_DEVICES)
 
 
-@pytest.mark.parametrize("world_size, sync", [(2, "ring"), (2, "shm"), (4, "bucketed")])
-def test_ranks_sharing_one_gpu_train_as_on_the_cpu(tiny_data, tmp_path, world_size, sync):
+@pytest.mark.parametrize("world_size, configuration", [(2, "flat-ring"), (2, "flat-shm"),
+                                                       (4, "bucketed")])
+def test_ranks_sharing_one_gpu_train_as_on_the_cpu(tiny_data, tmp_path, world_size, configuration):
     # more ranks than GPUs: gloo with CUDA tensors, the ring's and shared memory's messages staged
     # through the host
-    options = ("--mode", "manual", "--sync", sync, "--world-size", world_size, "--data-dir",
+    options = (*manual_arguments(configuration), "--world-size", world_size, "--data-dir",
                tiny_data, "--batch-size", 8)
     shared, shared_state = train(tmp_path, "gpu", *options, "--device", "cuda")
     assert shared["environment"]["backend"] == "gloo"

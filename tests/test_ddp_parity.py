@@ -371,9 +371,9 @@ def overflow(rank, world_size, strategy, scaled):
 
 
 # The three ways a sum is made: one all-reduce after backward, buckets during it, the hand-written
-# ring (per-param and shm sum as flat does, tensor by tensor or through memory).
+# ring (per-param and flat-shm sum as flat does, tensor by tensor or through memory).
 @pytest.mark.rubric("core.end_to_end")  # a strategy and compression inside ManualDDP
-@pytest.mark.parametrize("strategy", ["flat", "bucketed", "ring"])
+@pytest.mark.parametrize("strategy", ["flat", "bucketed", "flat-ring"])
 def test_an_fp16_overflow_on_the_wire_stops_the_run_or_the_loss_scaler_skips_the_step(strategy):
     for infinite, unchanged, stopped in run_in_processes(2, overflow, strategy, True):
         assert infinite and unchanged and stopped is None  # the scaler saw inf: no step

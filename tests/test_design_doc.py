@@ -100,7 +100,7 @@ def test_every_section_renders_and_its_numbers_come_from_the_models_and_the_cost
     assert value("model.cnn.parameters") == cnn_parameters
     mlp_bytes = value("model.mlp.bytes")
     # the ring's message steps and bytes per rank, per all-reduce: 2(n-1), 2(n-1)/n of the buffer
-    assert value("comm.mlp.ring.w2.message_steps") == 2
+    assert value("comm.mlp.flat-ring.w2.message_steps") == 2
     assert value("comm.mlp.flat.w4.message_steps") == 6
     assert value("comm.mlp.per-param.w4.message_steps") == 6 * len(layouts["mlp"])
     assert value("comm.mlp.flat.w2.bytes_per_rank") == pytest.approx(mlp_bytes)
@@ -120,14 +120,14 @@ def test_the_build_fills_its_tables_with_the_numbers_it_registers(synthetic):
     per_param_row = next(line for line in comm.splitlines() if line.startswith("| per-param |"))
     _, collectives, *_ = per_param_row.split(" | ")
     assert collectives == str(len(code_layouts()["mlp"]))
-    assert "| ring | 1 | 2 |" in comm  # one all-reduce, 2(n-1) = 2 message steps at n = 2
+    assert "| flat-ring | 1 | 2 |" in comm  # one all-reduce, 2(n-1) = 2 message steps at n = 2
     assert text("comm.mlp.flat.w4.bytes_per_rank") in comm
     assert text("buckets.mlp.bucketed.0.25") in shown["table.buckets.mlp"]
     for name in ("fit.gloo.w2.alpha_s", "fit.gloo.alpha_s", "fit.gloo.w4.max_relative_error"):
         assert text(name) in shown["table.fits"], name
     assert text("sweep.mlp.flat.w4.step.median") in shown["table.sweep.mlp"]
     # the CNN's ring at 4 ranks
-    assert "| ring, 4 ranks |" in shown["table.sweep.cnn"]
+    assert "| flat-ring, 4 ranks |" in shown["table.sweep.cnn"]
     assert "not measured" in shown["table.sweep.cnn"]
     for link in ("10 Gbit/s", "25 Gbit/s", "100 Gbit/s"):
         assert link in shown["table.crossover"]
@@ -200,6 +200,8 @@ def assert_traceable(numbers_json, base):
             files[path] = read_json(base, path)
         return files[path]
 
+    for entry in numbers.values():  # a derived number's kind is its derived_from
+        entry.setdefault("kind", "derived" if "derived_from" in entry else None)
     kinds = {entry["kind"] for entry in numbers.values()}
     assert {"measured", "derived", "fit", "model", "assumption"} <= kinds
     fits = {}
@@ -432,10 +434,10 @@ def test_the_one_machine_sweep_sets_shm_against_one_process_ddp_and_flat(synthet
     for repeat in range(1, 4):
         shm, single = (read_json(synthetic.folder, os.path.join(
             "one-machine", f"sweep-mlp-{name}-r{repeat}.json"))["throughput_samples_per_s"]
-            for name in ("shm-w2", "single-w1"))
+            for name in ("flat-shm-w2", "single-w1"))
         rounds.append(shm / single)
-    assert numbers["one_machine.mlp.shm.w2.vs_single.median"]["value"] == pytest.approx(
+    assert numbers["one_machine.mlp.flat-shm.w2.vs_single.median"]["value"] == pytest.approx(
         statistics.median(rounds))
-    assert "| MLP shm, 2 |" in synthetic.shown["table.one_machine"]
+    assert "| MLP flat-shm, 2 |" in synthetic.shown["table.one_machine"]
     # the synthetic shm step is far below flat's: a verdict, not a tie
     assert numbers["shm.mlp.w2.step_vs_flat"]["value"] == "faster"

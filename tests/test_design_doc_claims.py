@@ -116,7 +116,7 @@ def test_the_verdicts_against_flat_pair_each_round_with_flats(synthetic):
     for model in ("mlp", "cnn"):
         for world in (2, 4):
             flat = steps_by_round(synthetic.folder, model, "manual flat", world)
-            for series in ("ddp", "manual per-param", "manual bucketed", "manual ring"):
+            for series in ("ddp", "manual per-param", "manual bucketed", "manual flat-ring"):
                 mine = steps_by_round(synthetic.folder, model, series, world)
                 if not mine:  # the run the synthetic sweep leaves out
                     continue

@@ -227,9 +227,9 @@ RUBRIC_ITEM = {
     "naive": pytest.mark.rubric("core.per_parameter"),  # average_gradients, as the trainer runs it
     "per-param": pytest.mark.rubric("core.per_parameter"),
     "flat": pytest.mark.rubric("core.flat"),
-    "shm": pytest.mark.rubric("core.flat"),  # the flat buffer, summed through shared memory
+    "flat-shm": pytest.mark.rubric("core.flat"),  # the flat buffer, summed through shared memory
     "bucketed": pytest.mark.rubric("core.bucketed"),
-    "ring": pytest.mark.rubric("core.end_to_end"),  # flat through the hand-written ring: two items
+    "flat-ring": pytest.mark.rubric("core.end_to_end"),  # through the hand-written ring: two items
     "ddp": pytest.mark.rubric(),  # torch's DDP against one process: the tests' own reference
 }
 

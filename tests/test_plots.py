@@ -160,14 +160,27 @@ def test_repeats_are_grouped_by_configuration_oldest_first():
     by_configuration = repeats(runs)
     assert sorted(by_configuration) == [("mlp", "manual flat", 2, 25.0),
                                         ("mlp", "manual flat", 4, 25.0),
-                                        ("mlp", "manual ring", 2, 25.0)]
+                                        ("mlp", "manual flat-ring", 2, 25.0)]
     flat = by_configuration[("mlp", "manual flat", 2, 25.0)]
     assert [repeat["created"] for repeat in flat] == ["2026-01-01", "2026-01-02", "2026-01-03"]
 
 
+def test_a_round_run_again_under_another_name_replaces_the_older_run_never_pools_with_it():
+    # the flat buffer over the ring, round 1, written under its old and its new run name
+    old, new, other = (dict(timed_run(transport="ring", created=created), path=f"{name}.json")
+                       for created, name in (("2026-01-01", "sweep-mlp-manual-ring-w2-r1"),
+                                             ("2026-01-05", "sweep-mlp-manual-flat-ring-w2-r1"),
+                                             ("2026-01-02", "sweep-mlp-manual-ring-w2-r2")))
+    grouped = repeats([new, other, old], "sweep")
+    assert grouped == {("mlp", "manual flat-ring", 2, 25.0): [new, other]}
+    # rounds of another sweep are its own
+    bucket = dict(old, path="bucket-mlp-manual-ring-w2-r1.json")
+    assert len(repeats([new, bucket])[("mlp", "manual flat-ring", 2, 25.0)]) == 2
+
+
 OLD_CONFIGS = {  # as runs made before --transport recorded them -> (sync, transport) today
-    "manual ring": ({"mode": "manual", "sync": "ring", "comm_hook": "none"}, ("flat", "ring")),
-    "manual shm": ({"mode": "manual", "sync": "shm", "comm_hook": "none"}, ("flat", "shm")),
+    "manual flat-ring": ({"mode": "manual", "sync": "ring", "comm_hook": "none"}, ("flat", "ring")),
+    "manual flat-shm": ({"mode": "manual", "sync": "shm", "comm_hook": "none"}, ("flat", "shm")),
     "manual bucketed": ({"mode": "manual", "sync": "bucketed", "comm_hook": "none"},
                         ("bucketed", "auto")),
     "ddp over shm": ({"mode": "ddp", "sync": "bucketed", "comm_hook": "shm"}, ("bucketed", "shm")),

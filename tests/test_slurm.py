@@ -257,11 +257,11 @@ def test_the_sweep_submitter_plans_ddp_and_every_strategy_at_every_shape(capsys)
     from slurm import submit_sweep
 
     assert submit_sweep.main(["--dry-run", "--nodes", "1,2", "--tasks-per-node", "1,2",
-                              "--strategies", "flat,ring", "--", "--epochs", "1"]) == 0
+                              "--strategies", "flat,flat-ring", "--", "--epochs", "1"]) == 0
     commands = capsys.readouterr().out.splitlines()
     assert [re.search(r"--job-name=(\S+)", command).group(1) for command in commands] == \
         [f"slurm-mlp-{series}-n{nodes}x{tasks}" for nodes in (1, 2) for tasks in (1, 2)
-         for series in ("ddp", "manual-flat", "manual-ring")]
+         for series in ("ddp", "manual-flat", "manual-flat-ring")]
     assert all(command.endswith("--epochs 1") for command in commands)
 
 

@@ -77,13 +77,14 @@ def test_the_order_of_each_round_is_seeded_and_recorded_in_the_results_folder(
 def test_ring_and_shm_are_the_flat_buffer_over_their_transport_the_others_over_the_library(
         capsys):
     commands = dry_run(capsys, ["--models", "mlp", "--world-sizes", "2", "--strategies",
-                                "bucketed,ring,shm", "--bucket-mbs", "", "--repeats", "1"])
+                                "bucketed,flat-ring,flat-shm", "--bucket-mbs", "",
+                                "--repeats", "1"])
     spelled = {option(command, "--run-name"): (option(command, "--sync"),
                                                option(command, "--transport"))
                for command in commands if "--sync" in command}
     assert spelled == {"sweep-mlp-manual-bucketed-w2-r1": ("bucketed", "library"),
-                       "sweep-mlp-manual-ring-w2-r1": ("flat", "ring"),
-                       "sweep-mlp-manual-shm-w2-r1": ("flat", "shm")}
+                       "sweep-mlp-manual-flat-ring-w2-r1": ("flat", "ring"),
+                       "sweep-mlp-manual-flat-shm-w2-r1": ("flat", "shm")}
 
 
 def test_bucket_runs_set_their_bucket_size_and_extra_arguments_win(capsys):

@@ -22,7 +22,7 @@ SMALL = ("--val-samples", 100, "--test-samples", 100, "--epochs", 1, "--warmup-s
 MODES = {"ddp": ("--mode", "ddp"), "per-param": ("--mode", "manual", "--sync", "per-param"),
          "flat": ("--mode", "manual", "--sync", "flat"),
          "bucketed": ("--mode", "manual", "--sync", "bucketed", "--bucket-mb", 0.25),
-         "ring": manual_arguments("ring")}
+         "flat-ring": manual_arguments("flat-ring")}
 
 
 def run(tmp_path, tiny_data, name, *args):
@@ -73,7 +73,7 @@ def test_busy_hidden_and_exposed_keep_their_invariants_for_every_strategy_and_dd
         parts = mean["data"] + mean["compute"] + mean["comm_exposed"]
         assert parts == pytest.approx(mean["step"]), where
         # launched after backward: nothing can hide
-        if row["configuration"] in ("flat", "per-param", "ring", "shm"):
+        if row["configuration"] in ("flat", "per-param", "flat-ring", "flat-shm"):
             assert mean["comm_hidden"] == 0, where
         if row["configuration"] != "ddp-no-sync":
             assert mean["comm_busy"] > 0, where
