@@ -12,7 +12,7 @@ PYTHON=${PYTHON:-python3}
 
 "$PYTHON" -m analysis.sweep  # results/sweep-*-r*.json, bucket-*-r*.json, sweep-order.json (6 rounds)
 # One machine (§4.5): one process, DDP, flat and shared memory; time to accuracy: benchmarks/
-"$PYTHON" -m analysis.sweep --models mlp --strategies flat,shm --bucket-mbs "" \
+"$PYTHON" -m analysis.sweep --models mlp --strategies flat,flat-shm --bucket-mbs "" \
     --results-dir results/one-machine
 "$PYTHON" -m benchmarks.time_to_accuracy  # results/time-to-accuracy.json, about 40 minutes
 "$PYTHON" -m benchmarks.allreduce_bench  # results/allreduce-bench.json

@@ -1,18 +1,20 @@
 """Learning and scaling: curves-<model>.png (accuracy and loss per epoch, every repeat drawn),
-scaling-<model>.png (throughput, speedup and efficiency against world size, median of repeats) and
-memory-per-rank.png (each ZeRO level's model states per rank, counted and by the formulas: §7)."""
+scaling-<model>.png (throughput, speedup and efficiency against world size, median of repeats),
+efficiency-projected.png (§5.4's α-β projection against ranks) and memory-per-rank.png (each ZeRO
+level's model states per rank, counted and by the formulas: §7)."""
 import os
 import statistics
 
 import matplotlib.pyplot as plt
 import numpy as np
 
-from analysis import zero_formulas
+from analysis import cost_model, zero_formulas
 from analysis.design_numbers import load
 from analysis.plot_common import colour, errors, medians, order, plural, series_rank
 from analysis.results_folder import paired, spread
 
 LINE_STYLES = ("-", "--", ":", "-.")  # one per world size in the learning curves
+PROJECTED_WORLDS = 2 ** np.arange(1, 13)  # 2 to 4,096 ranks
 
 
 def plot_curves(groups, model):
@@ -79,6 +81,39 @@ def plot_scaling(groups, model):
     cores = next(iter(groups.values()))[0]["environment"]["cores"]
     figure.suptitle(f"{model.upper()}: scaling, median of repeats (bars: slowest to fastest; "
                     f"speedup within each round), {cores} cores shared by every process")
+    figure.tight_layout()
+    return figure
+
+
+def plot_projected_efficiency(groups):
+    """Per model, one process's compute per step (median of repeats) over that compute plus one
+    flat all-reduce of its gradients, against ranks, on each of cost_model's cluster links."""
+    singles = {model: runs for (model, series, world, _), runs in groups.items()
+               if (series, world) == ("single", 1) and "memory" in runs[0]}  # older: no bytes
+    if not singles:
+        return None
+    figure, axes = plt.subplots(1, len(singles), figsize=(7 * len(singles), 5), squeeze=False)
+    for axis, (model, runs) in zip(axes[0], sorted(singles.items())):
+        compute = statistics.median(run["timing"]["across_ranks"]["compute"]["mean"]
+                                    for run in runs)
+        nbytes = runs[0]["memory"]["per_rank"][0]["gradients"]
+        for index, gbit in enumerate(cost_model.CLUSTER_LINKS_GBIT):
+            for algorithm, line in (("ring", "-"), ("halving-doubling", "--")):
+                comm = [cost_model.allreduce_time(nbytes, world, cost_model.CLUSTER_ALPHA_S,
+                                                  cost_model.link_beta(gbit), algorithm)
+                        for world in PROJECTED_WORLDS]
+                axis.plot(PROJECTED_WORLDS, [compute / (compute + seconds) for seconds in comm],
+                          color=f"C{index}", linestyle=line, label=f"{gbit:g} Gbit/s, {algorithm}",
+                          gid=f"{gbit:g}g {algorithm}")
+        axis.set(xscale="log", ylim=(0, 1.02), xlabel="ranks", ylabel="projected efficiency",
+                 title=f"{model.upper()}: {compute * 1e3:.3g} ms of compute, "
+                       f"{nbytes / 1e6:.3g} MB of gradients a step")
+        axis.set_xticks(PROJECTED_WORLDS, [str(world) for world in PROJECTED_WORLDS])
+        axis.minorticks_off()
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    figure.suptitle("Projected efficiency: compute / (compute + one flat all-reduce after "
+                    f"backward), α = {cost_model.CLUSTER_ALPHA_S * 1e6:g} µs a message step (§5.4)")
     figure.tight_layout()
     return figure
 

@@ -2,8 +2,9 @@
 
     python -m analysis.plots [--results-dir results] [--out-dir results/plots]
 
-Writes time-breakdown-, curves- and scaling-<model>.png, allreduce.png, bucket-sweep.png,
-timeline.png and memory-per-rank.png (plot_*.py); a figure without data is skipped with a note.
+Writes time-breakdown-, curves- and scaling-<model>.png, efficiency-projected.png, allreduce.png,
+bucket-sweep.png, timeline.png and memory-per-rank.png (plot_*.py); a figure without data is
+skipped with a note.
 Runs at a non-default --bucket-mb appear only in bucket-sweep.png.
 """
 import argparse
@@ -15,7 +16,7 @@ from analysis import results_folder
 from analysis.plot_breakdown import plot_time_breakdown
 from analysis.plot_common import bucket_variant
 from analysis.plot_communication import plot_allreduce, plot_bucket_sweep
-from analysis.plot_learning import plot_curves, plot_memory, plot_scaling
+from analysis.plot_learning import plot_curves, plot_memory, plot_projected_efficiency, plot_scaling
 from analysis.plot_timeline import plot_timeline, read_traces
 
 PER_MODEL = {"time-breakdown": plot_time_breakdown, "curves": plot_curves, "scaling": plot_scaling}
@@ -57,6 +58,7 @@ def main(argv=None):
         for name, plot in PER_MODEL.items():
             figure = plot(model_groups, model) if model_groups else None
             save(figure, out_dir, f"{name}-{model}.png", written)
+    save(plot_projected_efficiency(groups), out_dir, "efficiency-projected.png", written)
     allreduce = benchmarks[results_folder.ALLREDUCE_SCHEMA]
     save(plot_allreduce(allreduce) if allreduce else None, out_dir, "allreduce.png", written)
     save(plot_bucket_sweep(of_sweep(runs, "bucket")), out_dir, "bucket-sweep.png", written)

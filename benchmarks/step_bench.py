@@ -25,9 +25,8 @@ once per rank. The step's compute does not depend on the pixel values, and this 
 Every world size's processes are launched --repeats times (6), interleaved: repeat 1 runs every
 world size in order, repeat 2 in reverse order, and so on, so a slow spell of the machine falls on
 all of them. Each repeat keeps its own means; the summary gives their median and min-max, and each
-repeat's step over that repeat's DDP step. The verdict: with 3 repeats or more, the best
-hand-written strategy is faster than DDP only if its slowest repeat beats DDP's fastest, slower if
-its fastest is slower than DDP's slowest, else indistinguishable; with fewer, nothing is declared.
+repeat's step over that repeat's DDP step. The verdict on the best hand-written strategy is the
+design document's, from those ratios (VERDICT_RULE); with fewer than 3 repeats, nothing.
 
 Every field is timing.py's, measured alike in every configuration, DDP's included: comm busy is the
 union of the step's collective spans, hidden the part before compute ended (the last gradient's
@@ -48,6 +47,7 @@ from statistics import median
 import torch
 import torch.distributed as dist
 
+from analysis.results_folder import BOOTSTRAP_FROM, interval, verdict
 from benchmarks import plain_loop
 from benchmarks.common import int_list, run_world_sizes
 from runtime import collective_record, torch_compat
@@ -64,8 +64,9 @@ from runtime.wrappers import DEFAULT_BUCKET_MB, SyncOptions, wrap_model
 SCHEMA = "step-bench/3"
 MIN_REPEATS = 3  # fewer repeats give no range worth the name: no verdict
 DEFAULT_REPEATS = 6  # the design document's verdicts take a bootstrap interval from 5 repeats
-VERDICT_RULE = ("faster than DDP only if the strategy's slowest repeat beats DDP's fastest, slower "
-                "if its fastest is slower than DDP's slowest, else indistinguishable; "
+VERDICT_RULE = ("faster or slower than DDP only where the step ratios, taken within each repeat, "
+                f"all agree or, from {BOOTSTRAP_FROM} repeats, the 95 % bootstrap interval of their "
+                "median excludes 1 (the design document's rule), else indistinguishable; "
                 f"nothing with fewer than {MIN_REPEATS} repeats")
 BATCH_POOL = 8  # distinct random batches per rank, cycled
 MANUAL_NAMES = tuple(MANUAL_CONFIGURATIONS)  # the hand-written ones, by their names
@@ -282,17 +283,12 @@ def summarize(rows):
     return summary
 
 
-def compare_with_ddp(strategy_steps, ddp_steps, ddp_name="DDP"):
-    """The verdict on a strategy's mean step per repeat against DDP's: faster or slower only where
-    the two ranges do not overlap, and nothing at all from fewer than MIN_REPEATS repeats."""
-    repeats = min(len(strategy_steps), len(ddp_steps))
-    if repeats < MIN_REPEATS:
-        return f"not enough repeats: {repeats} < {MIN_REPEATS}"
-    if max(strategy_steps) < min(ddp_steps):
-        return f"faster than {ddp_name}"
-    if min(strategy_steps) > max(ddp_steps):
-        return f"slower than {ddp_name}"
-    return "indistinguishable"
+def compare_with_ddp(ratios, ddp_name="DDP"):
+    """The verdict on a strategy's step over DDP's, one ratio a repeat (VERDICT_RULE)."""
+    if len(ratios) < MIN_REPEATS:
+        return f"not enough repeats: {len(ratios)} < {MIN_REPEATS}"
+    said = verdict(*interval(ratios))
+    return said if said == "indistinguishable" else f"{said} than {ddp_name}"
 
 
 def against(strategy, ddp):
@@ -303,7 +299,7 @@ def against(strategy, ddp):
     ratios = [step / ddp_step for step, ddp_step in zip(mine, theirs)]
     name = ddp["configuration"]
     return {"ddp": name, "step_ratio": spread(ratios),
-            "verdict": compare_with_ddp(mine, theirs, "DDP" if name == "ddp" else name)}
+            "verdict": compare_with_ddp(ratios, "DDP" if name == "ddp" else name)}
 
 
 def verdicts(summary):
