@@ -40,7 +40,6 @@ def emulated_section(numbers, results_dir, layouts):
     for model in ("mlp", "cnn"):
         context[f"table.emulated.training.{model}"] = training_table(numbers, results_dir,
                                                                      grouped, model, layouts)
-        # bucketed's exposed communication over flat's, round by round, at 2 nodes × 1
         numbers.paired_ratio(f"emulated.{model}.exposed_ratio",
                              scaling_inputs.runs_of(grouped, model, "manual bucketed", 2),
                              scaling_inputs.runs_of(grouped, model, "manual flat", 2), EXPOSED,
@@ -133,17 +132,15 @@ def training_table(numbers, results_dir, grouped, model, layouts):
             register_run_spreads(numbers, prefix, runs)
             layout = runs and scaling_inputs.run_layout(runs[0], layouts[model], ddp_sent)
             if layout:
-                coefficients = predicted_busy(numbers, f"{prefix}.predicted_busy", layout, world,
-                                              fit, "cost_model.step_comm_time of the run's "
-                                              "all-reduces")
+                alpha_beta = predicted_busy(numbers, f"{prefix}.predicted_busy", layout, world, fit,
+                                            "cost_model.step_comm_time of the run's all-reduces")
                 # bucketed's and DDP's all-reduces start during backward
                 exposed = functools.partial(predicted_exposed, layout, layouts[model],
                                             series in ("manual bucketed", "ddp"), world)
-                numbers.derived(f"{prefix}.predicted_exposed", exposed,
-                                [f"{prefix}.compute.median", f"{prefix}.backward.median"]
-                                + coefficients + shares, "ms",
-                                "cost_model.project_layout at the runs' median compute and "
-                                "backward, gradients ready as traced")
+                numbers.derived(f"{prefix}.predicted_exposed", exposed, [
+                    f"{prefix}.compute.median", f"{prefix}.backward.median", *alpha_beta, *shares],
+                    "ms", "cost_model.project_layout at the runs' median compute and backward, "
+                    "gradients ready as traced")
                 spread_over(numbers, f"{prefix}.busy_vs_predicted", f"{prefix}.comm_busy",
                             f"{prefix}.predicted_busy", "measured busy / predicted busy")
             if runs:

@@ -224,8 +224,9 @@ def data_file(name, file_name, header, rows, caption):
 
 
 def cells(numbers, columns, **fields):
-    """A row of `columns`: (header, name template filled from `fields`, Numbers.text or such)."""
-    return [show(numbers, template.format(**fields)) for _, template, show in columns]
+    """A row of `columns`: (header, name template filled from `fields`[, how shown: .text])."""
+    return [(show[0] if show else Numbers.text)(numbers, template.format(**fields))
+            for _, template, *show in columns]
 
 
 def headers(columns):

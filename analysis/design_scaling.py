@@ -104,10 +104,9 @@ def projection_section(numbers, results_dir, layouts):
         single = f"sweep.{model}.single.w1"
         shares = register_readiness(numbers, results_dir, model)
         texts[f"text.drift.{model}"] = drift_text(numbers, results_dir, model)
-        scenario_rows += [scenario_row(numbers, model, sizes, world, link,
-                                       [f"{single}.compute.median", f"{single}.backward.median"]
-                                       + LINK_INPUTS[link] + shares)
-                          for of, world, link in SCENARIOS if of == model]
+        scenario_rows += [scenario_row(numbers, model, sizes, world, link, [
+            f"{single}.compute.median", f"{single}.backward.median", *LINK_INPUTS[link], *shares])
+            for of, world, link in SCENARIOS if of == model]
         for algorithm, slug in ALGORITHM_SLUGS.items():
             for link, inputs in LINK_INPUTS.items():
                 numbers.derived(f"crossover.{model}.{link}.{slug}",

@@ -31,9 +31,8 @@ def model_facts(numbers):
     for model in ("mlp", "cnn"):
         built = build_model(model)
         where = f"runtime/models.py: build_model('{model}'), the default architecture"
-        sizes = [parameter.numel() * parameter.element_size() for parameter in built.parameters()
-                 if parameter.requires_grad]
-        layouts[model] = sizes
+        layouts[model] = sizes = [parameter.numel() * parameter.element_size()
+                                  for parameter in built.parameters() if parameter.requires_grad]
         for name, value, unit, what in (
                 ("model.{}.parameters", count_parameters(built), "count", ""),
                 ("model.{}.tensors", len(sizes), "count", ": trainable tensors"),
@@ -59,13 +58,11 @@ def model_facts(numbers):
 def strategy_row(numbers, model, strategy, sizes, worlds, ddp):
     """§3.2's row: all-reduces, message steps and bytes per rank at each n; DDP's as sent: `ddp`."""
     key = f"comm.{model}.{strategy}"
-    if strategy == "ddp":
-        messages = ddp[DEFAULT_BUCKET_MB]
-        formula = f"DDP's buckets at {DEFAULT_BUCKET_MB:g} MiB as its comm hook saw them"
-    else:
-        messages = cost_model.messages_per_step(strategy, sizes, DEFAULT_BUCKET_MB)
-        formula = (f"cost_model.messages_per_step('{strategy}', tensor bytes, "
-                   f"{DEFAULT_BUCKET_MB:g} MiB)")
+    messages = ddp[DEFAULT_BUCKET_MB] if strategy == "ddp" else cost_model.messages_per_step(
+        strategy, sizes, DEFAULT_BUCKET_MB)
+    formula = (f"DDP's buckets at {DEFAULT_BUCKET_MB:g} MiB as its comm hook saw them"
+               if strategy == "ddp" else f"cost_model.messages_per_step('{strategy}', "
+               f"tensor bytes, {DEFAULT_BUCKET_MB:g} MiB)")
     numbers.add(f"{key}.collectives", 1 if strategy == "flat-ring" else len(messages), "count",
                 kind="model", formula=formula)
     cells = [strategy, numbers.text(f"{key}.collectives")]
@@ -88,13 +85,15 @@ def communication_section(numbers, layouts, worlds, bucket_mbs, results_dir):
     if not sent:
         raise BuildError(f"no {scaling_inputs.DDP_BUCKETS} in {repo_relative(results_dir)}: "
                          "make it with python -m benchmarks.ddp_buckets")
-    numbers.measured("ddp.torch", os.path.join(results_dir, scaling_inputs.DDP_BUCKETS),
-                     "environment.torch", "name")
+    path = os.path.join(results_dir, scaling_inputs.DDP_BUCKETS)
+    numbers.measured("ddp.torch", path, "environment.torch", "name")
     for model, per_cap in sent.items():
-        for bucket_mb in per_cap:
+        for bucket_mb in per_cap:  # the file's first entry of the cap, for the provenance
             name = f"buckets.{model}.ddp.{bucket_mb:g}"
-            source = scaling_inputs.ddp_layout_field(model, bucket_mb, results_dir)
-            numbers.measured(name, *source.split("#"), "bytes-list")
+            index, entry = next((index, entry) for index, entry in enumerate(load(path)["layouts"])
+                                if (entry["model"], entry["bucket_mb"]) == (model, bucket_mb))
+            field = f"layouts[{index}].history[{len(entry['history']) - 1}].bytes"  # the settled
+            numbers.measured(name, path, field, "bytes-list")
             numbers.derived(f"{name}.count", len, [name], "count", "the buckets DDP sent")
     tables = {}
     for model, sizes in layouts.items():
@@ -222,15 +221,12 @@ def provenance_section(numbers, results_dir):
         created, load_average = document.get("created"), lookup(document, LOAD)
         rows.append([repo_relative(path), created or "not recorded",
                      "not recorded" if load_average is None else f"{load_average:.2f}"])
-        if created:
-            dated.append((created, path))
-        if load_average is not None:
-            loaded.append((load_average, path))
-    for name, found, field, unit in (("first", min(dated, default=None), "created", "name"),
-                                     ("last", max(dated, default=None), "created", "name"),
-                                     ("load_low", min(loaded, default=None), LOAD, "number"),
-                                     ("load_high", max(loaded, default=None), LOAD, "number")):
-        numbers.measured(f"provenance.{name}", found and found[1], field, unit)
+        dated += [(created, path)] if created else []
+        loaded += [(load_average, path)] if load_average is not None else []
+    for names, seen, field, unit in ((("first", "last"), dated, "created", "name"),
+                                     (("load_low", "load_high"), loaded, LOAD, "number")):
+        for name, pick in zip(names, (min, max)):  # the file of the earliest, the latest
+            numbers.measured(f"provenance.{name}", pick(seen, default=(None, None))[1], field, unit)
     numbers.stated("provenance.days", len({created[:10] for created, _ in dated}) or None,
                    "count", "code", "distinct dates in provenance.csv's created column")
     numbers.stated("provenance.files", len(paths), "count", "code",

@@ -56,32 +56,28 @@ TABLES = [f"table.sharding.{name}" for name in ("side.mlp side.cnn memory.mlp me
 RUN_SETTINGS = (*((name, f"config.{name}", "count") for name in ("steps", "warmup", "repeats")),
                 ("batch", "config.batch_size", "count"), ("bucket_mb", "config.bucket_mb", "MiB"),
                 ("load_average", "environment.load_average_1min_at_start", "number"))
-TEXT, SPREAD = Numbers.text, Numbers.spread_text
+SPREAD = Numbers.spread_text
 MEASURED = "sharding.{model}.w{world}"
-# the tables' columns after their leading cells: (header, number name, how it is shown)
-SIDE_BY_SIDE = (("model states", "{name}.states.median", TEXT),
-                ("× DDP", "{name}.states_ratio.median", TEXT),
-                ("at their peak", "{name}.peak.median", TEXT),
-                ("peak RSS", "{name}.peak_rss.median", TEXT),
-                ("sent per step", "{name}.sent.median", TEXT),
+# the tables' columns after their leading cells: (header, number name[, how it is shown])
+SIDE_BY_SIDE = (("model states", "{name}.states.median"), ("× DDP", "{name}.states_ratio.median"),
+                ("at their peak", "{name}.peak.median"), ("peak RSS", "{name}.peak_rss.median"),
+                ("sent per step", "{name}.sent.median"),
                 ("step", "{name}.step", SPREAD),  # its ratios, like against like: the verdicts
-                ("communication busy", "{name}.busy.median", TEXT))  # hidden: §7.6's table
-MEMORY = (("formula", "zero.{model}.w{world}.{level}.states", TEXT),
-          ("measured", "{name}.states.median", TEXT),
-          ("÷ formula", "{name}.states_vs_formula", TEXT),
-          ("padding", "{name}.padding", TEXT), ("other", "{name}.other", TEXT))
-BYTES = (("2P(n−1)/n", "zero.{model}.w{world}.ddp.sent", TEXT),
-         *((NAMES[name], MEASURED + f".{name}.sent.median", TEXT)
+                ("communication busy", "{name}.busy.median"))  # hidden: §7.6's table
+MEMORY = (("formula", "zero.{model}.w{world}.{level}.states"),
+          ("measured", "{name}.states.median"), ("÷ formula", "{name}.states_vs_formula"),
+          ("padding", "{name}.padding"), ("other", "{name}.other"))
+BYTES = (("2P(n−1)/n", "zero.{model}.w{world}.ddp.sent"),
+         *((NAMES[name], MEASURED + f".{name}.sent.median")
            for name in ("ddp", "zero1-ring", "zero1-library", "zero2-ring", "zero2-library")),
-         ("3P(n−1)/n", "zero.{model}.w{world}.zero3.sent", TEXT),
-         *((NAMES[name], MEASURED + f".{name}.sent.median", TEXT)
+         ("3P(n−1)/n", "zero.{model}.w{world}.zero3.sent"),
+         *((NAMES[name], MEASURED + f".{name}.sent.median")
            for name in ("zero3-ring", "zero3-library")),
-         ("ZeRO-3 over the ring ÷ DDP", MEASURED + ".sent_ratio", TEXT))
+         ("ZeRO-3 over the ring ÷ DDP", MEASURED + ".sent_ratio"))
 PREFETCH = (("step, prefetch", MEASURED + ".zero3-library.step", SPREAD),  # both over gloo
             ("step, none", MEASURED + ".zero3-no-prefetch.step", SPREAD),
-            ("ratio", MEASURED + ".prefetch_ratio", SPREAD),
-            ("verdict", MEASURED + ".prefetch", TEXT),
-            *((f"{field}, {shown}", MEASURED + f".{configuration}.{field}.median", TEXT)
+            ("ratio", MEASURED + ".prefetch_ratio", SPREAD), ("verdict", MEASURED + ".prefetch"),
+            *((f"{field}, {shown}", MEASURED + f".{configuration}.{field}.median")
               for field in ("hidden", "exposed") for configuration, shown in
               (("zero3-library", "prefetch"), ("zero3-no-prefetch", "none"))))
 
@@ -252,9 +248,8 @@ def register_measured(numbers, path, rows, where, model, world, configuration):
         [f"{first}.parameters"] if indices else [])  # DDP: nothing is padded
     numbers.derived(f"{name}.padded", lambda *counts: sum(counts), inputs, "count",
                     "the padded elements of the flat shards, summed (DDP: the parameters)")
-    numbers.derived(f"{name}.states_padded", partial(held, level, world=world),
-                    [f"{name}.padded"], "bytes",
-                    f"zero_formulas.model_states of {level} at the padded count")
+    numbers.derived(f"{name}.states_padded", partial(held, level, world=world), [f"{name}.padded"],
+                    "bytes", f"zero_formulas.model_states of {level} at the padded count")
     for number, inputs in ((f"{name}.padding", [f"{name}.states_padded", f"{formula}.states"]),
                            (f"{name}.other", [f"{name}.states.median", f"{name}.states_padded"]),
                            (f"{name}.sent_excess", [f"{name}.sent.median", f"{formula}.sent"])):

@@ -48,9 +48,8 @@ def draw_timeline(axis, events, title):
             height = 0.8 / len(lanes)
             row += -0.4 + (lanes.index(name) + 0.5) * height
             fill = plt.get_cmap("Reds")(0.35 + 0.6 * lanes.index(name) / max(1, len(lanes) - 1))
-        starts = [(event["ts"] - origin) / MS for event in mine]  # microseconds to ms
-        durations = [event["dur"] / MS for event in mine]
-        axis.barh(row, durations, left=starts, height=0.9 * height, color=fill, label=name)
+        axis.barh(row, [event["dur"] / MS for event in mine], height=0.9 * height, color=fill,
+                  left=[(event["ts"] - origin) / MS for event in mine], label=name)  # µs to ms
     labels = [f"rank {rank} {track}" for rank in ranks for track in ("compute", "communication")]
     axis.set_yticks(range(len(labels)), labels, fontsize=8)
     axis.set_ylim(len(labels) - 0.5, -0.5)

@@ -26,8 +26,7 @@ BOOTSTRAP_FROM, BOOTSTRAP_SAMPLES = 5, 2000
 
 
 def series_name(run):
-    """How a run's synchronisation is named: 'single', 'ddp-no-sync', 'manual flat', 'manual
-    ring' (the flat buffer over the ring: options.MANUAL_CONFIGURATIONS), '... fp16'."""
+    """A run's series: 'single', 'ddp-no-sync', 'ddp over shm', 'manual flat-ring', '... fp16'."""
     config = current_options(run["config"])
     name = config["mode"]
     if name == "manual":
@@ -124,17 +123,13 @@ def interval(ratios):
 
 def verdict(low, high):
     """'faster', 'slower' or 'indistinguishable' from the interval of the ratios first / second."""
-    if high < 1:
-        return "faster"
-    return "slower" if low > 1 else "indistinguishable"
+    return "faster" if high < 1 else "slower" if low > 1 else "indistinguishable"
 
 
 def spread(values):
     """Median, min, max and count of repeated measurements (None for none)."""
-    if not values:
-        return None
     return {"median": statistics.median(values), "min": min(values), "max": max(values),
-            "n": len(values)}
+            "n": len(values)} if values else None
 
 
 def per_step(run):

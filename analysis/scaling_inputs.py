@@ -35,14 +35,6 @@ def ddp_layouts(results_dir):
     return layouts
 
 
-def ddp_layout_field(model, bucket_mb, results_dir):
-    """'file#field' of a settled DDP layout, for the document's provenance."""
-    path = os.path.join(results_dir, DDP_BUCKETS)
-    index, entry = next((index, entry) for index, entry in enumerate(load(path)["layouts"])
-                        if (entry["model"], entry["bucket_mb"]) == (model, bucket_mb))
-    return f"{path}#layouts[{index}].history[{len(entry['history']) - 1}].bytes"
-
-
 def run_layout(run, param_bytes, ddp_sent):
     """Each all-reduce's bytes of a run's step: as recorded, else as its strategy sends; or None."""
     layouts = run["timing"].get("all_reduce_layouts")
