@@ -3,22 +3,37 @@ recipe and of ours at 1, 2 and 4 processes (benchmarks/time_to_accuracy.py), and
 benchmarks/gpu_check.py measured on a GPU, once results/gpu/summary.json holds a real run."""
 import os
 
-from analysis.design_numbers import read_results, table
+from analysis.design_numbers import read_results, repo_relative, table
 
 # (name, processes) of the runs §4.6 quotes: the recipe, ours alone, ours over shared memory
 TIME_TO_ACCURACY_ROWS = (("classic", 1), ("single", 1), ("flat-shm", 2), ("flat-shm", 4))
 SHOWN_AS = {"classic": "pytorch/examples' recipe", "single": "ours, one process"}
+# §4.7's tables: (caption, the list of summary.json's figures, columns: (header, field, unit or None
+# for a name shown as it is))
+GPU_TABLES = (("Every mode, one epoch of the MLP:", "runs", (
+                  ("run", "run", None), ("device", "device", None), ("backend", "backend", None),
+                  ("test accuracy", "test_accuracy", "percent"),
+                  ("samples/s", "samples_per_s", "samples/s"),
+                  ("median step", "median_step_s", "ms"))),
+              ("Our step over a plain PyTorch loop's (the goal is at most 1.2×):",
+               "step_against_plain_loop", (("model", "model", None),
+                                           ("configuration", "configuration", None),
+                                           ("× plain loop", "ratio_to_plain", "ratio"))),
+              ("The CNN's training time to 99 % on the same GPU (pytorch/examples' recipe: "
+               "classic):", "cnn_time_to_99", (("run", "name", None),
+                                              ("seconds to 99 %", "time_to_target_s", "s"))))
 
 
 def time_to_accuracy_section(numbers, results_dir):
     """Per model and run of TIME_TO_ACCURACY_ROWS: its seconds to the target over the repeats
-    ('tta.<model>.<name>.w<n>.time') and over ours alone in the same repeat ('.vs_single')."""
+    ('tta.<model>.<name>.w<n>.time') and over ours alone in the same repeat ('.vs_single', its
+    claim 'text.tta.<model>.<name>.w<n>.vs_single')."""
     path = os.path.join(results_dir, "time-to-accuracy.json")
     document, problem = read_results(path, "time-to-accuracy/1",
                                      "python -m benchmarks.time_to_accuracy")
     runs = document.get("runs", [])
     numbers.measured("tta.repeats", path if document else None, "config.repeats", "count")
-    rows = []
+    rows, claims = [], {}
     for model in ("mlp", "cnn"):
         numbers.measured(f"tta.{model}.target", path if document else None, f"targets.{model}",
                          "percent")
@@ -40,45 +55,32 @@ def time_to_accuracy_section(numbers, results_dir):
             numbers.verdict(f"{key}.vs_single.verdict", f"{key}.vs_single")
             against = "—" if name == "single" else numbers.claim(f"{key}.vs_single",
                                                                  f"{key}.vs_single.verdict")
+            claims[f"text.{key}.vs_single"] = against
             shown = SHOWN_AS.get(name, f"ours, {world} processes, {name}")
             rows.append([f"{model.upper()} to {numbers.text(f'tta.{model}.target')}", shown,
                          numbers.spread_text(f"{key}.time"), against])
-    return {"table.time_to_accuracy": problem or table(
+    return {**claims, "table.time_to_accuracy": problem or table(
         ["target", "run", "seconds to target", "÷ ours alone, per repeat"], rows)}
 
 
 def gpu_section(numbers, results_dir):
-    """§4.7: the GPU check's runs, its step against a plain loop and its CNN's time to 99 %, or a
-    line saying how to make them; a dry run (--quick, or on the CPU) is not reported."""
+    """§4.7: GPU_TABLES from the GPU check's summary.json, or a line saying how to make them; a dry
+    run (--quick, or on the CPU) is not reported."""
     path = os.path.join(results_dir, "gpu", "summary.json")
     document, problem = read_results(path, "gpu-check/1", "python -m benchmarks.gpu_check on a "
                                      "GPU machine (it writes results/gpu/)")
     if problem or document["quick"] or document["device"] != "cuda":
-        return {"text.gpu": problem or f"*{path} is a dry run (--quick or on the CPU): run "
-                                       "python -m benchmarks.gpu_check on a GPU machine.*"}
-    figures = document["figures"]
-    runs, steps, races = [], [], []
-    for index, run in enumerate(figures["runs"]):
-        key = f"gpu.{run['run']}"
-        for name, unit in (("test_accuracy", "percent"), ("samples_per_s", "samples/s"),
-                           ("median_step_s", "ms")):
-            numbers.measured(f"{key}.{name}", path, f"figures.runs[{index}].{name}", unit)
-        runs.append([run["run"], run["device"], run["backend"], *(numbers.text(
-            f"{key}.{name}") for name in ("test_accuracy", "samples_per_s", "median_step_s"))])
-    for index, ratio in enumerate(figures["step_against_plain_loop"]):
-        key = f"gpu.{ratio['model']}.{ratio['configuration']}.vs_plain"
-        numbers.measured(key, path, f"figures.step_against_plain_loop[{index}].ratio_to_plain",
-                         "ratio")
-        steps.append([ratio["model"].upper(), ratio["configuration"], numbers.text(key)])
-    for index, race in enumerate(figures["cnn_time_to_99"]):
-        numbers.measured(f"gpu.tta.{race['name']}", path,
-                         f"figures.cnn_time_to_99[{index}].time_to_target_s", "s")
-        races.append([SHOWN_AS.get(race["name"], race["name"]),
-                      numbers.text(f"gpu.tta.{race['name']}")])
-    return {"text.gpu": "\n\n".join([
-        "Every mode, one epoch of the MLP:", table(["run", "device", "backend", "test accuracy",
-                                                    "samples/s", "median step"], runs),
-        "Our step over a plain PyTorch loop's (the goal is at most 1.2×):",
-        table(["model", "configuration", "× plain loop"], steps),
-        "The CNN's training time to 99 % on the same GPU:",
-        table(["run", "seconds to 99 %"], races)])}
+        return {"text.gpu": problem or f"*{repo_relative(path)} is a dry run (--quick or on the "
+                                       "CPU): run python -m benchmarks.gpu_check on a GPU.*"}
+    parts = []
+    for caption, listed, columns in GPU_TABLES:
+        rows = []
+        for index, row in enumerate(document["figures"][listed]):
+            rows.append([])
+            for _, field, unit in columns:
+                name = f"gpu.{listed}.{index}.{field}"
+                if unit:
+                    numbers.measured(name, path, f"figures.{listed}[{index}].{field}", unit)
+                rows[-1].append(numbers.text(name) if unit else row[field])
+        parts += [caption, table([header for header, *_ in columns], rows)]
+    return {"text.gpu": "\n\n".join(parts)}

@@ -14,7 +14,8 @@ from runtime.models import build_model, count_parameters
 from runtime.options import DEFAULT_BUCKET_MB, MANUAL_CONFIGURATIONS
 
 FIGURES = ("curves-mlp", "curves-cnn", "time-breakdown-mlp", "time-breakdown-cnn", "scaling-mlp",
-           "scaling-cnn", "allreduce", "bucket-sweep", "timeline", "memory-per-rank")
+           "scaling-cnn", "efficiency-projected", "allreduce", "bucket-sweep", "timeline",
+           "memory-per-rank")
 ISSUED = {"per-param": "after backward, one blocking all-reduce per tensor",
           "flat": "after backward, one all-reduce of a packed buffer",
           "bucketed": "during backward, each bucket as soon as it is full",

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates every reference figure in results/ and every number of design_doc/, in this order:
 #
-#   ./analysis/make_reference_results.sh                               # about 150 minutes on 2 cores
+#   ./analysis/make_reference_results.sh                               # about 4 hours on 2 cores
 #   OFFLINE_DATA_DIR=DIR ./analysis/make_reference_results.sh          # MNIST from DIR/MNIST/raw
 #
 # Run it on a quiet machine: the figures are timings. Then commit results/ and design_doc/.
@@ -14,7 +14,7 @@ PYTHON=${PYTHON:-python3}
 # One machine (§4.5): one process, DDP, flat and shared memory; time to accuracy: benchmarks/
 "$PYTHON" -m analysis.sweep --models mlp --strategies flat,flat-shm --bucket-mbs "" \
     --results-dir results/one-machine
-"$PYTHON" -m benchmarks.time_to_accuracy  # results/time-to-accuracy.json, about 40 minutes
+"$PYTHON" -m benchmarks.time_to_accuracy  # results/time-to-accuracy.json, about 90 minutes
 "$PYTHON" -m benchmarks.allreduce_bench  # results/allreduce-bench.json
 "$PYTHON" -m benchmarks.step_bench  # results/step-bench.json
 "$PYTHON" -m benchmarks.sharding_bench  # results/sharding.json (§7), about 25 minutes

@@ -47,7 +47,7 @@ from statistics import median
 import torch
 import torch.distributed as dist
 
-from analysis.results_folder import BOOTSTRAP_FROM, interval, verdict
+from analysis import results_folder
 from benchmarks import plain_loop
 from benchmarks.common import int_list, run_world_sizes
 from runtime import collective_record, torch_compat
@@ -65,8 +65,9 @@ SCHEMA = "step-bench/3"
 MIN_REPEATS = 3  # fewer repeats give no range worth the name: no verdict
 DEFAULT_REPEATS = 6  # the design document's verdicts take a bootstrap interval from 5 repeats
 VERDICT_RULE = ("faster or slower than DDP only where the step ratios, taken within each repeat, "
-                f"all agree or, from {BOOTSTRAP_FROM} repeats, the 95 % bootstrap interval of their "
-                "median excludes 1 (the design document's rule), else indistinguishable; "
+                f"all agree or, from {results_folder.BOOTSTRAP_FROM} repeats, the 95 % bootstrap "
+                "interval of their median excludes 1 (the design document's rule), else "
+                "indistinguishable; "
                 f"nothing with fewer than {MIN_REPEATS} repeats")
 BATCH_POOL = 8  # distinct random batches per rank, cycled
 MANUAL_NAMES = tuple(MANUAL_CONFIGURATIONS)  # the hand-written ones, by their names
@@ -287,7 +288,7 @@ def compare_with_ddp(ratios, ddp_name="DDP"):
     """The verdict on a strategy's step over DDP's, one ratio a repeat (VERDICT_RULE)."""
     if len(ratios) < MIN_REPEATS:
         return f"not enough repeats: {len(ratios)} < {MIN_REPEATS}"
-    said = verdict(*interval(ratios))
+    said = results_folder.verdict(*results_folder.interval(ratios))
     return said if said == "indistinguishable" else f"{said} than {ddp_name}"
 
 

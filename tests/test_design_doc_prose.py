@@ -148,3 +148,16 @@ def test_every_sharding_step_is_set_against_ddp_over_the_same_transport():
                 if line.startswith("| ") and " ÷ " in line]
     assert len(verdicts) == 13
     assert all("both over" in row or "÷ DDP over gloo" in row for row in verdicts), verdicts
+
+
+def test_the_time_to_accuracy_answer_says_what_its_verdicts_say():
+    """§4.6 says where data parallelism pays to a target: the CNN at two ranks, never the MLP;
+    and it quotes the recipe's time over ours alone."""
+    numbers, text = committed_numbers(), " ".join(sections()["4-performance.md"].split())
+    assert "pays a little for the CNN and not for the MLP" in text
+    verdict = {name: numbers[f"tta.{name}.vs_single.verdict"]["value"] for name in (
+        "cnn.flat-shm.w2", "cnn.flat-shm.w4", "mlp.flat-shm.w2", "mlp.flat-shm.w4")}
+    assert verdict["cnn.flat-shm.w2"] == "faster"
+    assert "faster" not in (verdict["mlp.flat-shm.w2"], verdict["mlp.flat-shm.w4"])
+    ratio = numbers["tta.cnn.classic.w1.vs_single.median"]["text"]
+    assert f"recipe needs {ratio} our one process's time" in text

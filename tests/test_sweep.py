@@ -132,4 +132,5 @@ def test_a_tiny_sweep_writes_valid_results_and_the_plots(tmp_path, real_data):
                                                 for name in documents)
     assert all(validate(document) == [] for document in documents.values())
     plots = sorted(os.listdir(tmp_path / "plots"))
-    assert plots == ["curves-mlp.png", "scaling-mlp.png", "time-breakdown-mlp.png"]
+    assert plots == ["curves-mlp.png", "efficiency-projected.png", "scaling-mlp.png",
+                     "time-breakdown-mlp.png"]
