@@ -14,7 +14,6 @@ import pytest
 from analysis import plots
 from analysis.plot_breakdown import plot_time_breakdown
 from analysis.plot_common import bucket_variant
-from analysis.plot_learning import plot_projected_efficiency
 from analysis.results_folder import load_folder, per_step, repeats, spread
 from grading.launch import run_alone
 from runtime.options import DEFAULT_BUCKET_MB
@@ -219,14 +218,23 @@ def test_a_config_in_todays_names_is_read_as_it_is():
     assert current_options(config) is config
 
 
-def test_the_projected_efficiency_is_compute_over_compute_and_one_flat_ring_all_reduce():
+def projected_ring_line():
+    """(ranks, efficiency) of the projected figure's 25 Gbit/s ring line for a synthetic single
+    process, and whether a folder without one is skipped. In a child: it rests on the cost model."""
+    from analysis.plot_learning import plot_projected_efficiency
+
     single = {"timing": {"across_ranks": {"compute": {"mean": 0.004}}},
               "memory": {"per_rank": [{"gradients": 2_000_000}]}}
     figure = plot_projected_efficiency({("mlp", "single", 1, 25.0): [single] * 3,
                                         ("mlp", "manual flat", 2, 25.0): [timed_run()]})
     line, = [line for line in figure.axes[0].lines if line.get_gid() == "25g ring"]
-    ranks, efficiency = line.get_data()
+    skipped = plot_projected_efficiency({("mlp", "manual flat", 2, 25.0): [timed_run()]}) is None
+    return [list(map(float, values)) for values in line.get_data()], skipped
+
+
+def test_the_projected_efficiency_is_compute_over_compute_and_one_flat_ring_all_reduce():
+    (ranks, efficiency), skipped = run_alone(projected_ring_line)
     # at 64 ranks: 2(n-1) message steps of 25 µs, 2(n-1)/n of the bytes at 25 Gbit/s
     comm = 2 * 63 * 25e-6 + 2 * 63 / 64 * 2_000_000 * 8 / 25e9
-    assert efficiency[list(ranks).index(64)] == pytest.approx(0.004 / (0.004 + comm))
-    assert plot_projected_efficiency({("mlp", "manual flat", 2, 25.0): [timed_run()]}) is None
+    assert efficiency[ranks.index(64)] == pytest.approx(0.004 / (0.004 + comm))
+    assert skipped
