@@ -3,7 +3,7 @@ recipe and of ours at 1, 2 and 4 processes (benchmarks/time_to_accuracy.py), and
 benchmarks/gpu_check.py measured on a GPU, once results/gpu/summary.json holds a real run."""
 import os
 
-from analysis.design_numbers import read_results, repo_relative, table
+from analysis.design_numbers import headers, read_results, repo_relative, table
 
 # (name, processes) of the runs §4.6 quotes: the recipe, ours alone, ours over shared memory
 TIME_TO_ACCURACY_ROWS = (("classic", 1), ("single", 1), ("flat-shm", 2), ("flat-shm", 4))
@@ -82,5 +82,5 @@ def gpu_section(numbers, results_dir):
                 if unit:
                     numbers.measured(name, path, f"figures.{listed}[{index}].{field}", unit)
                 rows[-1].append(numbers.text(name) if unit else row[field])
-        parts += [caption, table([header for header, *_ in columns], rows)]
+        parts += [caption, table(headers(columns), rows)]
     return {"text.gpu": "\n\n".join(parts)}

@@ -74,7 +74,9 @@ MANUAL_NAMES = tuple(MANUAL_CONFIGURATIONS)  # the hand-written ones, by their n
 # name -> (--mode, --transport) of the DDP configurations, run before the strategies
 DDP_CONFIGURATIONS = {"ddp": ("ddp", "library"), "ddp-shm": ("ddp", "shm"),
                       "ddp-no-sync": ("ddp-no-sync", "auto")}
-SAME_TRANSPORT_DDP = {"shm": "ddp-shm"}  # a transport -> DDP over it (others: ddp)
+# a transport -> DDP over it (the ring has none: ddp)
+SAME_TRANSPORT_DDP = {transport: name for name, (mode, transport) in DDP_CONFIGURATIONS.items()
+                      if mode == "ddp"}
 RECORDED = "+record"  # a strategy's name with it: its collectives recorded
 
 
