@@ -123,7 +123,6 @@ def build(results_dir, out_dir):
                  design_end_to_end.gpu_section(numbers, results_dir),
                  # after §5's fits: the projection sends its bytes at their links' speeds
                  design_sharding.sharding_section(numbers, results_dir),
-                 design_sections.reference_commands(numbers),
                  design_sections.provenance_section(numbers, results_dir),
                  design_sections.figures(results_dir, out_dir)):
         context.update(part)

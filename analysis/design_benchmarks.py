@@ -61,8 +61,7 @@ def step_verdicts(numbers, path, report):
             numbers.paired_values(side_key, [f"{source}#{side}.step_ratio.per_repeat[{repeat}]"
                                              for repeat in range(count)], "ratio", 1.0,
                                   "the best strategy's step / DDP's, within each repeat",
-                                  already_ratios=True)
-            numbers.verdict(f"{side_key}.verdict", side_key)
+                                  already_ratios=True, verdict=f"{side_key}.verdict")
             sides.append([numbers.spread_text(side_key), numbers.text(f"{side_key}.verdict")])
         if index is not None:
             rows.append([model, world, numbers.text(f"{name}.best"), *sides[0],
@@ -96,8 +95,7 @@ def one_machine_section(numbers, results_dir):
             name = f"shm.{model}.w{world}.step_vs_{slug(against)}"
             numbers.paired_ratio(f"{name}.ratio", runs_of(grouped, model, "manual flat-shm", world),
                                  runs_of(grouped, model, against, world), STEP,
-                                 formula="shm's mean step / the other's")
-            numbers.verdict(name, f"{name}.ratio")
+                                 formula="shm's mean step / the other's", verdict=name)
     numbers.derived("drift.single_mlp", lambda mine, theirs: mine / theirs,
                     ["one_machine.mlp.single.w1.throughput.median",
                      "sweep.mlp.single.w1.throughput.median"], "ratio",

@@ -43,8 +43,8 @@ def emulated_section(numbers, results_dir, layouts):
         numbers.paired_ratio(f"emulated.{model}.exposed_ratio",
                              scaling_inputs.runs_of(grouped, model, "manual bucketed", 2),
                              scaling_inputs.runs_of(grouped, model, "manual flat", 2), EXPOSED,
-                             formula="bucketed's exposed / flat's, in the same round, 2 nodes x 1")
-        numbers.verdict(f"emulated.{model}.exposed_verdict", f"emulated.{model}.exposed_ratio")
+                             formula="bucketed's exposed / flat's, in the same round, 2 nodes x 1",
+                             verdict=f"emulated.{model}.exposed_verdict")
     ratios = sorted((numbers.value(name), name.removesuffix(".median")) for name in numbers.entries
                     if name.startswith("emulated.") and name.endswith(".busy_vs_predicted.median"))
     for label, end in (("low", 0), ("high", -1)):
@@ -62,8 +62,8 @@ def emulated_section(numbers, results_dir, layouts):
         runs = scaling_inputs.runs_of(grouped, "cnn", series, 2, SMALL_BUCKET_MB)
         for field, source in (("exposed", EXPOSED), ("step", STEP)):
             numbers.paired_ratio(f"{name}.{field}_ratio", runs, flat, source,
-                                 formula=f"{series}'s {field} / flat's, in the same round")
-            numbers.verdict(f"{name}.{field}_verdict", f"{name}.{field}_ratio")
+                                 formula=f"{series}'s {field} / flat's, in the same round",
+                                 verdict=f"{name}.{field}_verdict")
     for name in ("mlp.exposed_ratio", "cnn.exposed_ratio", "bucket4.bucketed.exposed_ratio",
                  "bucket4.ddp.exposed_ratio", "bucket4.bucketed.step_ratio"):  # paired by round
         context[f"text.emulated.{name}"] = numbers.spread_text(f"emulated.{name}")

@@ -51,8 +51,8 @@ def time_to_accuracy_section(numbers, results_dir):
             numbers.paired_values(f"{key}.vs_single", [
                 f"{path}#runs[{index}].{field}" for repeat in sorted(mine) if repeat in alone
                 for index in (mine[repeat], alone[repeat])], "ratio", 1.0,
-                "the time to target / ours alone, within each repeat")
-            numbers.verdict(f"{key}.vs_single.verdict", f"{key}.vs_single")
+                "the time to target / ours alone, within each repeat",
+                verdict=f"{key}.vs_single.verdict")
             against = "—" if name == "single" else numbers.claim(f"{key}.vs_single",
                                                                  f"{key}.vs_single.verdict")
             claims[f"text.{key}.vs_single"] = against

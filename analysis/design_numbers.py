@@ -158,15 +158,17 @@ class Numbers:
         inputs = [f"{run['path']}#{field}" for run in runs for field in fields]
         return self.spread_of(key, inputs, unit, formula, combine, len(fields))
 
-    def paired_ratio(self, key, runs, others, field, unit="ratio", scale=1.0, formula="ratio"):
+    def paired_ratio(self, key, runs, others, field, unit="ratio", scale=1.0, formula="ratio",
+                     verdict=None):
         """paired_values of `field` of each of `runs` over the run of `others` of the same round."""
         pairs = results_folder.paired(runs, others)
         inputs = [f"{run['path']}#{field}" for pair in pairs for run in pair]
-        return self.paired_values(key, inputs, unit, scale,
-                                  f"{formula}, within each round; spread and interval over rounds")
+        return self.paired_values(key, inputs, unit, scale, f"{formula}, within each round; "
+                                  "spread and interval over rounds", verdict=verdict)
 
-    def paired_values(self, key, inputs, unit, scale, formula, already_ratios=False):
-        """spread_of's fields and the verdict's `.low`, `.high` of `scale` x mine / theirs."""
+    def paired_values(self, key, inputs, unit, scale, formula, already_ratios=False, verdict=None):
+        """spread_of's fields and the verdict's `.low`, `.high` of `scale` x mine / theirs; with
+        `verdict`, the verdict registered under that name too."""
         def over_rounds(*values):
             tops = values if already_ratios else values[0::2]
             bottoms = [1] * len(tops) if already_ratios else values[1::2]
@@ -176,7 +178,8 @@ class Numbers:
             low, high = results_folder.interval(ratios)
             return dict(results_folder.spread(ratios), low=low, high=high)
         units = {**dict.fromkeys(SPREAD_UNITS, unit), "n": "count", "low": unit, "high": unit}
-        return self.derived_fields(key, over_rounds, inputs, units, formula)
+        fields = self.derived_fields(key, over_rounds, inputs, units, formula)
+        return self.verdict(verdict, key) if verdict else fields
 
     def spread_text(self, key):
         """'7.49 ms (7.05–7.60)': the median and the range, the unit once; '(one run)' alone."""

@@ -47,8 +47,8 @@ def register_run_spreads(numbers, prefix, runs, fields=(*STEP_FIELDS, "overlap",
 
 def compare(numbers, name, runs, others):
     """`name` (runs over others, paired within each round) and `name.verdict`; the claim shown."""
-    numbers.paired_ratio(name, runs, others, STEP, formula="the first's mean step / the second's")
-    numbers.verdict(f"{name}.verdict", name)
+    numbers.paired_ratio(name, runs, others, STEP, formula="the first's mean step / the second's",
+                         verdict=f"{name}.verdict")
     return numbers.claim(name, f"{name}.verdict")
 
 
@@ -208,12 +208,11 @@ def best_size(numbers, runs, world, series, sizes):
         "the sizes sending the layout of the smallest median step")
     beaten = []
     for size in [size for size in sizes if size not in same and medians[size] is not None]:
-        for mine in same:  # every size of the fastest layout against `size`, round by round
-            numbers.paired_ratio(f"{name}.{mine:g}-vs-{size:g}", runs.get((
+        # every size of the fastest layout against `size`, round by round
+        if {numbers.paired_ratio(f"{name}.{mine:g}-vs-{size:g}", runs.get((
                 "mlp", series, world, mine), []), runs.get(("mlp", series, world, size), []), STEP,
-                formula="the step at one size / another")
-        if {numbers.verdict(f"{name}.{mine:g}-vs-{size:g}.verdict", f"{name}.{mine:g}-vs-{size:g}")
-                for mine in same} == {"faster"}:
+                formula="the step at one size / another",
+                verdict=f"{name}.{mine:g}-vs-{size:g}.verdict") for mine in same} == {"faster"}:
             beaten.append(f"{size:g}")
     told = f"faster than {', '.join(beaten)} MiB" if beaten else "not told apart from the others"
     return same and f"With {slug(series)}, {numbers.text(f'{name}.same_layout')} " + (

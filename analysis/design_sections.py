@@ -1,13 +1,12 @@
 """The design document's §1-§3 and its index: the models, the communication each strategy
-issues, a traced step, the main job, the reference commands, the figures and the provenance."""
+issues, a traced step, the main job, the figures and the provenance."""
 import glob
 import os
-import re
 
 import torch
 
 from analysis import cost_model, scaling_inputs
-from analysis.design_numbers import REPO, BuildError, data_file, load, lookup, repo_relative, table
+from analysis.design_numbers import BuildError, data_file, load, lookup, repo_relative, table
 from analysis.traces import complete_events, typical_step
 from runtime.data import DATASETS
 from runtime.models import build_model, count_parameters
@@ -164,22 +163,6 @@ def trace_section(numbers, results_dir):
              ["trace.last_done_after_backward_end", "trace.peer_wait"],
              "rank 0's exposed communication less its wait for the latest peer")):
         numbers.derived(f"trace.{name}", rule, inputs if mine and launches else [], "trace_us", how)
-
-
-def reference_commands(numbers):
-    """The commands of make_reference_results.sh as the index shows them, and the trace's."""
-    with open(os.path.join(REPO, "analysis", "make_reference_results.sh")) as file:
-        script = file.read()
-    joined = re.sub(r"\s*\\\n\s*", " ", script)  # a trailing backslash continues a command
-    commands = [re.sub(r"\s+#.*$", "", line.replace('"$PYTHON" ', "python ", 1).strip())
-                for line in joined.splitlines() if line.startswith('"$PYTHON" ')]
-    duration = re.search(r"(?m)^#\s+\./analysis/make_reference_results\.sh\s+#\s*(.+)$", script)
-    numbers.stated("reference.duration", duration.group(1) if duration else None, "name", "code",
-                   "make_reference_results.sh: the comment after its first usage line")
-    trace = next((command for command in commands if "--trace " in command), None)
-    return {"text.reference_commands": "```\n" + "\n".join(commands) + "\n```",
-            "text.trace_command": f"`{trace}`" if trace
-            else "*make_reference_results.sh makes no trace*"}
 
 
 def main_job_section(numbers, results_dir):

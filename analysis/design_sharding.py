@@ -219,8 +219,8 @@ def register_world(numbers, path, rows, where, model, world):
         inputs = [f"{path}#measurements[{indices[repeat]}].median_step_s"
                   for repeat in sorted(set(mine) & set(other)) for indices in (mine, other)]
         numbers.paired_values(f"{name}_ratio", inputs, "ratio", 1.0,
-                              f"{NAMES[ours]}'s step / {NAMES[theirs]}'s, in the same repeat")
-        numbers.verdict(name, f"{name}_ratio")
+                              f"{NAMES[ours]}'s step / {NAMES[theirs]}'s, in the same repeat",
+                              verdict=name)
     sent = [f"{prefix}.zero3-ring.sent.median", f"{prefix}.ddp.sent.median"] if world > 1 else []
     numbers.derived(f"{prefix}.sent_ratio", operator.truediv, sent, "ratio",
                     "ZeRO-3's bytes per step over the ring over DDP's")
