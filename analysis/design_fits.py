@@ -38,12 +38,10 @@ def register_fit(numbers, name, rows, bench, implementation, world=None):
 
 
 def with_interval(numbers, name):
-    """'233 µs (202–455 µs)': a fitted number with its bootstrap interval, the unit once."""
+    """'233 µs (202–455)': a fitted number with its bootstrap interval."""
     if f"{name}.low" not in numbers.entries:
         return numbers.text(name)
-    low, high = numbers.text(name + ".low"), numbers.text(name + ".high")
-    number, _, unit = low.partition(" ")
-    return f"{numbers.text(name)} ({number if unit and high.endswith(' ' + unit) else low}–{high})"
+    return numbers.range_text(name, f"{name}.low", f"{name}.high")
 
 
 def allreduce_section(numbers, bench):

@@ -186,14 +186,17 @@ class Numbers:
         self.shown.update([f"{key}.median", f"{key}.n"])
         if self.value(f"{key}.median") is None:
             return NOT_MEASURED
-        median = self.text(f"{key}.median")
         if self.value(f"{key}.n") == 1:
-            return median + " (one run)"
-        low, high = self.text(f"{key}.min"), self.text(f"{key}.max")
-        unit = re.search(r"[^\d.,]*$", median).group()  # ' ms', '%', '×', ' samples/s'
+            return self.text(f"{key}.median") + " (one run)"
+        return self.range_text(f"{key}.median", f"{key}.min", f"{key}.max")
+
+    def range_text(self, center, low, high):
+        """'233 µs (202–455)': the numbers' texts, the unit once where all three share it."""
+        center, low, high = self.text(center), self.text(low), self.text(high)
+        unit = re.search(r"[^\d.,]*$", center).group()  # ' ms', '%', '×', ' samples/s'
         if unit and low.endswith(unit) and high.endswith(unit):
             low, high = low.removesuffix(unit), high.removesuffix(unit)
-        return f"{median} ({low}–{high})"
+        return f"{center} ({low}–{high})"
 
     def verdict(self, name, ratios):
         """results_folder.verdict of the interval of `ratios` (registered by paired_values)."""

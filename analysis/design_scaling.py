@@ -3,9 +3,9 @@ against the best bucket size, and where communication starts to dominate; each f
 single-process compute and backward, each gradient's readiness, and a link fitted or assumed."""
 import functools
 
-from analysis import cost_model, results_folder, scaling_inputs
+from analysis import cost_model, scaling_inputs
 from analysis.design_numbers import table
-from analysis.traces import complete_events, gradient_readiness
+from analysis.traces import gradient_readiness
 from runtime.models import build_model
 
 # each link of the projections, as the tables name it and its α and β: two fitted, then assumed
@@ -58,19 +58,6 @@ def register_readiness(numbers, results_dir, model):
     return [f"readiness.{model}.{parameter}" for parameter in parameters]
 
 
-def drift_text(numbers, results_dir, model):
-    """The traced backward against the sweep's single process's: one work in two sessions."""
-    name = f"drift.{model}.traced_backward"
-    numbers.derived_fields(name, lambda events: results_folder.spread([
-        event["dur"] / 1e6 for event in complete_events(events)
-        if event.get("pid") == 0 and event["name"] == "backward"]) or {},
-        scaling_inputs.backward_events(results_dir, model),
-        {"median": "ms", "min": "ms", "max": "ms", "n": "count"},
-        "results_folder.spread of the traced steps' backward spans")
-    return (f"{numbers.spread_text(name)} over the traced steps against "
-            f"{numbers.spread_text(f'sweep.{model}.single.w1.backward')} over the sweep's repeats")
-
-
 def scenario_row(numbers, model, sizes, world, link, inputs):
     """'project.<model>.<link>.n<world>[.hd][.flat].*' per algorithm; its row in §5.4's table."""
     name = f"project.{model}.{link}.n{world}"
@@ -99,11 +86,10 @@ def projection_section(numbers, results_dir, layouts):
     steps, _ = cost_model.ring_coefficients(cost_model.LARGE_WORLD_SIZE)
     numbers.stated("latency.ring_steps", int(steps), "count", "model",
                    "cost_model.ring_coefficients: 2(n-1) message steps at LARGE_WORLD_SIZE")
-    texts, scenario_rows, crossover_rows = {}, [], []
+    scenario_rows, crossover_rows = [], []
     for model, sizes in layouts.items():
         single = f"sweep.{model}.single.w1"
         shares = register_readiness(numbers, results_dir, model)
-        texts[f"text.drift.{model}"] = drift_text(numbers, results_dir, model)
         scenario_rows += [scenario_row(numbers, model, sizes, world, link, [
             f"{single}.compute.median", f"{single}.backward.median", *LINK_INPUTS[link], *shares])
             for of, world, link in SCENARIOS if of == model]
@@ -125,4 +111,4 @@ def projection_section(numbers, results_dir, layouts):
     scenarios = table(["model", "ranks, link", "one flat all-reduce", "best bucket (ring)",
                        "best bucket (halving-doubling)"], scenario_rows)
     crossovers = table(["model, all-reduce", *LINKS.values()], crossover_rows)
-    return {**texts, "table.scenarios": scenarios, "table.crossover": crossovers}
+    return {"table.scenarios": scenarios, "table.crossover": crossovers}

@@ -144,17 +144,12 @@ def sharding_section(numbers, results_dir):
     context["table.sharding.verdicts"] = table(  # like against like: one transport a ratio
         ["step", *(f"{model.upper()}, {world} ranks" for model in MODELS
                    for world in SIDE_BY_SIDE_WORLDS)],
-        [[shown, *(claim(numbers, key(model, world, name), against) for model in MODELS
+        [[shown, *(numbers.claim(f"{key(model, world, name)}.{RATIO_OF[against]}",
+                                 f"{key(model, world, name)}.{against}") for model in MODELS
                    for world in SIDE_BY_SIDE_WORLDS)] for name, against, shown in VERDICTS])
     context["table.sharding.main"] = main_job_table(numbers, results_dir)
     context["table.sharding.halves"] = halves_table(numbers, results_dir)
     return context
-
-
-def claim(numbers, name, against):
-    """'1.05× (1.01–1.09): slower': the step over a DDP's or torch's (RATIO_OF's keys)."""
-    verdict, ratios = numbers.text(f"{name}.{against}"), f"{name}.{RATIO_OF[against]}"
-    return NOT_MEASURED if verdict == NOT_MEASURED else f"{numbers.spread_text(ratios)}: {verdict}"
 
 
 def halves_table(numbers, results_dir):
