@@ -47,7 +47,7 @@ RELATIVE_TOLERANCE = 1e-9  # above two machines' fits (2.5e-13 apart), far below
 # tables of data (per size, rank or repeat): CSV files beside the document, linked in their place
 DATA_TABLES = tuple(f"table.{name}" for name in (
     "fits.ring predict step_bench step_bench_verdict bucket_sweep emulated.fits.ring "
-    "sweep.mlp sweep.cnn comm.mlp comm.cnn buckets.mlp buckets.cnn one_machine crossover "
+    "sweep.mlp sweep.cnn comm.mlp comm.cnn buckets.mlp buckets.cnn crossover "
     "emulated.training.mlp emulated.training.cnn sharding.side.mlp sharding.side.cnn "
     "sharding.memory.mlp sharding.memory.cnn sharding.bytes sharding.prefetch").split())
 
@@ -118,7 +118,6 @@ def build(results_dir, out_dir):
                  design_emulated.emulated_section(numbers, results_dir, layouts),
                  design_scaling.projection_section(numbers, results_dir, layouts),
                  design_sections.main_job_section(numbers, results_dir),
-                 design_benchmarks.one_machine_section(numbers, results_dir),
                  design_end_to_end.time_to_accuracy_section(numbers, results_dir),
                  design_end_to_end.gpu_section(numbers, results_dir),
                  # after §5's fits: the projection sends its bytes at their links' speeds

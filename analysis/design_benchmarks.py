@@ -1,26 +1,25 @@
-"""The measurements beside the strategy sweep (§4.5, §6): benchmarks/step_bench.py's tables, the
-shared-memory all-reduce against gloo's and results/one-machine/; a missing file: "not measured"."""
+"""§4.5 beside the strategy sweep: benchmarks/step_bench.py's tables, shared memory's step against
+DDP's and flat's, and the best strategy's verdicts; a missing file: "not measured"."""
+import itertools
 import os
 
 from analysis.design_numbers import indices_by, load, lookup, read_results, table
-from analysis.design_performance import STEP, THROUGHPUT, register_run_spreads, slug
 from analysis.results_folder import STEP_BENCH_SCHEMA
-from analysis.scaling_inputs import grouped_runs, runs_of
 
 STEP_BENCH_FIELDS = {"mean_step_s": "ms", "mean_compute_s": "ms", "mean_comm_exposed_s": "ms",
                      "mean_comm_busy_s": "ms", "overlap": "percent", "step_ratio_to_ddp": "ratio"}
-ONE_MACHINE = [(series, world) for series in ("single", "ddp", "manual flat", "manual flat-shm")
-               for world in ((1,) if series == "single" else (2, 4))]
+SHM_AGAINST = ("ddp", "flat")  # flat-shm's step against DDP's and flat's, both over gloo
 
 
 def step_bench_section(numbers, results_dir):
     """Per configuration the median (min–max) over the repeats; the best strategy's verdicts."""
     path = os.path.join(results_dir, "step-bench.json")
     document, problem = read_results(path, STEP_BENCH_SCHEMA, "python -m benchmarks.step_bench")
+    measurements = document.get("measurements", [])
+    shared_memory_steps(numbers, path, measurements)
     if problem:
         step_verdicts(numbers, None, [])  # every quoted verdict: not measured
         return {"table.step_bench": problem, "table.step_bench_verdict": problem}
-    measurements = document["measurements"]
     rows = []
     for (model, world, name), indices in indices_by(measurements, "model", "world_size",
                                                     "configuration").items():
@@ -40,6 +39,20 @@ def step_bench_section(numbers, results_dir):
             "table.step_bench_verdict": table(["model", "ranks", "best strategy", "× DDP",
                                                "verdict", "same-transport DDP", "× it",
                                                "verdict"], verdicts)}
+
+
+def shared_memory_steps(numbers, path, measurements):
+    """'shm.<model>.w<n>.step_vs_<other>': flat-shm's mean step over SHM_AGAINST's, per repeat."""
+    where = indices_by(measurements, "model", "world_size", "configuration", "repeat")
+    repeats = sorted({repeat for *_, repeat in where})
+    for model, world, other in itertools.product(("mlp", "cnn"), (2, 4), SHM_AGAINST):
+        pairs = [[where.get((model, world, configuration, repeat))
+                  for configuration in ("flat-shm", other)] for repeat in repeats]
+        name = f"shm.{model}.w{world}.step_vs_{other}"
+        numbers.paired_values(f"{name}.ratio", [f"{path}#measurements[{found[0]}].mean_step_s"
+                                                for pair in pairs if all(pair) for found in pair],
+                              "ratio", 1.0, "flat-shm's mean step / the other's, in the same "
+                              "repeat", verdict=name)
 
 
 def step_verdicts(numbers, path, report):
@@ -67,39 +80,3 @@ def step_verdicts(numbers, path, report):
             rows.append([model, world, numbers.text(f"{name}.best"), *sides[0],
                          numbers.text(f"{name}.vs_same.ddp"), *sides[1]])
     return rows
-
-
-def one_machine_section(numbers, results_dir):
-    """§4.5's context: shm's all-reduce against gloo's, each model's series in one-machine/ and
-    shm's step over DDP's and flat's, in each round (the same global batch per step)."""
-    bench = os.path.join(results_dir, "allreduce-bench.json")
-    for world in (2, 3, 4):  # the worst shm / gloo bus-bandwidth ratio at 1 MiB and above
-        numbers.measured(f"shm.allreduce.w{world}.worst_ratio",
-                         bench if os.path.exists(bench) else None,
-                         f"shm_target.per_world_size.{world}.worst_ratio", "ratio")
-    grouped = grouped_runs(os.path.join(results_dir, "one-machine"))
-    rows = []
-    for model in [model for model in ("mlp", "cnn") if any(key[0] == model for key in grouped)]:
-        single_runs = runs_of(grouped, model, "single", 1)
-        for series, world in ONE_MACHINE:
-            found = runs_of(grouped, model, series, world)
-            if found:
-                name = f"one_machine.{model}.{slug(series)}.w{world}"
-                register_run_spreads(numbers, name, found, ("step", "comm_exposed", "throughput"))
-                numbers.paired_ratio(f"{name}.vs_single", found, single_runs, THROUGHPUT,
-                                     formula="throughput / one process's, in the same round")
-                rows.append([f"{model.upper()} {slug(series)}, {world}"]
-                            + [numbers.spread_text(f"{name}.{field}") for field in
-                               ("step", "comm_exposed", "throughput", "vs_single")])
-        for world, against in ((2, "ddp"), (2, "manual flat"), (4, "ddp"), (4, "manual flat")):
-            name = f"shm.{model}.w{world}.step_vs_{slug(against)}"
-            numbers.paired_ratio(f"{name}.ratio", runs_of(grouped, model, "manual flat-shm", world),
-                                 runs_of(grouped, model, against, world), STEP,
-                                 formula="shm's mean step / the other's", verdict=name)
-    numbers.derived("drift.single_mlp", lambda mine, theirs: mine / theirs,
-                    ["one_machine.mlp.single.w1.throughput.median",
-                     "sweep.mlp.single.w1.throughput.median"], "ratio",
-                    "the one-machine sweep's single-process median throughput / the main sweep's")
-    columns = ["configuration", "step", "exposed comm", "throughput", "÷ one process's throughput"]
-    return {"table.one_machine": table(columns, rows) if rows else
-            "*Not measured: run the sweep of analysis/make_reference_results.sh.*"}

@@ -52,6 +52,9 @@ def allreduce_section(numbers, bench):
     numbers.measured("bench.load_average", bench, "environment.load_average_1min_at_start",
                      "number")
     worlds = sorted({row["world_size"] for row in rows})
+    for world in worlds:  # the worst shm / gloo bus-bandwidth ratio at 1 MiB and above
+        numbers.measured(f"shm.allreduce.w{world}.worst_ratio", bench,
+                         f"shm_target.per_world_size.{world}.worst_ratio", "ratio")
     ends = (("smallest", worlds[0]), ("largest", worlds[-1])) if worlds else ()
     for label, world in ends:
         numbers.stated(f"bench.{label}_world", world, "count", "code",

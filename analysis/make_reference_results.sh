@@ -11,9 +11,7 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 
 "$PYTHON" -m analysis.sweep  # results/sweep-*-r*.json, bucket-*-r*.json, sweep-order.json (6 rounds)
-# One machine (§4.5): one process, DDP, flat and shared memory; time to accuracy: benchmarks/
-"$PYTHON" -m analysis.sweep --models mlp --strategies flat,flat-shm --bucket-mbs "" \
-    --results-dir results/one-machine
+# The benchmarks: time to accuracy (§4.6), the all-reduce, the training step, sharding (§7)
 "$PYTHON" -m benchmarks.time_to_accuracy  # results/time-to-accuracy.json, about 90 minutes
 "$PYTHON" -m benchmarks.allreduce_bench  # results/allreduce-bench.json
 "$PYTHON" -m benchmarks.step_bench  # results/step-bench.json

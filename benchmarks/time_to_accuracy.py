@@ -68,7 +68,7 @@ OURS = {
     "mlp": "--batch-size 256 --lr-schedule onecycle --lr 3e-3 --epochs 5",
     "cnn": "--batch-size 128 --lr-schedule onecycle --lr 3e-3 --epochs 3",
 }
-# the fastest sync on one machine (design_doc §4.7: the step benchmark and results/one-machine/)
+# the fastest sync on one machine (design_doc §4.5: the step benchmark)
 CONFIGS = ("flat-shm=--mode manual --sync flat --transport shm",)
 EVALUATION = ("the whole test split every 1/evals_per_epoch of an epoch, by the same function on "
               "both sides; the clock is paused during it (evaluation_s, per run, is separate)")

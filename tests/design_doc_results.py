@@ -1,6 +1,6 @@
 """A small, complete results folder for the design-document tests, written by the tests: every
 configuration of the sweep repeated, the bucket sweep, both benchmarks and a trace; the emulated
-network's all-reduce and SLURM runs (§5.6) and the one-machine sweep (§4.5).
+network's all-reduce and SLURM runs (§5.6).
 
 The files are written, and the document built, in a child process with the code under test
 (grading/launch.py run_alone): the benchmark's times come from the cost model and the build reads
@@ -43,7 +43,7 @@ BATCH = 64
 # The tables and texts the tests read, each rendered alone from a template of the tests' own.
 SHOWN = ("table.comm.mlp", "table.comm.cnn", "table.buckets.mlp", "table.fits",
          "table.sweep.mlp", "table.sweep.cnn", "table.pairs", "table.scenarios",
-         "table.crossover", "table.one_machine", "table.emulated.training.mlp",
+         "table.crossover", "table.emulated.training.mlp",
          "table.emulated.training.cnn", "text.bucket_takeaway")
 
 
@@ -245,7 +245,7 @@ def nudge_allreduce_times(folder, change, rows=slice(None)):
 def sweep_configurations():
     """(series, world) of the sweep: the single process, then every series at 2 and 4 ranks."""
     return [("single", 1)] + [(series, world) for world in (2, 4) for series in SERIES
-                              if series not in ("single", "flat-shm")]  # one_machine_results
+                              if series not in ("single", "flat-shm")]  # flat-shm: the step bench
 
 
 def make_results(folder, bench=True, noise=0.0):
@@ -276,7 +276,6 @@ def write_results(folder, bench=True, noise=0.0):
     if bench:
         write(os.path.join(folder, "allreduce-bench.json"), allreduce_bench(noise=noise))
     emulated_results(folder)
-    one_machine_results(folder)
     write(os.path.join(folder, "step-bench.json"), step_bench())
     write(os.path.join(folder, "ddp-buckets.json"), ddp_buckets())
     write(os.path.join(folder, "trace-bucketed-w2.json"), trace())
@@ -327,18 +326,6 @@ def emulated_results(folder):
                     write(os.path.join(folder, "slurm", "link-1gbit",
                                        f"slurm-{model}-{series}-w{world}-r{repeat}.json"),
                           run_document(model, series, world, seed))
-
-
-def one_machine_results(folder):
-    """§4.5's sweep: one process, and ddp, flat and flat-shm at 2 and 4 ranks, repeated."""
-    seed = 2000
-    for repeat in range(1, REPEATS + 1):
-        for series, world in [("single", 1)] + [(series, world) for world in (2, 4)
-                                                for series in ("ddp", "flat", "flat-shm")]:
-            seed += 1
-            name = f"sweep-mlp-{series}-w{world}-r{repeat}.json"
-            write(os.path.join(folder, "one-machine", name),
-                  run_document("mlp", series, world, seed))
 
 
 def write_and_build(folder, out_dir, shown_dir):

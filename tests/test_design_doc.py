@@ -427,17 +427,15 @@ def test_the_emulated_links_fit_recovers_the_links_beta_and_the_slurm_runs_are_t
         statistics.median(rounds))
 
 
-def test_the_one_machine_sweep_sets_shm_against_one_process_ddp_and_flat(synthetic):
+def test_shared_memorys_step_is_set_against_ddps_and_flats_within_each_repeat(synthetic):
     numbers = numbers_of(synthetic.documents)
-    # shm's throughput over one process's, round by round (never across rounds)
-    rounds = []
-    for repeat in range(1, 4):
-        shm, single = (read_json(synthetic.folder, os.path.join(
-            "one-machine", f"sweep-mlp-{name}-r{repeat}.json"))["throughput_samples_per_s"]
-            for name in ("flat-shm-w2", "single-w1"))
-        rounds.append(shm / single)
-    assert numbers["one_machine.mlp.flat-shm.w2.vs_single.median"]["value"] == pytest.approx(
-        statistics.median(rounds))
-    assert "| MLP flat-shm, 2 |" in synthetic.shown["table.one_machine"]
-    # the synthetic shm step is far below flat's: a verdict, not a tie
-    assert numbers["shm.mlp.w2.step_vs_flat"]["value"] == "faster"
+    rows = read_json(synthetic.folder, "step-bench.json")["measurements"]
+    step = {(row["configuration"], row["repeat"]): row["mean_step_s"] for row in rows
+            if (row["model"], row["world_size"]) == ("mlp", 2)}
+    repeats = sorted({repeat for _, repeat in step})
+    for other in ("ddp", "flat"):
+        ratios = [step["flat-shm", repeat] / step[other, repeat] for repeat in repeats]
+        name = f"shm.mlp.w2.step_vs_{other}"
+        assert numbers[f"{name}.ratio.median"]["value"] == pytest.approx(statistics.median(ratios))
+        # the synthetic shm step is far below both: a verdict, not a tie
+        assert numbers[name]["value"] == "faster"
