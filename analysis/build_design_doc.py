@@ -46,7 +46,7 @@ ABOUT = ("every number in the design document: its value, the text shown, and wh
 RELATIVE_TOLERANCE = 1e-9  # above two machines' fits (2.5e-13 apart), far below a 0.1 % change
 # tables of data (per size, rank or repeat): CSV files beside the document, linked in their place
 DATA_TABLES = tuple(f"table.{name}" for name in (
-    "fits.ring predict step_bench step_bench_verdict bucket_sweep emulated.fits.ring "
+    "fits.ring predict step_bench step_bench_verdict bucket_sweep "
     "sweep.mlp sweep.cnn comm.mlp comm.cnn buckets.mlp buckets.cnn crossover "
     "emulated.training.mlp emulated.training.cnn sharding.side.mlp sharding.side.cnn "
     "sharding.memory.mlp sharding.memory.cnn sharding.bytes sharding.prefetch").split())

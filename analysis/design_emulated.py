@@ -2,6 +2,7 @@
 model fitted to it, the highest rate this machine can emulate, and training through SLURM on two
 nodes beside the model's prediction; from results/emulated/ and results/slurm/link-<rate>*/."""
 import functools
+import itertools
 import os
 
 from analysis import cost_model, design_scaling, scaling_inputs
@@ -78,39 +79,31 @@ def large_errors(rows, alpha, beta):
 
 
 def fits_tables(numbers, folder):
-    """Per file, implementation and world size: the fit, β ÷ the link's and the errors ≥ 1 MiB."""
-    rows = {"gloo": [], "ring": []}  # each implementation's table rows
-    for name, label, layout, expected in ALLREDUCE_FILES:
+    """Per file, implementation and world size: the fit, β ÷ the link's and the error ≥ 1 MiB."""
+    rows = []
+    for (name, label, layout, expected), implementation in itertools.product(ALLREDUCE_FILES,
+                                                                             ("gloo", "ring")):
         path = os.path.join(folder, name)
         measured = ([row for row in load(path)["measurements"] if row.get("verified", True)]
                     if os.path.exists(path) else [])
-        for implementation, found in rows.items():
-            for world in sorted({row["world_size"] for row in measured} | set(expected)):
-                key = f"emulated.fit.{implementation}.w{world}{label}"
-                mine = register_fit(numbers, key, measured, path, implementation, world)
-                if not mine:
-                    continue
-                for suffix in ("", ".low", ".high"):
-                    numbers.derived(f"{key}.beta_vs_link{suffix}", lambda beta: beta / LINK_BETA,
-                                    [f"{key}.beta_s_per_byte{suffix}"], "ratio",
-                                    "fitted β / (8 bits / configured rate)")
+        for world in sorted({row["world_size"] for row in measured} | set(expected)):
+            key = f"emulated.fit.{implementation}.w{world}{label}"
+            mine = register_fit(numbers, key, measured, path, implementation, world)
+            for suffix in ("", ".low", ".high") if mine else ():
+                numbers.derived(f"{key}.beta_vs_link{suffix}", lambda beta: beta / LINK_BETA,
+                                [f"{key}.beta_s_per_byte{suffix}"], "ratio",
+                                "fitted β / (8 bits / configured rate)")
+            if mine:
                 numbers.derived(f"{key}.large_error", functools.partial(large_errors, mine),
                                 [f"{key}.alpha_s", f"{key}.beta_s_per_byte"], "percent",
                                 f"largest relative error of the fit, >= 1 MiB, rows of {path}")
-                numbers.derived(f"{key}.link_error",
-                                functools.partial(large_errors, mine, beta=LINK_BETA),
-                                [f"{key}.alpha_s"], "percent",
-                                f"largest relative error with α fitted and β of the link, "
-                                f">= 1 MiB, rows of {path}")
-                found.append([implementation, layout.format(n=world),
-                              with_interval(numbers, f"{key}.alpha_s"),
-                              with_interval(numbers, f"{key}.beta_vs_link"),
-                              numbers.text(f"{key}.large_error"),
-                              numbers.text(f"{key}.link_error")])
-    columns = ["implementation", "layout", "α (95% interval)", "β ÷ the link's 8 ns/byte",
-               "largest error ≥ 1 MiB", "… with the link's β"]
-    return {f"table.emulated.fits{'' if implementation == 'gloo' else '.ring'}":
-            table(columns, found) if found else NOT_RUN for implementation, found in rows.items()}
+                rows.append([implementation, layout.format(n=world),
+                             with_interval(numbers, f"{key}.alpha_s"),
+                             with_interval(numbers, f"{key}.beta_vs_link"),
+                             numbers.text(f"{key}.large_error")])
+    return {"table.emulated.fits": table(["implementation", "layout", "α (95% interval)",
+                                          "β ÷ the link's 8 ns/byte", "largest error ≥ 1 MiB"],
+                                         sorted(rows)) if rows else NOT_RUN}
 
 
 def predicted_exposed(layout, sizes, overlap, world, compute, backward, alpha, beta, *shares):

@@ -103,11 +103,9 @@ def communication_section(numbers, layouts, worlds, bucket_mbs, results_dir):
         layout_rows = []
         for bucket_mb in sorted(set(bucket_mbs) | {DEFAULT_BUCKET_MB}):
             name = f"buckets.{model}.bucketed.{bucket_mb:g}"
-            formula = (f"cost_model's layout of bucketed buckets at {bucket_mb:g} MiB "
-                       "(first bucket capped), in launch order")
-            layout = cost_model.bucket_sizes(sizes, bucket_mb)
-            numbers.add(name, layout, "bytes-list", kind="model", formula=formula)
-            numbers.add(f"{name}.count", len(layout), "count", kind="model", formula=formula)
+            numbers.add(name, cost_model.bucket_sizes(sizes, bucket_mb), "bytes-list", kind="model",
+                        formula=f"cost_model's layout of bucketed buckets at {bucket_mb:g} MiB "
+                        "(first bucket capped), in launch order")
             layout_rows.append([f"{bucket_mb:g} MiB", numbers.text(name),
                                 numbers.text(f"buckets.{model}.ddp.{bucket_mb:g}")])
         columns = [heading for world in worlds for heading in
