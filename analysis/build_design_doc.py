@@ -37,12 +37,7 @@ PLACEHOLDER = re.compile(r"\{\{\s*([\w.\-]+)\s*\}\}")
 # make_handout.py's solution regions and the prompts students see in their place: shown in neither
 MARKERS = re.compile(r"^<!-- BEGIN PROMPT\n.*?^END PROMPT -->\n"
                      r"|^<!-- (?:BEGIN|END) SOLUTION[^\n]*-->\n", re.M | re.S)
-ABOUT = ("every number in the design document: its value, the text shown, and where it came from "
-         "(measured: file + JSON field; derived, no kind given: sources[derived_from], a formula "
-         "and its inputs, "
-         "each a number's name or file#field; fit: the file the alpha-beta model was fitted "
-         "to; model/code: how it was computed; assumption: a constant of cost_model.py or "
-         "zero_formulas.py)")
+ABOUT = "every number a reader sees, with its provenance: see design_doc/README.md"
 RELATIVE_TOLERANCE = 1e-9  # above two machines' fits (2.5e-13 apart), far below a 0.1 % change
 # tables of data (per size, rank or repeat): CSV files beside the document, linked in their place
 DATA_TABLES = tuple(f"table.{name}" for name in (
