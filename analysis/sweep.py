@@ -21,7 +21,7 @@ import sys
 import time
 
 from analysis import plots
-from runtime.options import MANUAL_CONFIGURATIONS, manual_arguments
+from runtime.options import MANUAL_CONFIGURATIONS, comma_list, manual_arguments
 from runtime.results import write_json_atomic
 
 MANUAL_NAMES = tuple(MANUAL_CONFIGURATIONS)  # --strategies: (--sync, --transport) by name
@@ -34,11 +34,6 @@ DEFAULT_EPOCHS = 2  # two points per learning curve
 DEFAULT_REPEATS = 6  # from 5 the verdicts need a bootstrap interval of the paired ratios
 ORDER_FILE, ORDER_SCHEMA = "sweep-order.json", "sweep-order/1"
 DEFAULT_EVAL_SAMPLES = ("--val-samples", "2000", "--test-samples", "2000")
-
-
-def comma_list(kind):
-    """An argparse type: 'a,b,c' as a list of `kind`, empty items left out."""
-    return lambda text: [kind(item) for item in text.split(",") if item.strip()]
 
 
 def parse_args(argv=None):

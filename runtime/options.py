@@ -60,6 +60,17 @@ def bounded(kind, low=None, high=None, low_open=False):
     return parse
 
 
+def comma_list(kind):
+    """An argparse type: 'a,b,c' as a list of `kind`, empty items left out ('' is no item)."""
+    def parse(text):
+        try:
+            return [kind(item) for item in text.split(",") if item.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected {kind.__name__} values separated by commas, got {text!r}") from None
+    return parse
+
+
 def hidden_sizes(text):
     """An argparse type: positive layer widths separated by commas, e.g. 512,256,128."""
     try:

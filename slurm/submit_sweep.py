@@ -23,7 +23,7 @@ import sys
 import time
 
 from analysis import plots
-from runtime.options import manual_arguments
+from runtime.options import comma_list, manual_arguments
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,16 +32,11 @@ FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_
 POLL_S = 2  # seconds between two rounds of scontrol
 
 
-def int_list(text):
-    """An argparse type: '1,2,4' as [1, 2, 4]."""
-    return [int(value) for value in text.split(",") if value]
-
-
 def parse_args(argv=None):
     """The submitter's options; what follows `--` goes to mlp_ddp.py."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", type=int_list, default=[1, 2])
-    parser.add_argument("--tasks-per-node", type=int_list, default=[1, 2])
+    parser.add_argument("--nodes", type=comma_list(int), default=[1, 2])
+    parser.add_argument("--tasks-per-node", type=comma_list(int), default=[1, 2])
     parser.add_argument("--strategies", default="flat,bucketed,flat-ring",
                         help="manual configurations (options.MANUAL_CONFIGURATIONS: flat-ring is "
                              "the flat buffer over the ring); ddp always runs")

@@ -96,6 +96,15 @@ def test_bucket_runs_set_their_bucket_size_and_extra_arguments_win(capsys):
         assert option(command, "--val-samples") == "256" and option(command, "--seed") == "3"
 
 
+@pytest.mark.parametrize("option, value", [("--world-sizes", "1,x"), ("--bucket-mbs", "1,big")])
+def test_a_list_that_does_not_parse_is_one_usage_line_naming_it(capsys, option, value):
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.main(["--dry-run", option, value])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"argument {option}: expected" in error and repr(value) in error
+
+
 def test_a_failed_run_is_reported_and_the_sweep_goes_on(tmp_path, capsys):
     commands = [("fails", [sys.executable, "-c", "raise SystemExit(3)"]),
                 ("works", [sys.executable, "-c", "pass"])]
