@@ -3,7 +3,7 @@ DDP's and flat's, and the best strategy's verdicts; a missing file: "not measure
 import itertools
 import os
 
-from analysis.design_numbers import indices_by, load, lookup, read_results, table
+from analysis.design_numbers import indices_by, load, lookup, paired_by_repeat, read_results, table
 from analysis.results_folder import STEP_BENCH_SCHEMA
 
 STEP_BENCH_FIELDS = {"mean_step_s": "ms", "mean_compute_s": "ms", "mean_comm_exposed_s": "ms",
@@ -43,16 +43,13 @@ def step_bench_section(numbers, results_dir):
 
 def shared_memory_steps(numbers, path, measurements):
     """'shm.<model>.w<n>.step_vs_<other>': flat-shm's mean step over SHM_AGAINST's, per repeat."""
-    where = indices_by(measurements, "model", "world_size", "configuration", "repeat")
-    repeats = sorted({repeat for *_, repeat in where})
+    where = indices_by(measurements, "model", "world_size", "configuration")
     for model, world, other in itertools.product(("mlp", "cnn"), (2, 4), SHM_AGAINST):
-        pairs = [[where.get((model, world, configuration, repeat))
-                  for configuration in ("flat-shm", other)] for repeat in repeats]
         name = f"shm.{model}.w{world}.step_vs_{other}"
-        numbers.paired_values(f"{name}.ratio", [f"{path}#measurements[{found[0]}].mean_step_s"
-                                                for pair in pairs if all(pair) for found in pair],
-                              "ratio", 1.0, "flat-shm's mean step / the other's, in the same "
-                              "repeat", verdict=name)
+        numbers.paired_values(f"{name}.ratio", paired_by_repeat(
+            path, measurements, "mean_step_s", where.get((model, world, "flat-shm"), []),
+            where.get((model, world, other), [])), "ratio", 1.0,
+            "flat-shm's mean step / the other's, in the same repeat", verdict=name)
 
 
 def step_verdicts(numbers, path, report):

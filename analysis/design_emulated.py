@@ -89,18 +89,19 @@ def fits_tables(numbers, folder):
         for world in sorted({row["world_size"] for row in measured} | set(expected)):
             key = f"emulated.fit.{implementation}.w{world}{label}"
             mine = register_fit(numbers, key, measured, path, implementation, world)
-            for suffix in ("", ".low", ".high") if mine else ():
+            if not mine:
+                continue
+            for suffix in ("", ".low", ".high"):
                 numbers.derived(f"{key}.beta_vs_link{suffix}", lambda beta: beta / LINK_BETA,
                                 [f"{key}.beta_s_per_byte{suffix}"], "ratio",
                                 "fitted β / (8 bits / configured rate)")
-            if mine:
-                numbers.derived(f"{key}.large_error", functools.partial(large_errors, mine),
-                                [f"{key}.alpha_s", f"{key}.beta_s_per_byte"], "percent",
-                                f"largest relative error of the fit, >= 1 MiB, rows of {path}")
-                rows.append([implementation, layout.format(n=world),
-                             with_interval(numbers, f"{key}.alpha_s"),
-                             with_interval(numbers, f"{key}.beta_vs_link"),
-                             numbers.text(f"{key}.large_error")])
+            numbers.derived(f"{key}.large_error", functools.partial(large_errors, mine),
+                            [f"{key}.alpha_s", f"{key}.beta_s_per_byte"], "percent",
+                            f"largest relative error of the fit, >= 1 MiB, rows of {path}")
+            rows.append([implementation, layout.format(n=world),
+                         with_interval(numbers, f"{key}.alpha_s"),
+                         with_interval(numbers, f"{key}.beta_vs_link"),
+                         numbers.text(f"{key}.large_error")])
     return {"table.emulated.fits": table(["implementation", "layout", "α (95% interval)",
                                           "β ÷ the link's 8 ns/byte", "largest error ≥ 1 MiB"],
                                          sorted(rows)) if rows else NOT_RUN}

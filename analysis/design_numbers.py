@@ -50,6 +50,14 @@ def indices_by(rows, *fields):
     return found
 
 
+def paired_by_repeat(path, rows, field, mine, theirs):
+    """Inputs for Numbers.paired_values: 'path#measurements[i].field' of `mine`'s row, then of
+    `theirs`', for each repeat both have (`mine`, `theirs`: indices into `rows`)."""
+    sides = [{rows[index]["repeat"]: index for index in indices} for indices in (mine, theirs)]
+    return [f"{path}#measurements[{side[repeat]}].{field}"
+            for repeat in sorted(set(sides[0]) & set(sides[1])) for side in sides]
+
+
 def lookup(data, field):
     """`data` at a path such as 'measurements[3].median_s'; None if absent."""
     for key, index in re.findall(r"([^.\[\]]+)|\[(\d+)\]", field):
@@ -168,7 +176,7 @@ class Numbers:
 
     def paired_values(self, key, inputs, unit, scale, formula, already_ratios=False, verdict=None):
         """spread_of's fields and the verdict's `.low`, `.high` of `scale` x mine / theirs; with
-        `verdict`, the verdict registered under that name too."""
+        `verdict`, the verdict is registered under that name too and returned."""
         def over_rounds(*values):
             tops = values if already_ratios else values[0::2]
             bottoms = [1] * len(tops) if already_ratios else values[1::2]

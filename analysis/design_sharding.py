@@ -208,11 +208,9 @@ def register_world(numbers, path, rows, where, model, world):
     for name, ours, theirs in [(f"{prefix}.prefetch", "zero3-library", "zero3-no-prefetch"),
                                *((f"{key(model, world, ours)}.vs_torch", ours, theirs)
                                  for ours, theirs in AGAINST_TORCH)]:
-        mine, other = ({rows[index]["repeat"]: index
-                        for index in where.get((model, world, configuration), [])}
-                       for configuration in (ours, theirs))
-        inputs = [f"{path}#measurements[{indices[repeat]}].median_step_s"
-                  for repeat in sorted(set(mine) & set(other)) for indices in (mine, other)]
+        inputs = design_numbers.paired_by_repeat(path, rows, "median_step_s",
+                                                 where.get((model, world, ours), []),
+                                                 where.get((model, world, theirs), []))
         numbers.paired_values(f"{name}_ratio", inputs, "ratio", 1.0,
                               f"{NAMES[ours]}'s step / {NAMES[theirs]}'s, in the same repeat",
                               verdict=name)

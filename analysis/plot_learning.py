@@ -99,10 +99,11 @@ def plot_projected_efficiency(groups):
         nbytes = runs[0]["memory"]["per_rank"][0]["gradients"]
         for index, gbit in enumerate(cost_model.CLUSTER_LINKS_GBIT):
             for algorithm, line in (("ring", "-"), ("halving-doubling", "--")):
-                comm = [cost_model.allreduce_time(nbytes, world, cost_model.CLUSTER_ALPHA_S,
-                                                  cost_model.link_beta(gbit), algorithm)
-                        for world in PROJECTED_WORLDS]
-                axis.plot(PROJECTED_WORLDS, [compute / (compute + seconds) for seconds in comm],
+                efficiency = [cost_model.project_layout(  # one flat all-reduce after backward
+                    compute, 0.0, [nbytes], [], world, cost_model.CLUSTER_ALPHA_S,
+                    cost_model.link_beta(gbit), overlap=False, algorithm=algorithm)["efficiency"]
+                    for world in PROJECTED_WORLDS]
+                axis.plot(PROJECTED_WORLDS, efficiency,
                           color=f"C{index}", linestyle=line, label=f"{gbit:g} Gbit/s, {algorithm}",
                           gid=f"{gbit:g}g {algorithm}")
         axis.set(xscale="log", ylim=(0, 1.02), xlabel="ranks", ylabel="projected efficiency",
