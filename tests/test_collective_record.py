@@ -99,6 +99,7 @@ dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[2], ra
 collective_record.install(sys.argv[1], 0)
 across_ranks.sum_over_ranks({"one": 1}, "cpu")
 print(hang_verdict.read_records(sys.argv[1])[0][0]["where"].decode())
+dist.destroy_process_group()  # else gloo's threads may abort the exit (SIGABRT), now and then
 """
 
 
